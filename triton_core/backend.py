@@ -1,0 +1,114 @@
+"""The backend contract: three levels of lifecycle, like Triton's backend API.
+
+* :class:`Backend` - one object per backend name per server (``TRITONBACKEND_Initialize``);
+  completes model configs and loads models.
+* :class:`BackendModel` - one loaded model version (``TRITONBACKEND_ModelInitialize``);
+  creates instances.
+* :class:`ModelInstance` - one execution context (``TRITONBACKEND_ModelInstanceInitialize``);
+  executes batches of requests.
+
+All methods are synchronous. The server calls load and finalize methods off the event loop,
+and ``execute`` on the instance's own worker thread, so backends that release the GIL
+(ONNX Runtime, PyTorch) run instances in parallel.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, ClassVar
+
+if TYPE_CHECKING:
+    from triton_core.protos.model_config_pb2 import ModelConfig
+    from triton_core.types import InferenceRequest, InferenceResponse
+
+
+@dataclass(frozen=True, slots=True)
+class ModelContext:
+    """Everything a backend needs to load one version of a model."""
+
+    name: str
+    version: int
+    #: the auto-completed, normalised config (treat as read-only)
+    config: ModelConfig
+    #: ``<repository>/<model>``
+    model_dir: Path
+    #: ``<repository>/<model>/<version>``
+    version_dir: Path
+    #: ``version_dir / default_model_filename`` (a file or a folder)
+    model_path: Path
+    #: ``--backend-config=<backend>,<key>=<value>`` settings for this backend
+    backend_options: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class InstanceSpec:
+    """One model instance to create, from the config's ``instance_group``."""
+
+    #: ``<group name>_<index>``, as Triton names instances
+    name: str
+    #: "CPU", "GPU" or "MODEL"
+    kind: str
+    #: GPU ordinal for ``GPU`` instances, else 0
+    device_id: int
+    group_name: str
+
+
+class ModelInstance(ABC):
+    """An execution context of a model (a session, an engine, a process)."""
+
+    @abstractmethod
+    def execute(self, requests: list[InferenceRequest]) -> list[InferenceResponse]:
+        """Run a batch of validated requests; return one response per request, in order.
+
+        Called on this instance's worker thread, one batch at a time. Inputs are numpy arrays
+        already checked against the config (datatype, shape, batch size). A response may carry
+        ``error`` to fail just its request; raising fails the whole batch with the exception's
+        message (a :class:`~triton_core.errors.TritonError` keeps its status).
+        """
+
+    def finalize(self) -> None:  # noqa: B027 - optional hook
+        """Release what the instance holds. Called once, after its last ``execute``."""
+
+
+class BackendModel(ABC):
+    """One loaded version of a model."""
+
+    @abstractmethod
+    def create_instance(self, spec: InstanceSpec) -> ModelInstance:
+        """Create one instance; raise :class:`~triton_core.errors.TritonError` to fail the load."""
+
+    def finalize(self) -> None:  # noqa: B027 - optional hook
+        """Release model-wide resources. Called once, after every instance is finalized."""
+
+
+class Backend(ABC):
+    """A backend: loads models of one backend name (and its platform aliases)."""
+
+    #: the ``backend`` name a config selects this backend by
+    name: ClassVar[str]
+    #: ``platform`` names that also select it (the first is filled in when a config has none)
+    platforms: ClassVar[tuple[str, ...]] = ()
+    #: file or folder in a version directory that holds the model
+    default_model_filename: ClassVar[str]
+    #: instances per ``KIND_CPU`` group when the config gives no count (Triton uses 2 for ORT)
+    default_cpu_instance_count: ClassVar[int] = 1
+
+    def __init__(self, options: dict[str, str] | None = None) -> None:
+        self.options: dict[str, str] = dict(options or {})
+
+    def auto_complete_config(self, config: ModelConfig, model_path: Path) -> None:  # noqa: B027
+        """Fill what ``config`` leaves out (inputs, outputs, max_batch_size) from the model.
+
+        Called at load, before normalisation, unless auto-complete is disabled; edits
+        ``config`` in place. ``model_path`` is the model file of the newest version. Raise
+        :class:`~triton_core.errors.TritonError` for a model that contradicts its config.
+        """
+
+    @abstractmethod
+    def load_model(self, context: ModelContext) -> BackendModel:
+        """Load one model version; raise :class:`~triton_core.errors.TritonError` on failure."""
+
+    def finalize(self) -> None:  # noqa: B027 - optional hook
+        """Called once when the server stops, after all its models are unloaded."""

@@ -1,0 +1,197 @@
+"""``triton-core``: ``serve`` a model repository, or list the installed ``plugins``.
+
+Flag names and defaults follow ``tritonserver`` where it has them; boolean flags accept
+Triton's ``--flag=true|false`` form as well as a bare ``--flag``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from triton_core import __version__
+from triton_core.frontends.runner import FrontendOptions, serve
+from triton_core.plugins import create_plugin_manager
+from triton_core.server import Server, ServerOptions
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off"}
+
+
+def _bool(text: str) -> bool:
+    value = text.strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got '{text}'")
+
+
+def _add_bool(parser: argparse.ArgumentParser, flag: str, default: bool, help: str) -> None:
+    parser.add_argument(
+        flag, type=_bool, nargs="?", const=True, default=default, metavar="BOOL", help=help
+    )
+
+
+def _backend_config(text: str) -> tuple[str, str, str]:
+    """``<backend>,<key>=<value>`` or a global ``<key>=<value>``."""
+    backend, _, setting = text.rpartition(",")
+    key, sep, value = setting.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(
+            f"--backend-config expects <backend>,<key>=<value> or <key>=<value>, got '{text}'"
+        )
+    return backend, key, value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="triton-core", description="An inference server that speaks Triton's protocol."
+    )
+    parser.add_argument("--version", action="version", version=f"triton-core {__version__}")
+    parser.add_argument(
+        "--disable-plugin",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="do not load this plugin (repeatable; also TRITON_CORE_DISABLE_PLUGINS=a,b)",
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    serve_cmd = commands.add_parser("serve", help="serve a model repository over HTTP and gRPC")
+    serve_cmd.add_argument(
+        "--model-repository",
+        "--model-store",
+        action="append",
+        required=True,
+        type=Path,
+        dest="model_repository",
+        metavar="PATH",
+        help="model repository folder (repeatable)",
+    )
+    serve_cmd.add_argument("--id", default="triton", help="server name in server metadata")
+    _add_bool(serve_cmd, "--strict-readiness", True, "ready only when every model is ready")
+    _add_bool(serve_cmd, "--exit-on-error", True, "exit when a model fails to load at start-up")
+    _add_bool(
+        serve_cmd,
+        "--disable-auto-complete-config",
+        False,
+        "do not complete configs from the models themselves",
+    )
+    _add_bool(serve_cmd, "--strict-model-config", False, "deprecated alias of the above")
+    serve_cmd.add_argument(
+        "--backend-config",
+        action="append",
+        default=[],
+        type=_backend_config,
+        metavar="BACKEND,KEY=VALUE",
+        help="a backend setting (repeatable); KEY=VALUE alone applies to every backend",
+    )
+    serve_cmd.add_argument("--model-load-thread-count", type=int, default=4)
+    serve_cmd.add_argument("--exit-timeout-secs", type=float, default=30.0)
+    _add_bool(serve_cmd, "--allow-http", True, "serve HTTP/REST")
+    serve_cmd.add_argument("--http-address", default="0.0.0.0")
+    serve_cmd.add_argument("--http-port", type=int, default=8000)
+    serve_cmd.add_argument("--http-max-input-size", type=int, default=1 << 26)
+    _add_bool(serve_cmd, "--allow-grpc", True, "serve gRPC")
+    serve_cmd.add_argument("--grpc-address", default="0.0.0.0")
+    serve_cmd.add_argument("--grpc-port", type=int, default=8001)
+    serve_cmd.add_argument(
+        "--log-verbose", type=int, default=0, metavar="LEVEL", help="verbose logging when > 0"
+    )
+    _add_bool(serve_cmd, "--log-info", True, "log informational messages")
+
+    commands.add_parser("plugins", help="list the installed plugins and what they provide")
+    return parser
+
+
+def _configure_logging(verbose: int, info: bool) -> None:
+    level = logging.DEBUG if verbose > 0 else logging.INFO if info else logging.WARNING
+    logging.basicConfig(
+        level=level,
+        format="%(levelname).1s%(asctime)s.%(msecs)03d %(process)d %(name)s] %(message)s",
+        datefmt="%m%d %H:%M:%S",
+        stream=sys.stderr,
+    )
+
+
+def _run_serve(args: argparse.Namespace) -> int:
+    _configure_logging(args.log_verbose, args.log_info)
+    backend_options: dict[str, dict[str, str]] = {}
+    for backend, key, value in args.backend_config:
+        backend_options.setdefault(backend, {})[key] = value
+    try:
+        plugins = create_plugin_manager(args.disable_plugin)
+    except ValueError as exc:
+        logging.getLogger("triton_core").error("%s", exc)
+        return 2
+    options = ServerOptions(
+        model_repositories=args.model_repository,
+        id=args.id,
+        strict_readiness=args.strict_readiness,
+        exit_on_error=args.exit_on_error,
+        auto_complete_config=not (args.disable_auto_complete_config or args.strict_model_config),
+        backend_options=backend_options,
+        model_load_thread_count=args.model_load_thread_count,
+    )
+    frontends = FrontendOptions(
+        allow_http=args.allow_http,
+        http_address=args.http_address,
+        http_port=args.http_port,
+        http_max_input_size=args.http_max_input_size,
+        allow_grpc=args.allow_grpc,
+        grpc_address=args.grpc_address,
+        grpc_port=args.grpc_port,
+        exit_timeout_secs=args.exit_timeout_secs,
+    )
+    server = Server(options, plugins)
+    try:
+        return _run(serve(server, frontends))
+    except (OSError, ValueError) as exc:
+        logging.getLogger("triton_core").error("%s", exc)
+        return 1
+
+
+def _run(coroutine) -> int:  # type: ignore[no-untyped-def]
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop is a dependency on POSIX
+        return asyncio.run(coroutine)
+    return uvloop.run(coroutine)
+
+
+def _run_plugins(args: argparse.Namespace) -> int:
+    try:
+        plugins = create_plugin_manager(args.disable_plugin)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    rows = [("NAME", "DISTRIBUTION", "VERSION", "PROVIDES")]
+    for info in plugins.describe():
+        rows.append((info.name, info.distribution, info.version, ", ".join(info.provides) or "-"))
+    widths = [max(len(row[i]) for row in rows) for i in range(3)]
+    for row in rows:
+        print(
+            "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=False))
+            + "  "
+            + row[3]
+        )
+    blocked = plugins.blocked()
+    if blocked:
+        print(f"disabled: {', '.join(blocked)}")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command == "plugins":
+        return _run_plugins(args)
+    return _run_serve(args)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Frontends: the only places that know HTTP, JSON, protobuf or binary layouts."""

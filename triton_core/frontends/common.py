@@ -1,0 +1,77 @@
+"""Protocol facts shared by the HTTP and gRPC frontends (not wire layouts)."""
+
+from __future__ import annotations
+
+from triton_core.errors import invalid_arg
+from triton_core.types import InferenceRequest, ParameterValue, RequestFlag
+
+#: request parameters that the server interprets instead of passing to the model
+RESERVED_PARAMETERS = frozenset(
+    {
+        "sequence_id",
+        "sequence_start",
+        "sequence_end",
+        "priority",
+        "timeout",
+        "binary_data_output",
+        "headers",
+    }
+)
+
+
+def parse_version(text: str) -> int:
+    """A URL or message version string: "" means the server picks (-1)."""
+    if not text:
+        return -1
+    if not text.isdigit():
+        raise invalid_arg(f"failed to parse model version '{text}': expected a number")
+    return int(text)
+
+
+def apply_request_parameters(
+    request: InferenceRequest, parameters: dict[str, ParameterValue]
+) -> None:
+    """Move reserved parameters into request fields; keep the rest as custom parameters.
+
+    Raises INVALID_ARG for a ``triton_`` key or a reserved key of the wrong type.
+    """
+    custom = request.parameters
+    flags = request.flags
+    for key, value in parameters.items():
+        if key == "sequence_id":
+            if isinstance(value, bool) or not isinstance(value, int | str):
+                raise invalid_arg("parameter 'sequence_id' must be an integer or a string")
+            request.correlation_id = value
+        elif key == "sequence_start":
+            _require_bool(key, value)
+            if value:
+                flags |= RequestFlag.SEQUENCE_START
+        elif key == "sequence_end":
+            _require_bool(key, value)
+            if value:
+                flags |= RequestFlag.SEQUENCE_END
+        elif key == "priority":
+            request.priority = _require_uint(key, value)
+        elif key == "timeout":
+            request.timeout_us = _require_uint(key, value)
+        elif key in ("binary_data_output", "headers"):
+            continue  # consumed by the frontend
+        elif key.startswith("triton_"):
+            raise invalid_arg(
+                f"parameter keys starting with 'triton_' are reserved for Triton usage and "
+                f"should not be specified (got '{key}')"
+            )
+        else:
+            custom[key] = value
+    request.flags = flags
+
+
+def _require_bool(key: str, value: ParameterValue) -> None:
+    if not isinstance(value, bool):
+        raise invalid_arg(f"parameter '{key}' must be a boolean")
+
+
+def _require_uint(key: str, value: ParameterValue) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise invalid_arg(f"parameter '{key}' must be a non-negative integer")
+    return value

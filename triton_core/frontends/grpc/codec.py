@@ -1,0 +1,395 @@
+"""ModelInferRequest / ModelInferResponse <-> :mod:`triton_core.types`.
+
+This is the gRPC hot path: tensors in ``raw_input_contents`` become numpy views on the
+request's bytes (``numpy.frombuffer``, no copy), outputs go out in ``raw_output_contents``
+as Triton always answers. Everything that can be looked up once lives in module tables.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, MutableMapping, Sequence
+from math import prod
+from typing import Any, Final
+
+import numpy as np
+
+from triton_core.dtypes import NUMPY_DTYPES, deserialize_bytes, serialize_bytes
+from triton_core.errors import TritonError, invalid_arg, not_found
+from triton_core.frontends.common import apply_request_parameters, parse_version
+from triton_core.protos import grpc_service_pb2 as pb
+from triton_core.types import (
+    InferenceRequest,
+    InferenceResponse,
+    ParameterValue,
+    RequestedOutput,
+    Tensor,
+)
+
+#: the only ``triton_*`` request parameter a client may send (tritonclient sets it on streams)
+EMPTY_FINAL_RESPONSE: Final = "triton_enable_empty_final_response"
+#: response parameter on every streamed response: is this the last one for its request
+FINAL_RESPONSE: Final = "triton_final_response"
+
+#: wire datatype -> (numpy dtype, item size) for every fixed-size type
+_FIXED: Final[dict[str, tuple[np.dtype, int]]] = {
+    name: (dtype, dtype.itemsize) for name, dtype in NUMPY_DTYPES.items() if name != "BYTES"
+}
+
+#: wire datatype -> the InferTensorContents field that carries it (FP16/BF16 have none)
+_CONTENTS_FIELD: Final[dict[str, str]] = {
+    "BOOL": "bool_contents",
+    "INT8": "int_contents",
+    "INT16": "int_contents",
+    "INT32": "int_contents",
+    "INT64": "int64_contents",
+    "UINT8": "uint_contents",
+    "UINT16": "uint_contents",
+    "UINT32": "uint_contents",
+    "UINT64": "uint64_contents",
+    "FP32": "fp32_contents",
+    "FP64": "fp64_contents",
+    "BYTES": "bytes_contents",
+}
+
+#: InferTensorContents field -> (the datatype it holds natively, numpy dtype to read it as)
+_FIELD_TYPES: Final[dict[str, tuple[str, np.dtype]]] = {
+    "bool_contents": ("BOOL", np.dtype(np.bool_)),
+    "int_contents": ("INT32", np.dtype(np.int32)),
+    "int64_contents": ("INT64", np.dtype(np.int64)),
+    "uint_contents": ("UINT32", np.dtype(np.uint32)),
+    "uint64_contents": ("UINT64", np.dtype(np.uint64)),
+    "fp32_contents": ("FP32", np.dtype(np.float32)),
+    "fp64_contents": ("FP64", np.dtype(np.float64)),
+    "bytes_contents": ("BYTES", np.dtype(object)),
+}
+
+_INT64_MAX: Final = 2**63 - 1
+
+
+# ---------------------------------------------------------------------------------------
+# requests
+
+
+def decode_infer_request(message: pb.ModelInferRequest) -> InferenceRequest:
+    """Decode a ModelInferRequest; wire-level problems raise INVALID_ARG naming model and input."""
+    return _decode(message)[0]
+
+
+def decode_stream_request(message: pb.ModelInferRequest) -> tuple[InferenceRequest, bool]:
+    """Decode a request read from a stream.
+
+    Returns the request and the value of ``triton_enable_empty_final_response``.
+    """
+    return _decode(message)
+
+
+def _decode(message: pb.ModelInferRequest) -> tuple[InferenceRequest, bool]:
+    model = message.model_name
+    request = InferenceRequest(
+        model_name=model,
+        inputs=_decode_inputs(message, model),
+        model_version=parse_version(message.model_version),
+        id=message.id,
+    )
+    if message.outputs:
+        request.outputs = _decode_outputs(message.outputs, model)
+    empty_final = False
+    if message.parameters:
+        empty_final = _apply_parameters(request, message.parameters)
+    return request, empty_final
+
+
+def _decode_inputs(message: pb.ModelInferRequest, model: str) -> dict[str, Tensor]:
+    inputs: dict[str, Tensor] = {}
+    raws = message.raw_input_contents
+    tensors = message.inputs
+    if raws and len(raws) != len(tensors):
+        if len(raws) < len(tensors):
+            # Triton consumes raw contents in input order; name the first input left without
+            name = tensors[len(raws)].name
+            raise invalid_arg(
+                f"unable to find data for input tensor '{name}' for model '{model}' in request."
+            )
+        raise invalid_arg(
+            f"expected {len(tensors)} raw_input_contents (one per input) for model "
+            f"'{model}', got {len(raws)}"
+        )
+    for index, tensor in enumerate(tensors):
+        name = tensor.name
+        if name in inputs:
+            raise invalid_arg(f"input '{name}' already exists in request for model '{model}'")
+        if tensor.parameters:
+            _check_shm_parameters(tensor.parameters)
+        datatype = tensor.datatype
+        shape = tuple(tensor.shape)
+        if raws:
+            if tensor.HasField("contents"):
+                raise invalid_arg(
+                    "contents field must not be specified when using raw_input_contents "
+                    f"for '{name}' for model '{model}'"
+                )
+            data = _decode_raw(raws[index], datatype, shape, name, model)
+        elif tensor.HasField("contents"):
+            data = _decode_contents(tensor.contents, datatype, shape, name, model)
+        else:
+            raise invalid_arg(
+                f"unable to find data for input tensor '{name}' for model '{model}' in request."
+            )
+        inputs[name] = Tensor(name, datatype, data)
+    return inputs
+
+
+def _decode_raw(
+    raw: bytes, datatype: str, shape: tuple[int, ...], name: str, model: str
+) -> np.ndarray:
+    count = prod(shape)
+    if count <= 0:
+        _check_shape(shape, name, model)
+    fixed = _FIXED.get(datatype)
+    if fixed is not None:
+        dtype, itemsize = fixed
+        expected = count * itemsize
+        if len(raw) != expected:
+            raise invalid_arg(
+                f"input byte size mismatch for input '{name}' for model '{model}'. "
+                f"Expected {expected}, got {len(raw)}"
+            )
+        # a read-only view on the request's bytes: no copy
+        return np.frombuffer(raw, dtype).reshape(shape)
+    if datatype == "BYTES":
+        try:
+            flat = deserialize_bytes(raw)
+        except ValueError as exc:
+            raise invalid_arg(
+                f"invalid BYTES data for input '{name}' for model '{model}': {exc}"
+            ) from None
+        if len(flat) != count:
+            raise invalid_arg(
+                f"expected {count} string elements for inference input '{name}' for model "
+                f"'{model}', got {len(flat)}"
+            )
+        return flat.reshape(shape)
+    raise _bad_datatype(datatype, name, model)
+
+
+def _decode_contents(
+    contents: pb.InferTensorContents,
+    datatype: str,
+    shape: tuple[int, ...],
+    name: str,
+    model: str,
+) -> np.ndarray:
+    count = prod(shape)
+    if count <= 0:
+        _check_shape(shape, name, model)
+    expected_field = _CONTENTS_FIELD.get(datatype)
+    if expected_field is None:
+        if datatype in NUMPY_DTYPES:  # FP16 / BF16: no typed field can carry them
+            raise invalid_arg(
+                f"unexpected explicit tensor data for input tensor '{name}' for model "
+                f"'{model}': {datatype} data must be sent in raw_input_contents"
+            )
+        raise _bad_datatype(datatype, name, model)
+    fields = contents.ListFields()  # only the non-empty repeated fields
+    values: Sequence[Any]
+    if not fields:
+        values = ()
+        field_name = expected_field
+    elif len(fields) == 1:
+        field_name = fields[0][0].name
+        values = fields[0][1]
+    else:
+        raise invalid_arg(
+            f"unexpected explicit tensor data for input tensor '{name}' for model '{model}', "
+            f"more than one contents field is set"
+        )
+    if field_name != expected_field:
+        raise invalid_arg(
+            f"unexpected explicit tensor data for input tensor '{name}' for model '{model}' "
+            f"of type '{_FIELD_TYPES[field_name][0]}', expected datatype '{datatype}'"
+        )
+    got = len(values)
+    if got != count:
+        raise invalid_arg(
+            f"unexpected number of elements in contents for input '{name}' for model "
+            f"'{model}'. Expected {count}, got {got}"
+        )
+    if datatype == "BYTES":
+        data = np.empty(count, dtype=object)
+        data[:] = list(values)
+        return data.reshape(shape)
+    data = np.fromiter(values, _FIELD_TYPES[field_name][1], count)
+    target = _FIXED[datatype][0]
+    if data.dtype != target:
+        # INT8/INT16 ride in int32, UINT8/UINT16 in uint32: keep the low bytes, as Triton does
+        data = data.astype(target)
+    return data.reshape(shape)
+
+
+def _check_shape(shape: tuple[int, ...], name: str, model: str) -> None:
+    for dim in shape:
+        if dim < 0:
+            raise invalid_arg(
+                f"invalid shape {list(shape)} for input '{name}' for model '{model}': "
+                "dimensions must not be negative"
+            )
+
+
+def _bad_datatype(datatype: str, name: str, model: str) -> TritonError:
+    return invalid_arg(f"invalid datatype '{datatype}' for input '{name}' for model '{model}'")
+
+
+def _check_shm_parameters(parameters: Mapping[str, pb.InferParameter]) -> None:
+    if "shared_memory_region" in parameters:
+        region = parameters["shared_memory_region"].string_param
+        # no region can ever be registered: the shared-memory RPCs are not implemented
+        raise not_found(f"Unable to find shared memory region: '{region}'")
+
+
+def _decode_outputs(
+    outputs: Iterable[pb.ModelInferRequest.InferRequestedOutputTensor], model: str
+) -> list[RequestedOutput]:
+    result: list[RequestedOutput] = []
+    for output in outputs:
+        classification = 0
+        if output.parameters:
+            params = output.parameters
+            _check_shm_parameters(params)
+            if "classification" in params:
+                param = params["classification"]
+                if param.WhichOneof("parameter_choice") != "int64_param":
+                    raise invalid_arg(
+                        "invalid value type for 'classification' parameter of output "
+                        f"'{output.name}' for model '{model}', expected int64_param."
+                    )
+                classification = param.int64_param
+                if classification < 0:
+                    raise invalid_arg(
+                        f"invalid value for 'classification' of output '{output.name}' for "
+                        f"model '{model}', expected value >= 0."
+                    )
+        result.append(RequestedOutput(output.name, classification))
+    return result
+
+
+def _apply_parameters(
+    request: InferenceRequest, parameters: Mapping[str, pb.InferParameter]
+) -> bool:
+    """Decode the request parameter map; returns ``triton_enable_empty_final_response``."""
+    decoded: dict[str, ParameterValue] = {}
+    empty_final = False
+    for key, param in parameters.items():
+        which = param.WhichOneof("parameter_choice")
+        if which is None:
+            raise invalid_arg(f"parameter '{key}' has no value")
+        if key == EMPTY_FINAL_RESPONSE:
+            if which != "bool_param":
+                raise invalid_arg(f"invalid value type for '{key}' parameter, expected bool_param.")
+            empty_final = param.bool_param
+            continue
+        if which == "uint64_param" and key != "priority":
+            # uint64 is accepted for 'priority' only (tritonclient sends it that way)
+            raise invalid_arg(
+                f"invalid value type for '{key}' parameter, expected int64_param, "
+                "bool_param, string_param or double_param."
+            )
+        decoded[key] = getattr(param, which)
+    apply_request_parameters(request, decoded)
+    return empty_final
+
+
+# ---------------------------------------------------------------------------------------
+# responses
+
+
+def encode_infer_response(
+    response: InferenceResponse, request: InferenceRequest | None = None
+) -> pb.ModelInferResponse:
+    """Encode a response; outputs always go in ``raw_output_contents``, as Triton does.
+
+    ``request`` fills the model name, version and id when the response leaves them unset.
+    """
+    message = pb.ModelInferResponse()
+    _fill_response(message, response, request)
+    return message
+
+
+def encode_stream_response(
+    response: InferenceResponse, request: InferenceRequest | None = None, final: bool = True
+) -> pb.ModelStreamInferResponse:
+    """Encode a streamed response, with the ``triton_final_response`` parameter set."""
+    message = pb.ModelStreamInferResponse()
+    infer_response = message.infer_response
+    _fill_response(infer_response, response, request)
+    infer_response.parameters[FINAL_RESPONSE].bool_param = final
+    return message
+
+
+def encode_stream_error(message: str, request_id: str = "") -> pb.ModelStreamInferResponse:
+    """A streamed error: the message, and the request id so the client can match it."""
+    result = pb.ModelStreamInferResponse(error_message=message)
+    result.infer_response.id = request_id
+    return result
+
+
+def _fill_response(
+    message: pb.ModelInferResponse,
+    response: InferenceResponse,
+    request: InferenceRequest | None,
+) -> None:
+    model_name = response.model_name
+    version = response.model_version
+    response_id = response.id
+    if request is not None:
+        model_name = model_name or request.model_name
+        if version < 0:
+            version = request.model_version
+        response_id = response_id or request.id
+    message.model_name = model_name
+    if version >= 0:
+        message.model_version = str(version)
+    message.id = response_id
+    outputs = message.outputs
+    raws = message.raw_output_contents
+    for tensor in response.outputs:
+        output = outputs.add()
+        output.name = tensor.name
+        output.datatype = tensor.datatype
+        output.shape.extend(tensor.data.shape)
+        raws.append(_raw_bytes(tensor))
+    if response.parameters:
+        _set_parameters(message.parameters, response.parameters)
+
+
+def _raw_bytes(tensor: Tensor) -> bytes:
+    data = tensor.data
+    datatype = tensor.datatype
+    if datatype == "BYTES":
+        return serialize_bytes(data)
+    fixed = _FIXED.get(datatype)
+    if fixed is None:
+        raise TypeError(f"output '{tensor.name}' has an invalid datatype '{datatype}'")
+    if data.dtype != fixed[0]:
+        # the wire carries the declared datatype in little-endian order, whatever the array
+        data = data.astype(fixed[0])
+    # protobuf needs bytes; tobytes() is the one unavoidable copy (C order, any layout)
+    return data.tobytes()
+
+
+def _set_parameters(
+    target: MutableMapping[str, pb.InferParameter], parameters: Mapping[str, ParameterValue]
+) -> None:
+    for key, value in parameters.items():
+        param = target[key]  # a message map creates the entry on first access
+        # bool before int: bool is an int subclass
+        if isinstance(value, bool):
+            param.bool_param = value
+        elif isinstance(value, int):
+            if value > _INT64_MAX:
+                param.uint64_param = value
+            else:
+                param.int64_param = value
+        elif isinstance(value, float):
+            param.double_param = value
+        else:
+            param.string_param = str(value)

@@ -1,0 +1,346 @@
+"""grpc.aio servicers: ``inference.GRPCInferenceService`` and ``grpc.health.v1.Health``.
+
+They only translate: protobuf in, calls on the :class:`Server`, protobuf out. A
+:class:`~triton_core.errors.TritonError` becomes the gRPC status of its Triton code (table 1.2
+of the protocol notes) with its message; anything else becomes INTERNAL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Callable, Coroutine
+from typing import TYPE_CHECKING, Any, Final, NoReturn, Protocol
+
+import grpc
+
+from triton_core.errors import Status, TritonError, internal, unsupported
+from triton_core.frontends.common import parse_version
+from triton_core.frontends.grpc.codec import (
+    decode_infer_request,
+    decode_stream_request,
+    encode_infer_response,
+    encode_stream_error,
+    encode_stream_response,
+)
+from triton_core.protos import grpc_service_pb2 as pb
+from triton_core.protos import grpc_service_pb2_grpc as pb_grpc
+from triton_core.protos import health_pb2, health_pb2_grpc
+
+if TYPE_CHECKING:
+    from triton_core.protos import model_config_pb2
+    from triton_core.types import (
+        InferenceRequest,
+        InferenceResponse,
+        ModelMetadata,
+        ServerMetadata,
+    )
+
+log = logging.getLogger(__name__)
+
+#: Triton's exact message for a decoupled model on the unary RPC (clients test for it)
+DECOUPLED_MESSAGE: Final = "ModelInfer RPC doesn't support models with decoupled transaction policy"
+
+#: client metadata that asks for a real gRPC status, ending the stream, on the first error
+STREAM_ERROR_HEADER: Final = "triton_grpc_error"
+
+_STATUS_CODES: Final[dict[Status, grpc.StatusCode]] = {
+    status: grpc.StatusCode[status.grpc_code_name] for status in Status
+}
+
+_TensorMetadata = pb.ModelMetadataResponse.TensorMetadata
+
+
+class Server(Protocol):
+    """What the gRPC frontend needs from :class:`triton_core.server.Server`."""
+
+    def is_live(self) -> bool: ...
+    def is_ready(self) -> bool: ...
+    def model_ready(self, name: str, version: int = -1) -> bool: ...
+    def metadata(self) -> ServerMetadata: ...
+    def model_metadata(self, name: str, version: int = -1) -> ModelMetadata: ...
+    def model_config(self, name: str, version: int = -1) -> model_config_pb2.ModelConfig: ...
+    def model_is_decoupled(self, name: str, version: int = -1) -> bool: ...
+    async def infer(self, request: InferenceRequest) -> InferenceResponse: ...
+
+
+async def _abort(context: grpc.aio.ServicerContext, error: TritonError) -> NoReturn:
+    await context.abort(_STATUS_CODES[error.status], error.message)
+    raise AssertionError("unreachable: context.abort raises")  # for type checkers
+
+
+def _unexpected(exc: Exception) -> TritonError:
+    log.exception("unexpected error in the gRPC frontend")
+    return internal(str(exc) or type(exc).__name__)
+
+
+def _unimplemented(rpc: str, feature: str) -> Callable[..., Coroutine[Any, Any, NoReturn]]:
+    message = f"{feature} is not supported by this server ({rpc})"
+
+    async def handler(self: object, request: object, context: grpc.aio.ServicerContext) -> NoReturn:
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, message)
+        raise AssertionError("unreachable: context.abort raises")
+
+    handler.__name__ = rpc
+    handler.__doc__ = f"Answers UNIMPLEMENTED: {feature} is not supported."
+    return handler
+
+
+class GRPCInferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
+    """``inference.GRPCInferenceService`` on grpc.aio, delegating to a :class:`Server`."""
+
+    def __init__(self, server: Server) -> None:
+        self._server = server
+
+    # -- health and metadata --------------------------------------------------------------
+
+    async def ServerLive(
+        self, request: pb.ServerLiveRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ServerLiveResponse:
+        """Whether the server is live."""
+        try:
+            return pb.ServerLiveResponse(live=self._server.is_live())
+        except TritonError as exc:
+            error = exc
+        except Exception as exc:
+            error = _unexpected(exc)
+        await _abort(context, error)
+
+    async def ServerReady(
+        self, request: pb.ServerReadyRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ServerReadyResponse:
+        """Whether the server is ready."""
+        try:
+            return pb.ServerReadyResponse(ready=self._server.is_ready())
+        except TritonError as exc:
+            error = exc
+        except Exception as exc:
+            error = _unexpected(exc)
+        await _abort(context, error)
+
+    async def ModelReady(
+        self, request: pb.ModelReadyRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ModelReadyResponse:
+        """Whether a model (version) is ready; an unknown model is an error status."""
+        try:
+            version = parse_version(request.version)
+            return pb.ModelReadyResponse(ready=self._server.model_ready(request.name, version))
+        except TritonError as exc:
+            error = exc
+        except Exception as exc:
+            error = _unexpected(exc)
+        await _abort(context, error)
+
+    async def ServerMetadata(
+        self, request: pb.ServerMetadataRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ServerMetadataResponse:
+        """Server name, version and extensions."""
+        try:
+            meta = self._server.metadata()
+            return pb.ServerMetadataResponse(
+                name=meta.name, version=meta.version, extensions=meta.extensions
+            )
+        except TritonError as exc:
+            error = exc
+        except Exception as exc:
+            error = _unexpected(exc)
+        await _abort(context, error)
+
+    async def ModelMetadata(
+        self, request: pb.ModelMetadataRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ModelMetadataResponse:
+        """A model's versions, platform and tensor metadata."""
+        try:
+            version = parse_version(request.version)
+            meta = self._server.model_metadata(request.name, version)
+            return pb.ModelMetadataResponse(
+                name=meta.name,
+                versions=meta.versions,
+                platform=meta.platform,
+                inputs=[
+                    _TensorMetadata(name=t.name, datatype=t.datatype, shape=t.shape)
+                    for t in meta.inputs
+                ],
+                outputs=[
+                    _TensorMetadata(name=t.name, datatype=t.datatype, shape=t.shape)
+                    for t in meta.outputs
+                ],
+            )
+        except TritonError as exc:
+            error = exc
+        except Exception as exc:
+            error = _unexpected(exc)
+        await _abort(context, error)
+
+    async def ModelConfig(
+        self, request: pb.ModelConfigRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ModelConfigResponse:
+        """A model's (auto-completed) configuration."""
+        try:
+            version = parse_version(request.version)
+            config = self._server.model_config(request.name, version)
+            response = pb.ModelConfigResponse()
+            response.config.CopyFrom(config)
+            return response
+        except TritonError as exc:
+            error = exc
+        except Exception as exc:
+            error = _unexpected(exc)
+        await _abort(context, error)
+
+    # -- inference ------------------------------------------------------------------------
+
+    async def ModelInfer(
+        self, request: pb.ModelInferRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ModelInferResponse:
+        """One request, one response; decoupled models are refused as Triton does."""
+        try:
+            infer_request = decode_infer_request(request)
+            server = self._server
+            if server.model_is_decoupled(infer_request.model_name, infer_request.model_version):
+                raise unsupported(DECOUPLED_MESSAGE)
+            response = await server.infer(infer_request)
+            if response.error is not None:
+                raise response.error
+            return encode_infer_response(response, infer_request)
+        except TritonError as exc:
+            error = exc
+        except Exception as exc:
+            error = _unexpected(exc)
+        await _abort(context, error)
+
+    async def ModelStreamInfer(
+        self,
+        request_iterator: AsyncIterator[pb.ModelInferRequest],
+        context: grpc.aio.ServicerContext,
+    ) -> None:
+        """Requests on one stream run concurrently; each answer is written as it finishes.
+
+        Every answer carries ``triton_final_response: true``. Errors are sent as
+        ``error_message`` (with the request id) and the stream stays open, unless the client
+        sent the metadata ``triton_grpc_error: true``: then the first error ends the stream
+        with its real status.
+        """
+        server = self._server
+        raise_errors = _wants_grpc_errors(context)
+        # this coroutine is the only writer: grpc.aio allows one write at a time per call
+        queue: asyncio.Queue[_StreamItem] = asyncio.Queue()
+        put = queue.put_nowait
+        tasks: set[asyncio.Task[None]] = set()
+
+        async def answer(message: pb.ModelInferRequest) -> None:
+            request_id = message.id
+            try:
+                # the empty-final-response flag matters only for decoupled models, which
+                # answer with one response per request through Server.infer for now
+                infer_request, _ = decode_stream_request(message)
+                response = await server.infer(infer_request)
+                if response.error is not None:
+                    raise response.error
+                put(encode_stream_response(response, infer_request))
+                return
+            except TritonError as exc:
+                error = exc
+            except Exception as exc:
+                error = _unexpected(exc)
+            put(error if raise_errors else encode_stream_error(error.message, request_id))
+
+        async def read() -> None:
+            try:
+                async for message in request_iterator:
+                    task = asyncio.create_task(answer(message))
+                    tasks.add(task)
+                    task.add_done_callback(tasks.discard)
+                # the client closed its side: finish what is in flight, then end the stream
+                if tasks:
+                    await asyncio.wait(set(tasks))
+            except Exception as exc:
+                put(_unexpected(exc))
+            put(_END)
+
+        reader = asyncio.create_task(read())
+        try:
+            while True:
+                item = await queue.get()
+                if item is _END:
+                    return
+                if isinstance(item, TritonError):
+                    await _abort(context, item)
+                await context.write(item)
+        finally:
+            # the client went away, or an error ended the stream: stop the work in flight
+            reader.cancel()
+            for task in list(tasks):
+                task.cancel()
+
+    # -- everything else: not supported, with a message naming the feature ----------------
+
+    ModelStatistics = _unimplemented("ModelStatistics", "the statistics extension")
+    RepositoryIndex = _unimplemented("RepositoryIndex", "the model repository extension")
+    RepositoryModelLoad = _unimplemented(
+        "RepositoryModelLoad", "the model repository extension (explicit model load)"
+    )
+    RepositoryModelUnload = _unimplemented(
+        "RepositoryModelUnload", "the model repository extension (explicit model unload)"
+    )
+    SystemSharedMemoryStatus = _unimplemented(
+        "SystemSharedMemoryStatus", "the system shared memory extension"
+    )
+    SystemSharedMemoryRegister = _unimplemented(
+        "SystemSharedMemoryRegister", "the system shared memory extension"
+    )
+    SystemSharedMemoryUnregister = _unimplemented(
+        "SystemSharedMemoryUnregister", "the system shared memory extension"
+    )
+    CudaSharedMemoryStatus = _unimplemented(
+        "CudaSharedMemoryStatus", "the CUDA shared memory extension"
+    )
+    CudaSharedMemoryRegister = _unimplemented(
+        "CudaSharedMemoryRegister", "the CUDA shared memory extension"
+    )
+    CudaSharedMemoryUnregister = _unimplemented(
+        "CudaSharedMemoryUnregister", "the CUDA shared memory extension"
+    )
+    TraceSetting = _unimplemented("TraceSetting", "the trace extension")
+    LogSettings = _unimplemented("LogSettings", "the logging extension")
+
+
+class HealthServicer(health_pb2_grpc.HealthServicer):
+    """``grpc.health.v1.Health/Check``: SERVING while the server is ready."""
+
+    def __init__(self, server: Server) -> None:
+        self._server = server
+
+    async def Check(
+        self, request: health_pb2.HealthCheckRequest, context: grpc.aio.ServicerContext
+    ) -> health_pb2.HealthCheckResponse:
+        """SERVING when ready, NOT_SERVING otherwise (whatever the service name, as Triton)."""
+        try:
+            ready = self._server.is_ready()
+        except Exception:
+            log.exception("readiness check failed")
+            ready = False
+        status = (
+            health_pb2.HealthCheckResponse.SERVING
+            if ready
+            else health_pb2.HealthCheckResponse.NOT_SERVING
+        )
+        return health_pb2.HealthCheckResponse(status=status)
+
+
+class _End:
+    """Marks the end of a stream's answers."""
+
+
+_END: Final = _End()
+_StreamItem = pb.ModelStreamInferResponse | TritonError | _End
+
+
+def _wants_grpc_errors(context: grpc.aio.ServicerContext) -> bool:
+    metadata = context.invocation_metadata()
+    if not metadata:
+        return False
+    for key, value in metadata:
+        if key == STREAM_ERROR_HEADER:
+            return value == "true"
+    return False

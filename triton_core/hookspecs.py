@@ -1,0 +1,73 @@
+"""Every hook specification of triton-core, grouped by when it runs.
+
+A plugin is a module or object with functions named like the hooks below, marked with
+``triton_core.hookimpl``. Plugins are found in the ``triton_core`` entry-point group; the core's
+own defaults are built-in plugins registered the same way (see :mod:`triton_core.plugins`).
+
+Hooks run on the cold path only (start-up, model load, shutdown). Per-request work goes through
+the objects that registration hooks hand to the server (backends, schedulers).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import pluggy
+
+if TYPE_CHECKING:
+    from triton_core.registry import BackendRegistry, SchedulerRegistry
+    from triton_core.server import Server
+
+#: project name: the pluggy project, the entry-point group and the hook prefix's owner
+NAME = "triton_core"
+
+hookspec = pluggy.HookspecMarker(NAME)
+hookimpl = pluggy.HookimplMarker(NAME)
+
+
+# -- registration: called once per plugin manager, when the server is built ---------------------
+
+
+@hookspec
+def triton_register_backends(registry: BackendRegistry) -> None:
+    """Register backends: the classes that load and execute models of a backend or platform.
+
+    Called once when a :class:`~triton_core.server.Server` is created, for every plugin.
+    Call ``registry.add(BackendClass)``; the class's ``name`` (e.g. ``"onnxruntime"``) and
+    ``platforms`` (e.g. ``("onnxruntime_onnx",)``) are the names a ``config.pbtxt`` selects it
+    by. Registering a name that another plugin registered is an error unless
+    ``replace=True``. Returns nothing.
+    """
+
+
+@hookspec
+def triton_register_schedulers(registry: SchedulerRegistry) -> None:
+    """Register schedulers: how a model's requests become executions on its instances.
+
+    Called once when a :class:`~triton_core.server.Server` is created, for every plugin.
+    Call ``registry.add(name, factory)`` where ``factory(context)`` returns a
+    :class:`~triton_core.scheduling.base.Scheduler`. The core picks the scheduler by the
+    model config's scheduling choice: ``"default"`` (none set), ``"dynamic_batching"``,
+    ``"sequence_batching"`` or ``"ensemble_scheduling"``. Returns nothing.
+    """
+
+
+# -- server lifecycle --------------------------------------------------------------------------
+
+
+@hookspec
+def triton_server_started(server: Server) -> None:
+    """The server has loaded its model repository and is about to accept requests.
+
+    Called once per :meth:`Server.start`, on the event loop thread, for every plugin; a plugin
+    may start background work here. Returns nothing (a coroutine returned is awaited).
+    """
+
+
+@hookspec
+def triton_server_stopping(server: Server) -> None:
+    """The server has stopped accepting requests and is about to unload its models.
+
+    Called once per :meth:`Server.stop`, for every plugin, in reverse registration order.
+    Returns nothing (a coroutine returned is awaited).
+    """

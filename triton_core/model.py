@@ -1,0 +1,216 @@
+"""One loaded model version: its config, instances and scheduler, and request validation."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from triton_core.classification import classify
+from triton_core.config import wire_datatype
+from triton_core.errors import TritonError, internal, invalid_arg
+from triton_core.types import InferenceRequest, InferenceResponse, Tensor, TensorMetadata
+
+if TYPE_CHECKING:
+    from triton_core.backend import BackendModel
+    from triton_core.protos.model_config_pb2 import ModelConfig
+    from triton_core.scheduling.base import Scheduler
+    from triton_core.scheduling.executor import InstancePool
+
+
+@dataclass(frozen=True, slots=True)
+class InputSpec:
+    """What the config says about one input, precomputed for validation."""
+
+    name: str
+    datatype: str
+    dims: tuple[int, ...]
+    optional: bool
+    reshape: tuple[int, ...] | None
+
+
+def _format_shape(shape: Sequence[int]) -> str:
+    return "[" + ",".join(str(dim) for dim in shape) + "]"
+
+
+class ModelSignature:
+    """A model version's inputs and outputs, and the checks a request must pass."""
+
+    def __init__(self, config: ModelConfig) -> None:
+        self.model_name = config.name
+        self.max_batch_size = config.max_batch_size
+        self.inputs: dict[str, InputSpec] = {}
+        for tensor in config.input:
+            reshape = tuple(tensor.reshape.shape) if tensor.HasField("reshape") else None
+            self.inputs[tensor.name] = InputSpec(
+                tensor.name,
+                wire_datatype(tensor.data_type),
+                tuple(tensor.dims),
+                tensor.optional,
+                reshape,
+            )
+        self.required = frozenset(name for name, spec in self.inputs.items() if not spec.optional)
+        self.output_datatypes = {t.name: wire_datatype(t.data_type) for t in config.output}
+        self.labels: dict[str, list[str]] = {}
+        batch_prefix = (-1,) if self.max_batch_size > 0 else ()
+        self.input_metadata = tuple(
+            TensorMetadata(spec.name, spec.datatype, batch_prefix + spec.dims)
+            for spec in self.inputs.values()
+        )
+        self.output_metadata = tuple(
+            TensorMetadata(t.name, wire_datatype(t.data_type), batch_prefix + tuple(t.dims))
+            for t in config.output
+        )
+
+    def validate(self, request: InferenceRequest) -> None:
+        """Check a request against the config; reshape inputs that the config reshapes."""
+        model = self.model_name
+        inputs = request.inputs
+        specs = self.inputs
+        batch_size = -1
+        for name, tensor in inputs.items():
+            spec = specs.get(name)
+            if spec is None:
+                raise invalid_arg(
+                    f"unexpected inference input '{name}' for model '{model}', allowed inputs "
+                    f"are: {', '.join(specs)}"
+                )
+            if tensor.datatype != spec.datatype:
+                raise invalid_arg(
+                    f"inference input '{name}' data-type is '{tensor.datatype}', but model "
+                    f"'{model}' expects '{spec.datatype}'"
+                )
+            shape = tensor.data.shape
+            if self.max_batch_size > 0:
+                if not shape:
+                    raise invalid_arg(
+                        f"input '{name}' for model '{model}' has no batch dimension; expected "
+                        f"shape {_format_shape((-1, *spec.dims))}"
+                    )
+                if batch_size < 0:
+                    batch_size = shape[0]
+                elif shape[0] != batch_size:
+                    raise invalid_arg(
+                        f"input '{name}' batch size {shape[0]} does not match other inputs' batch "
+                        f"size {batch_size} for model '{model}'"
+                    )
+                item_shape = shape[1:]
+            else:
+                item_shape = shape
+            if not _matches(item_shape, spec.dims):
+                expected = (-1, *spec.dims) if self.max_batch_size > 0 else spec.dims
+                raise invalid_arg(
+                    f"unexpected shape for input '{name}' for model '{model}'. Expected "
+                    f"{_format_shape(expected)}, got {_format_shape(shape)}"
+                )
+            if spec.reshape is not None:
+                new_shape = (shape[0], *spec.reshape) if self.max_batch_size > 0 else spec.reshape
+                tensor.data = tensor.data.reshape(new_shape)
+        if batch_size > self.max_batch_size > 0:
+            raise invalid_arg(
+                f"inference request batch-size must be <= {self.max_batch_size} for '{model}'"
+            )
+        if len(inputs) != len(specs) and not self.required.issubset(inputs):
+            missing = [name for name in specs if name in self.required and name not in inputs]
+            raise invalid_arg(
+                f"expected {len(self.required)} inputs but got {len(inputs)} inputs for model "
+                f"'{model}'. Got input(s) {list(inputs)}, but missing required input(s) "
+                f"{missing}. Please provide all required input(s)."
+            )
+        if request.outputs is not None:
+            for output in request.outputs:
+                if output.name not in self.output_datatypes:
+                    raise invalid_arg(
+                        f"unexpected inference output '{output.name}' for model '{model}'"
+                    )
+
+    def finish(
+        self,
+        requests: Sequence[InferenceRequest],
+        responses: Sequence[InferenceResponse],
+        version: int,
+    ) -> list[InferenceResponse | TritonError]:
+        """Name, number and trim backend responses to what each request asked for."""
+        model = self.model_name
+        if len(responses) != len(requests):
+            error = internal(
+                f"model '{model}' returned {len(responses)} responses for {len(requests)} requests"
+            )
+            return [error] * len(requests)
+        results: list[InferenceResponse | TritonError] = []
+        for request, response in zip(requests, responses, strict=True):
+            if response.error is not None:
+                results.append(response.error)
+                continue
+            response.model_name = model
+            response.model_version = version
+            response.id = request.id
+            if request.outputs is not None:
+                try:
+                    response.outputs = self._select_outputs(request, response)
+                except TritonError as error:
+                    results.append(error)
+                    continue
+            results.append(response)
+        return results
+
+    def _select_outputs(
+        self, request: InferenceRequest, response: InferenceResponse
+    ) -> list[Tensor]:
+        produced = {tensor.name: tensor for tensor in response.outputs}
+        selected = []
+        for output in request.outputs or ():
+            tensor = produced.get(output.name)
+            if tensor is None:
+                raise internal(
+                    f"model '{self.model_name}' did not produce requested output '{output.name}'"
+                )
+            if output.classification > 0:
+                tensor = classify(
+                    tensor,
+                    output.classification,
+                    self.labels.get(output.name),
+                    batched=self.max_batch_size > 0,
+                )
+            selected.append(tensor)
+        return selected
+
+
+def _matches(shape: Sequence[int], dims: Sequence[int]) -> bool:
+    if len(shape) != len(dims):
+        return False
+    return all(dim == -1 or dim == actual for actual, dim in zip(shape, dims, strict=True))
+
+
+class LoadedModel:
+    """A model version that is ready to serve: signature, instances and scheduler."""
+
+    def __init__(
+        self,
+        config: ModelConfig,
+        version: int,
+        signature: ModelSignature,
+        backend_model: BackendModel,
+        pool: InstancePool,
+        scheduler: Scheduler,
+    ) -> None:
+        self.name = config.name
+        self.version = version
+        self.config = config
+        self.signature = signature
+        self.backend_model = backend_model
+        self.pool = pool
+        self.scheduler = scheduler
+        self.platform = config.platform or config.backend
+        self.decoupled = config.model_transaction_policy.decoupled
+
+    def enqueue(self, request: InferenceRequest) -> asyncio.Future[InferenceResponse]:
+        """Validate and hand the request to the scheduler (raises on invalid input)."""
+        self.signature.validate(request)
+        return self.scheduler.enqueue(request)
+
+    async def unload(self) -> None:
+        """Finish the requests already accepted, then release the instances and the model."""
+        await self.scheduler.stop()
+        await asyncio.to_thread(self.backend_model.finalize)

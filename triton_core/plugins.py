@@ -1,0 +1,152 @@
+"""The plugin manager: hookspecs, built-in plugins, then entry points, with a typed facade."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import pluggy
+
+from triton_core import hookspecs
+from triton_core.hookspecs import NAME
+from triton_core.registry import BackendRegistry, Registry, SchedulerRegistry
+
+if TYPE_CHECKING:
+    from triton_core.server import Server
+
+#: built-in plugins: (plugin name, module path), registered before entry points
+DEFAULT_PLUGINS: tuple[tuple[str, str], ...] = (
+    ("default_scheduler", "triton_core.scheduling.default"),
+)
+#: built-ins that ``--disable-plugin`` may not block: the server cannot run without them
+ESSENTIAL_PLUGINS: frozenset[str] = frozenset({"default_scheduler"})
+
+#: comma-separated plugin names to block, like ``--disable-plugin``
+DISABLE_ENV = "TRITON_CORE_DISABLE_PLUGINS"
+#: set to 1 to skip entry-point discovery (built-ins only)
+NO_AUTOLOAD_ENV = "TRITON_CORE_DISABLE_PLUGIN_AUTOLOAD"
+
+
+@dataclass(frozen=True, slots=True)
+class PluginInfo:
+    """What ``triton-core plugins`` prints for one plugin."""
+
+    name: str
+    distribution: str
+    version: str
+    provides: tuple[str, ...]
+
+
+def disabled_from_env() -> list[str]:
+    return [name.strip() for name in os.environ.get(DISABLE_ENV, "").split(",") if name.strip()]
+
+
+def create_plugin_manager(
+    disabled: Iterable[str] = (),
+    *,
+    autoload: bool | None = None,
+    extra_plugins: Iterable[tuple[str, object]] = (),
+) -> PluginManager:
+    """Build a plugin manager: hookspecs, built-ins, ``extra_plugins``, then entry points.
+
+    ``disabled`` (plus ``TRITON_CORE_DISABLE_PLUGINS``) names plugins to block; blocking an
+    essential built-in is an error. ``autoload=None`` follows
+    ``TRITON_CORE_DISABLE_PLUGIN_AUTOLOAD``.
+    """
+    blocked = set(disabled) | set(disabled_from_env())
+    essential = blocked & ESSENTIAL_PLUGINS
+    if essential:
+        raise ValueError(f"plugin(s) {sorted(essential)} are essential and cannot be disabled")
+    if autoload is None:
+        autoload = os.environ.get(NO_AUTOLOAD_ENV, "") not in ("1", "true", "yes")
+
+    pm = pluggy.PluginManager(NAME)
+    pm.add_hookspecs(hookspecs)
+    for name in blocked:
+        pm.set_blocked(name)
+    for name, module_path in DEFAULT_PLUGINS:
+        if not pm.is_blocked(name):
+            pm.register(importlib.import_module(module_path), name=name)
+    for name, plugin in extra_plugins:
+        if not pm.is_blocked(name):
+            pm.register(plugin, name=name)
+    if autoload:
+        pm.load_setuptools_entrypoints(NAME)
+    pm.check_pending()
+    return PluginManager(pm)
+
+
+class PluginManager:
+    """Typed calls onto the hooks; see :mod:`triton_core.hookspecs` for their contracts."""
+
+    def __init__(self, pm: pluggy.PluginManager) -> None:
+        self.pm = pm
+
+    def _fill(self, hook_name: str, registry: Registry[Any]) -> None:
+        # Each implementation gets a view of the registry that records which plugin added what.
+        for impl in reversed(getattr(self.pm.hook, hook_name).get_hookimpls()):
+            impl.function(registry=registry.for_plugin(impl.plugin_name))
+
+    def register_backends(self) -> BackendRegistry:
+        registry = BackendRegistry()
+        self._fill("triton_register_backends", registry)
+        return registry
+
+    def register_schedulers(self) -> SchedulerRegistry:
+        registry = SchedulerRegistry()
+        self._fill("triton_register_schedulers", registry)
+        return registry
+
+    async def server_started(self, server: Server) -> None:
+        await _await_all(self.pm.hook.triton_server_started(server=server))
+
+    async def server_stopping(self, server: Server) -> None:
+        await _await_all(self.pm.hook.triton_server_stopping(server=server))
+
+    def describe(self) -> list[PluginInfo]:
+        """Every registered plugin with its distribution and what it registers."""
+        backends = self.register_backends()
+        schedulers = self.register_schedulers()
+        provides: dict[str, list[str]] = {}
+        for entry in backends:
+            provides.setdefault(entry.plugin, []).append(f"backend:{entry.name}")
+        for platform, backend in sorted(backends.platforms().items()):
+            owner = backends.get(backend)
+            if owner is not None:
+                provides.setdefault(owner.plugin, []).append(f"platform:{platform}")
+        for entry in schedulers:
+            provides.setdefault(entry.plugin, []).append(f"scheduler:{entry.name}")
+        dists = {id(plugin): dist for plugin, dist in self.pm.list_plugin_distinfo()}
+        infos = []
+        for name, plugin in self.pm.list_name_plugin():
+            if plugin is None:  # blocked
+                continue
+            dist = dists.get(id(plugin))
+            infos.append(
+                PluginInfo(
+                    name=name,
+                    distribution=dist.project_name if dist else "triton-core (built-in)",
+                    version=dist.version if dist else _core_version(),
+                    provides=tuple(provides.get(name, ())),
+                )
+            )
+        return infos
+
+    def blocked(self) -> list[str]:
+        return sorted(name for name, plugin in self.pm.list_name_plugin() if plugin is None)
+
+
+async def _await_all(results: list[Any]) -> None:
+    for result in results:
+        if inspect.isawaitable(result):
+            await result
+
+
+def _core_version() -> str:
+    from triton_core import __version__
+
+    return __version__

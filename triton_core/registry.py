@@ -1,0 +1,110 @@
+"""Name -> implementation registries that registration hooks fill.
+
+Model configs select a backend or scheduler *by name*; the registries answer which plugin
+provides it. Each entry remembers the plugin that added it, for ``triton-core plugins`` and
+for error messages.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+if TYPE_CHECKING:
+    from triton_core.backend import Backend
+    from triton_core.scheduling.base import Scheduler, SchedulerContext
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class Registration(Generic[T]):
+    name: str
+    value: T
+    plugin: str
+
+
+class Registry(Generic[T]):
+    """Entries by name; a second plugin registering a taken name must say ``replace=True``."""
+
+    kind = "entry"
+
+    def __init__(self) -> None:
+        self._entries: dict[str, Registration[T]] = {}
+        self._plugin = "<unknown>"
+
+    def for_plugin(self, plugin: str) -> Registry[T]:
+        """A view of this registry whose additions are attributed to ``plugin``."""
+        view = object.__new__(type(self))
+        view.__dict__.update(self.__dict__)
+        view._plugin = plugin
+        return view
+
+    def _add(self, name: str, value: T, replace: bool) -> None:
+        existing = self._entries.get(name)
+        if existing is not None and not replace:
+            raise ValueError(
+                f"{self.kind} '{name}' from plugin '{self._plugin}' is already registered by "
+                f"plugin '{existing.plugin}' (pass replace=True to override it)"
+            )
+        self._entries[name] = Registration(name, value, self._plugin)
+
+    def get(self, name: str) -> Registration[T] | None:
+        return self._entries.get(name)
+
+    def names(self) -> list[str]:
+        return sorted(self._entries)
+
+    def __iter__(self) -> Iterator[Registration[T]]:
+        return iter(self._entries.values())
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._entries
+
+
+class BackendRegistry(Registry["type[Backend]"]):
+    """Backends by backend name, with their platforms as aliases."""
+
+    kind = "backend"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._platforms: dict[str, str] = {}
+
+    def for_plugin(self, plugin: str) -> BackendRegistry:
+        view = super().for_plugin(plugin)
+        assert isinstance(view, BackendRegistry)
+        return view
+
+    def add(self, backend: type[Backend], *, replace: bool = False) -> None:
+        self._add(backend.name, backend, replace)
+        for platform in backend.platforms:
+            self._platforms[platform] = backend.name
+
+    def backend_for_platform(self, platform: str) -> str | None:
+        return self._platforms.get(platform)
+
+    def platforms(self) -> dict[str, str]:
+        return dict(self._platforms)
+
+
+SchedulerFactory = Callable[["SchedulerContext"], "Scheduler"]
+
+
+class SchedulerRegistry(Registry[SchedulerFactory]):
+    """Scheduler factories by scheduling choice (``default``, ``dynamic_batching`` ...)."""
+
+    kind = "scheduler"
+
+    def for_plugin(self, plugin: str) -> SchedulerRegistry:
+        view = super().for_plugin(plugin)
+        assert isinstance(view, SchedulerRegistry)
+        return view
+
+    def add(self, name: str, factory: SchedulerFactory, *, replace: bool = False) -> None:
+        self._add(name, factory, replace)
+
+
+def describe(registration: Registration[Any]) -> str:
+    return f"{registration.name} (plugin {registration.plugin})"

@@ -1,0 +1,229 @@
+"""Turning a model folder into loaded model versions: config, backend, instances, scheduler."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from triton_core.backend import Backend, InstanceSpec, ModelContext
+from triton_core.config import (
+    CONFIG_FILENAME,
+    ModelConfig,
+    instance_kind_name,
+    normalize,
+    read_config_file,
+    scheduling_choice,
+    validate,
+)
+from triton_core.errors import TritonError, internal, invalid_arg
+from triton_core.model import LoadedModel, ModelSignature
+from triton_core.registry import BackendRegistry, SchedulerRegistry
+from triton_core.repository.layout import is_within, select_versions, version_folders
+from triton_core.scheduling.base import SchedulerContext
+from triton_core.scheduling.executor import InstancePool
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class LoaderOptions:
+    auto_complete_config: bool = True
+    #: ``--backend-config`` settings by backend name ("" holds global ones)
+    backend_options: dict[str, dict[str, str]] = field(default_factory=dict)
+    gpu_count: int = 0
+
+
+@dataclass(slots=True)
+class PreparedModel:
+    """A model's complete config and the version folders its policy selects."""
+
+    config: ModelConfig
+    backend: Backend
+    model_dir: Path
+    versions: dict[int, Path]
+
+
+class ModelLoader:
+    """Builds :class:`LoadedModel` objects; one per server, shared by all repositories."""
+
+    def __init__(
+        self,
+        backends: BackendRegistry,
+        schedulers: SchedulerRegistry,
+        options: LoaderOptions,
+        loop: asyncio.AbstractEventLoop,
+    ) -> None:
+        self._backends = backends
+        self._schedulers = schedulers
+        self._options = options
+        self._loop = loop
+        self._backend_objects: dict[str, Backend] = {}
+
+    # -- config --------------------------------------------------------------------------------
+
+    def prepare(self, name: str, model_dir: Path, root: Path) -> PreparedModel:
+        """Read, auto-complete, normalise and validate a model's config (blocking I/O)."""
+        if not is_within(model_dir, root):
+            raise invalid_arg(f"model '{name}' resolves outside the model repository {root}")
+        config_path = model_dir / CONFIG_FILENAME
+        config = read_config_file(config_path) if config_path.is_file() else ModelConfig()
+        if config.name and config.name != name:
+            raise invalid_arg(
+                f"model name '{config.name}' in {config_path} does not match its folder "
+                f"name '{name}'"
+            )
+        config.name = name
+        available = version_folders(model_dir, root)
+        backend = self._resolve_backend(config, available)
+        if not config.default_model_filename:
+            config.default_model_filename = backend.default_model_filename
+        if not config.platform and backend.platforms and not config.backend:
+            config.platform = backend.platforms[0]
+        if not config.backend:
+            config.backend = backend.name
+        selected = select_versions(config.version_policy, list(available), name)
+        if self._options.auto_complete_config:
+            newest = available[selected[-1]] / config.default_model_filename
+            backend.auto_complete_config(config, newest)
+        normalize(
+            config,
+            default_cpu_instance_count=backend.default_cpu_instance_count,
+            gpu_count=self._options.gpu_count,
+        )
+        validate(config, gpu_count=self._options.gpu_count)
+        return PreparedModel(config, backend, model_dir, {v: available[v] for v in selected})
+
+    def _resolve_backend(self, config: ModelConfig, versions: dict[int, Path]) -> Backend:
+        name = config.backend
+        if not name and config.platform:
+            name = self._backends.backend_for_platform(config.platform) or ""
+            if not name:
+                raise invalid_arg(
+                    f"model '{config.name}' uses platform '{config.platform}' but no installed "
+                    f"backend plugin provides it (known platforms: "
+                    f"{', '.join(sorted(self._backends.platforms())) or 'none'})"
+                )
+        if not name:
+            name = self._detect_backend(config, versions)
+        return self._backend(name, config.name)
+
+    def _detect_backend(self, config: ModelConfig, versions: dict[int, Path]) -> str:
+        # Like Triton: with neither platform nor backend, look for a known default file name.
+        if versions:
+            newest = versions[max(versions)]
+            for entry in self._backends:
+                filename = config.default_model_filename or entry.value.default_model_filename
+                if (newest / filename).exists():
+                    return entry.name
+        raise invalid_arg(
+            f"unable to determine the backend of model '{config.name}': its config names no "
+            "'backend' or 'platform' and its newest version folder holds no default model file "
+            f"of an installed backend ({', '.join(self._backends.names()) or 'none installed'})"
+        )
+
+    def _backend(self, name: str, model: str) -> Backend:
+        backend = self._backend_objects.get(name)
+        if backend is not None:
+            return backend
+        registration = self._backends.get(name)
+        if registration is None:
+            raise invalid_arg(
+                f"model '{model}' uses backend '{name}' but no installed plugin provides it "
+                f"(installed backends: {', '.join(self._backends.names()) or 'none'})"
+            )
+        options = {**self._options.backend_options.get("", {})}
+        options.update(self._options.backend_options.get(name, {}))
+        backend = registration.value(options)
+        self._backend_objects[name] = backend
+        return backend
+
+    def backends(self) -> list[Backend]:
+        return list(self._backend_objects.values())
+
+    # -- versions ------------------------------------------------------------------------------
+
+    def load_version(self, prepared: PreparedModel, version: int) -> LoadedModel:
+        """Load one version: backend model, instances, worker threads, scheduler (blocking)."""
+        config = prepared.config
+        version_dir = prepared.versions[version]
+        context = ModelContext(
+            name=config.name,
+            version=version,
+            config=config,
+            model_dir=prepared.model_dir,
+            version_dir=version_dir,
+            model_path=version_dir / config.default_model_filename,
+            backend_options=dict(prepared.backend.options),
+        )
+        choice = scheduling_choice(config)
+        factory = self._schedulers.get(choice)
+        if factory is None:
+            raise invalid_arg(
+                f"model '{config.name}' uses '{choice}' but no installed plugin provides that "
+                f"scheduler (available: {', '.join(self._schedulers.names())})"
+            )
+        signature = ModelSignature(config)
+        signature.labels = self._read_labels(config, prepared.model_dir)
+        backend_model = prepared.backend.load_model(context)
+        instances = []
+        names = []
+        try:
+            for spec in instance_specs(config):
+                instances.append(backend_model.create_instance(spec))
+                names.append(spec.name)
+        except Exception:
+            for instance in instances:
+                instance.finalize()
+            backend_model.finalize()
+            raise
+
+        def finish(requests, responses):  # type: ignore[no-untyped-def]
+            return signature.finish(requests, responses, version)
+
+        pool = InstancePool(instances, names, self._loop, finish, config.name)
+        scheduler = factory.value(SchedulerContext(config.name, version, config, pool, self._loop))
+        return LoadedModel(config, version, signature, backend_model, pool, scheduler)
+
+    @staticmethod
+    def _read_labels(config: ModelConfig, model_dir: Path) -> dict[str, list[str]]:
+        labels = {}
+        for output in config.output:
+            if not output.label_filename:
+                continue
+            path = model_dir / output.label_filename
+            if not is_within(path, model_dir):
+                raise invalid_arg(
+                    f"label file '{output.label_filename}' of output '{output.name}' of model "
+                    f"'{config.name}' is outside the model folder"
+                )
+            try:
+                labels[output.name] = path.read_text(encoding="utf-8").splitlines()
+            except OSError as exc:
+                raise invalid_arg(
+                    f"cannot read label file '{output.label_filename}' of model "
+                    f"'{config.name}': {exc}"
+                ) from None
+        return labels
+
+
+def instance_specs(config: ModelConfig) -> list[InstanceSpec]:
+    """The instances a normalised config asks for, named ``<group>_<index>`` like Triton."""
+    specs = []
+    for group in config.instance_group:
+        kind = instance_kind_name(group.kind)
+        devices = list(group.gpus) if kind == "GPU" else [0]
+        index = 0
+        for device in devices:
+            for _ in range(group.count):
+                specs.append(InstanceSpec(f"{group.name}_{index}", kind, device, group.name))
+                index += 1
+    return specs
+
+
+def load_error(exc: BaseException, model: str) -> TritonError:
+    """A load failure as a TritonError whose message names the model."""
+    if isinstance(exc, TritonError):
+        return exc
+    return internal(f"failed to load model '{model}': {exc}")

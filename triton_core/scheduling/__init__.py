@@ -1,0 +1,1 @@
+"""Schedulers: how a model's requests become executions on its instances."""

@@ -1,0 +1,47 @@
+"""The scheduler contract and what a scheduler is given to work with."""
+
+from __future__ import annotations
+
+import asyncio
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from triton_core.protos.model_config_pb2 import ModelConfig
+    from triton_core.scheduling.executor import InstancePool
+    from triton_core.types import InferenceRequest, InferenceResponse
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerContext:
+    """What a scheduler factory gets for one loaded model version."""
+
+    model_name: str
+    model_version: int
+    config: ModelConfig
+    #: the model's instances, each with its own worker thread
+    pool: InstancePool
+    loop: asyncio.AbstractEventLoop
+
+
+class Scheduler(ABC):
+    """Sits between the server and a model's instances; one per loaded model version.
+
+    ``enqueue`` is called on the event loop for every validated request and must not block;
+    the returned future resolves with the response, or with a
+    :class:`~triton_core.errors.TritonError`.
+    """
+
+    @abstractmethod
+    def enqueue(self, request: InferenceRequest) -> asyncio.Future[InferenceResponse]:
+        """Accept one request; answer through the returned future."""
+
+    @property
+    @abstractmethod
+    def pending_count(self) -> int:
+        """Requests accepted but not yet executing."""
+
+    @abstractmethod
+    async def stop(self) -> None:
+        """Stop accepting work, finish what was accepted, and stop the instances."""

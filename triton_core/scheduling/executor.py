@@ -1,0 +1,141 @@
+"""Model instances on worker threads: where a batch leaves the event loop and comes back.
+
+Each instance owns one thread that takes batches from a queue shared by the model's
+instances, so a free instance picks up the next batch. The event loop is woken once per
+finished batch, not once per request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from queue import SimpleQueue
+from typing import TYPE_CHECKING
+
+from triton_core.errors import TritonError, internal
+
+if TYPE_CHECKING:
+    from triton_core.backend import ModelInstance
+    from triton_core.types import InferenceRequest, InferenceResponse
+
+logger = logging.getLogger(__name__)
+
+#: turns one batch's raw backend responses into final ones (names, ids, output selection)
+ResponseFinisher = Callable[
+    [Sequence["InferenceRequest"], Sequence["InferenceResponse"]],
+    list["InferenceResponse | TritonError"],
+]
+
+Batch = tuple[list["InferenceRequest"], list["asyncio.Future[InferenceResponse]"]]
+
+
+class InstancePool:
+    """The instances of one model version, each running batches on its own thread."""
+
+    def __init__(
+        self,
+        instances: Sequence[ModelInstance],
+        names: Sequence[str],
+        loop: asyncio.AbstractEventLoop,
+        finish: ResponseFinisher,
+        model_name: str,
+    ) -> None:
+        self.instances = list(instances)
+        self._loop = loop
+        self._finish = finish
+        self._model_name = model_name
+        self._queue: SimpleQueue[Batch | None] = SimpleQueue()
+        self._lock = threading.Lock()
+        self._idle = len(self.instances)
+        self._outstanding = 0  # batches submitted and not yet resolved (event loop only)
+        self._drained: asyncio.Event | None = None
+        self._threads = [
+            threading.Thread(
+                target=self._run, args=(instance,), name=f"instance:{name}", daemon=True
+            )
+            for instance, name in zip(self.instances, names, strict=True)
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    @property
+    def size(self) -> int:
+        return len(self.instances)
+
+    @property
+    def idle_count(self) -> int:
+        """Instances not executing a batch right now (approximate, for schedulers' hints)."""
+        return self._idle
+
+    def submit(
+        self, requests: list[InferenceRequest], futures: list[asyncio.Future[InferenceResponse]]
+    ) -> None:
+        """Queue one batch; the next free instance executes it. Call on the event loop."""
+        self._outstanding += 1
+        self._queue.put((requests, futures))
+
+    @property
+    def outstanding(self) -> int:
+        """Batches submitted and not yet answered."""
+        return self._outstanding
+
+    async def drain(self) -> None:
+        """Wait until every submitted batch has been answered."""
+        while self._outstanding:
+            self._drained = asyncio.Event()
+            await self._drained.wait()
+
+    def _run(self, instance: ModelInstance) -> None:
+        queue = self._queue
+        resolve = self._resolve
+        call_soon = self._loop.call_soon_threadsafe
+        while True:
+            batch = queue.get()
+            if batch is None:
+                return
+            with self._lock:
+                self._idle -= 1
+            requests, futures = batch
+            try:
+                results = self._finish(requests, instance.execute(requests))
+            except TritonError as error:
+                results = [error] * len(requests)
+            except Exception as exc:  # a backend bug must fail the batch, not the thread
+                logger.exception("model '%s' failed to execute a batch", self._model_name)
+                results = [internal(f"model '{self._model_name}' failed: {exc}")] * len(requests)
+            with self._lock:
+                self._idle += 1
+            try:
+                call_soon(resolve, futures, results)
+            except RuntimeError:  # loop closed during shutdown
+                return
+
+    def _resolve(
+        self,
+        futures: list[asyncio.Future[InferenceResponse]],
+        results: list[InferenceResponse | TritonError],
+    ) -> None:
+        self._outstanding -= 1
+        if self._drained is not None and not self._outstanding:
+            self._drained.set()
+        for future, result in zip(futures, results, strict=True):
+            if future.done():
+                continue
+            if isinstance(result, TritonError):
+                future.set_exception(result)
+            else:
+                future.set_result(result)
+
+    def stop(self) -> None:
+        """Let queued batches finish, then end the threads and finalize the instances."""
+        for _ in self._threads:
+            self._queue.put(None)
+        for thread in self._threads:
+            thread.join()
+        for instance in self.instances:
+            try:
+                instance.finalize()
+            except Exception:
+                logger.exception("finalizing an instance of model '%s' failed", self._model_name)

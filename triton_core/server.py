@@ -1,0 +1,206 @@
+"""The server: the one data plane that every frontend (HTTP, gRPC, in-process) calls.
+
+This is the Python counterpart of Triton's C API: start and stop it, ask for health and
+metadata, and ``await server.infer(request)``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from triton_core import __version__
+from triton_core.config import ModelConfig, config_to_json
+from triton_core.devices import gpu_count
+from triton_core.errors import TritonError, internal, unavailable, unsupported
+from triton_core.plugins import PluginManager, create_plugin_manager
+from triton_core.repository.loader import LoaderOptions, ModelLoader
+from triton_core.repository.manager import ModelRepositoryManager
+from triton_core.types import (
+    InferenceRequest,
+    InferenceResponse,
+    ModelIndexEntry,
+    ModelMetadata,
+    ServerMetadata,
+)
+
+if TYPE_CHECKING:
+    from triton_core.model import LoadedModel
+
+logger = logging.getLogger(__name__)
+
+#: protocol extensions this server implements, in Triton's order
+EXTENSIONS = (
+    "classification",
+    "model_configuration",
+    "binary_tensor_data",
+    "parameters",
+)
+
+
+@dataclass(slots=True)
+class ServerOptions:
+    """Server settings; the CLI flags of ``triton-core serve`` map onto these."""
+
+    model_repositories: list[Path]
+    id: str = "triton"
+    strict_readiness: bool = True
+    exit_on_error: bool = True
+    auto_complete_config: bool = True
+    #: ``--backend-config`` settings by backend name ("" holds global ones)
+    backend_options: dict[str, dict[str, str]] = field(default_factory=dict)
+    model_load_thread_count: int = 4
+
+
+class Server:
+    """Loads a model repository and serves inference on it."""
+
+    def __init__(self, options: ServerOptions, plugins: PluginManager | None = None) -> None:
+        self.options = options
+        self.plugins = plugins if plugins is not None else create_plugin_manager()
+        self._models: ModelRepositoryManager | None = None
+        self._loader: ModelLoader | None = None
+        self._live = False
+        self._accepting = False
+        self._inflight = 0
+        self._idle: asyncio.Event | None = None
+        self._metadata = ServerMetadata(options.id, __version__, EXTENSIONS)
+
+    @property
+    def models(self) -> ModelRepositoryManager:
+        if self._models is None:
+            raise unavailable("Server is not started")
+        return self._models
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Load the model repositories; raises if a model fails and ``exit_on_error`` is set."""
+        loop = asyncio.get_running_loop()
+        self._loader = ModelLoader(
+            self.plugins.register_backends(),
+            self.plugins.register_schedulers(),
+            LoaderOptions(
+                auto_complete_config=self.options.auto_complete_config,
+                backend_options=self.options.backend_options,
+                gpu_count=gpu_count(),
+            ),
+            loop,
+        )
+        self._models = ModelRepositoryManager(
+            self.options.model_repositories, self._loader, self.options.model_load_thread_count
+        )
+        self._live = True
+        errors = await self._models.load_all()
+        if errors and self.options.exit_on_error:
+            await self._models.unload_all()
+            self._live = False
+            raise TritonError(
+                errors[0].status,
+                f"failed to load all models ({len(errors)} failed); first error: "
+                f"{errors[0].message}",
+            )
+        self._accepting = True
+        await self.plugins.server_started(self)
+
+    async def stop(self, grace_seconds: float | None = None) -> None:
+        """Refuse new requests, let accepted ones finish, unload models and backends."""
+        if self._models is None:
+            return
+        self._accepting = False
+        await self.plugins.server_stopping(self)
+        if self._inflight:
+            self._idle = asyncio.Event()
+            try:
+                await asyncio.wait_for(self._idle.wait(), grace_seconds)
+            except TimeoutError:
+                logger.warning("%d request(s) still running at shutdown", self._inflight)
+        await self._models.unload_all()
+        for backend in self._loader.backends() if self._loader else ():
+            try:
+                await asyncio.to_thread(backend.finalize)
+            except Exception:
+                logger.exception("finalizing backend '%s' failed", backend.name)
+        self._live = False
+
+    async def __aenter__(self) -> Server:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.stop()
+
+    # -- health and metadata -------------------------------------------------------------------
+
+    def is_live(self) -> bool:
+        return self._live
+
+    def is_ready(self) -> bool:
+        if not (self._live and self._accepting):
+            return False
+        return self.models.all_ready() if self.options.strict_readiness else True
+
+    def model_ready(self, name: str, version: int = -1) -> bool:
+        """Whether a model (version) is ready; raises for a model the server does not know."""
+        return self._accepting and self.models.is_ready(name, version)
+
+    def metadata(self) -> ServerMetadata:
+        return self._metadata
+
+    def model_metadata(self, name: str, version: int = -1) -> ModelMetadata:
+        model = self.models.get(name, version)
+        versions = (
+            (str(version),)
+            if version >= 0
+            else tuple(str(v) for v in self.models.ready_versions(name))
+        )
+        signature = model.signature
+        return ModelMetadata(
+            name, versions, model.platform, signature.input_metadata, signature.output_metadata
+        )
+
+    def model_config(self, name: str, version: int = -1) -> ModelConfig:
+        return self.models.get(name, version).config
+
+    def model_config_json(self, name: str, version: int = -1) -> dict:
+        return config_to_json(self.model_config(name, version))
+
+    def model_is_decoupled(self, name: str, version: int = -1) -> bool:
+        return self.models.get(name, version).decoupled
+
+    def repository_index(self, ready_only: bool = False) -> list[ModelIndexEntry]:
+        return self.models.index(ready_only)
+
+    def model(self, name: str, version: int = -1) -> LoadedModel:
+        return self.models.get(name, version)
+
+    # -- inference -----------------------------------------------------------------------------
+
+    async def infer(self, request: InferenceRequest) -> InferenceResponse:
+        """Validate a request, run it through its model's scheduler, and return the response.
+
+        Raises :class:`TritonError` for an unknown model or version, invalid inputs, a
+        stopping server, or a failed execution.
+        """
+        if not self._accepting:
+            raise unavailable("Server is not accepting requests: it is shutting down")
+        model = self.models.get(request.model_name, request.model_version)
+        if model.decoupled:
+            raise unsupported(
+                f"model '{model.name}' is decoupled; use a streaming API for its responses"
+            )
+        self._inflight += 1
+        try:
+            return await model.enqueue(request)
+        except TritonError:
+            raise
+        except Exception as exc:
+            logger.exception("inference on model '%s' failed", model.name)
+            raise internal(f"inference on model '{model.name}' failed: {exc}") from exc
+        finally:
+            self._inflight -= 1
+            if self._idle is not None and not self._inflight:
+                self._idle.set()

@@ -1,0 +1,127 @@
+"""Typed, wire-independent objects that flow between the frontends, the server and backends."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from triton_core.errors import TritonError
+
+#: request and response parameter values, as the parameters extension allows them
+ParameterValue = bool | int | float | str
+
+
+class RequestFlag(enum.IntFlag):
+    """Request flags (TRITONSERVER_REQUEST_FLAG_*)."""
+
+    NONE = 0
+    SEQUENCE_START = 1
+    SEQUENCE_END = 2
+
+
+@dataclass(slots=True)
+class Tensor:
+    """A named tensor; ``data`` holds the values (see :mod:`triton_core.dtypes`)."""
+
+    name: str
+    datatype: str
+    data: np.ndarray
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.data.shape
+
+
+@dataclass(slots=True)
+class RequestedOutput:
+    """An output a client asked for; ``classification`` > 0 asks for top-K labels instead."""
+
+    name: str
+    classification: int = 0
+
+
+@dataclass(slots=True)
+class InferenceRequest:
+    """One inference request, as the server and the backends see it."""
+
+    model_name: str
+    inputs: dict[str, Tensor]
+    model_version: int = -1
+    id: str = ""
+    #: None means every output of the model
+    outputs: list[RequestedOutput] | None = None
+    parameters: dict[str, ParameterValue] = field(default_factory=dict)
+    priority: int = 0
+    timeout_us: int = 0
+    correlation_id: int | str = 0
+    flags: RequestFlag = RequestFlag.NONE
+
+    def output_names(self) -> list[str] | None:
+        """Names of the requested outputs, or None for all of them."""
+        if self.outputs is None:
+            return None
+        return [output.name for output in self.outputs]
+
+
+@dataclass(slots=True)
+class InferenceResponse:
+    """The answer to one request: output tensors, or an error.
+
+    Backends fill ``outputs`` (and optionally ``parameters`` or ``error``); the server fills
+    the model name, version and request id.
+    """
+
+    outputs: list[Tensor] = field(default_factory=list)
+    parameters: dict[str, ParameterValue] = field(default_factory=dict)
+    error: TritonError | None = None
+    model_name: str = ""
+    model_version: int = -1
+    id: str = ""
+
+    def output(self, name: str) -> Tensor:
+        for tensor in self.outputs:
+            if tensor.name == name:
+                return tensor
+        raise KeyError(name)
+
+
+@dataclass(slots=True, frozen=True)
+class TensorMetadata:
+    name: str
+    datatype: str
+    shape: tuple[int, ...]
+
+
+@dataclass(slots=True, frozen=True)
+class ModelMetadata:
+    name: str
+    versions: tuple[str, ...]
+    platform: str
+    inputs: tuple[TensorMetadata, ...]
+    outputs: tuple[TensorMetadata, ...]
+
+
+@dataclass(slots=True, frozen=True)
+class ServerMetadata:
+    name: str
+    version: str
+    extensions: tuple[str, ...]
+
+
+@dataclass(slots=True, frozen=True)
+class ModelIndexEntry:
+    """One row of the repository index: a model (and version) with its state."""
+
+    name: str
+    version: int = -1
+    state: str = ""
+    reason: str = ""
+
+
+def as_parameter_value(value: Any) -> ParameterValue:
+    if isinstance(value, bool | int | float | str):
+        return value
+    raise TypeError(f"parameter value {value!r} is not bool, int, float or str")
