@@ -87,8 +87,8 @@ class PluginManager:
         self.pm = pm
 
     def _fill(self, hook_name: str, registry: Registry[Any]) -> None:
-        # Each implementation gets a view of the registry that records which plugin added what.
-        for impl in reversed(getattr(self.pm.hook, hook_name).get_hookimpls()):
+        # In registration order (built-ins first), each with a view that records the plugin.
+        for impl in getattr(self.pm.hook, hook_name).get_hookimpls():
             impl.function(registry=registry.for_plugin(impl.plugin_name))
 
     def register_backends(self) -> BackendRegistry:

@@ -1,0 +1,125 @@
+"""Helpers for the tests: repository writers and a real server process."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+from triton_core.plugins import create_plugin_manager
+from triton_core.server import Server, ServerOptions
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def write_numpy_model(
+    repo: Path,
+    name: str,
+    *,
+    kind: str = "identity",
+    max_batch_size: int = 8,
+    dims: tuple[int, ...] = (4,),
+    datatype: str = "TYPE_INT32",
+    versions: tuple[int, ...] = (1,),
+    extra: str = "",
+) -> Path:
+    """A model of the numpy test backend (see tests/plugins/numpy_backend.py)."""
+    model_dir = repo / name
+    for version in versions:
+        (model_dir / str(version)).mkdir(parents=True, exist_ok=True)
+        (model_dir / str(version) / "model.npy").write_bytes(b"")
+    dims_text = ", ".join(str(d) for d in dims)
+    tensors = "\n".join(
+        f'{kind_}[{{ name: "{prefix}{i}" data_type: {datatype} dims: [ {dims_text} ] }}]'
+        for kind_, prefix in (("input ", "INPUT"), ("output ", "OUTPUT"))
+        for i in range(2)
+    )
+    (model_dir / "config.pbtxt").write_text(
+        f'backend: "numpy"\nmax_batch_size: {max_batch_size}\n'
+        f'parameters {{ key: "kind" value {{ string_value: "{kind}" }} }}\n{tensors}\n{extra}\n'
+    )
+    return model_dir
+
+
+def numpy_plugins():  # type: ignore[no-untyped-def]
+    from tests.plugins import numpy_backend
+
+    return create_plugin_manager(autoload=False, extra_plugins=[("numpy", numpy_backend)])
+
+
+def numpy_server(repo: Path, **options) -> Server:  # type: ignore[no-untyped-def]
+    return Server(ServerOptions([repo], **options), numpy_plugins())
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class ServerProcess:
+    """``triton-core serve`` as a real process on free loopback ports."""
+
+    def __init__(self, repos: list[Path], *args: str, env: dict[str, str] | None = None):
+        self.http_port = free_port()
+        self.grpc_port = free_port()
+        self.http_url = f"127.0.0.1:{self.http_port}"
+        self.grpc_url = f"127.0.0.1:{self.grpc_port}"
+        command = [sys.executable, "-m", "triton_core", "serve"]
+        for repo in repos:
+            command += ["--model-repository", str(repo)]
+        command += [
+            "--http-address", "127.0.0.1", "--http-port", str(self.http_port),
+            "--grpc-address", "127.0.0.1", "--grpc-port", str(self.grpc_port),
+            *args,
+        ]  # fmt: skip
+        self.log_path = Path(os.environ.get("TMPDIR", "/tmp")) / f"triton-core-{self.http_port}.log"
+        self._log = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
+        self.process = subprocess.Popen(
+            command,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            cwd=ROOT,
+            env={**os.environ, **(env or {})},
+        )
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def wait_ready(self, timeout: float = 60.0, path: str = "/v2/health/ready") -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(
+                    f"server exited with {self.process.returncode}:\n{self.log()[-4000:]}"
+                )
+            try:
+                with urllib.request.urlopen(f"http://{self.http_url}{path}", timeout=1) as reply:
+                    if reply.status == 200:
+                        return
+            except OSError:
+                pass
+            time.sleep(0.1)
+        raise TimeoutError(f"server not ready after {timeout}s:\n{self.log()[-4000:]}")
+
+    def stop(self, timeout: float = 30.0) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self._log.close()
+        return self.process.returncode
+
+    def __enter__(self) -> ServerProcess:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
