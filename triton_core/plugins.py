@@ -29,6 +29,8 @@ ESSENTIAL_PLUGINS: frozenset[str] = frozenset({"default_scheduler"})
 DISABLE_ENV = "TRITON_CORE_DISABLE_PLUGINS"
 #: set to 1 to skip entry-point discovery (built-ins only)
 NO_AUTOLOAD_ENV = "TRITON_CORE_DISABLE_PLUGIN_AUTOLOAD"
+#: comma-separated module paths to register as plugins without packaging them
+PLUGINS_ENV = "TRITON_CORE_PLUGINS"
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +47,12 @@ def disabled_from_env() -> list[str]:
     return [name.strip() for name in os.environ.get(DISABLE_ENV, "").split(",") if name.strip()]
 
 
+def modules_from_env() -> list[tuple[str, object]]:
+    """Plugins named by module path in ``TRITON_CORE_PLUGINS`` (registered under that path)."""
+    paths = [path.strip() for path in os.environ.get(PLUGINS_ENV, "").split(",")]
+    return [(path, importlib.import_module(path)) for path in paths if path]
+
+
 def create_plugin_manager(
     disabled: Iterable[str] = (),
     *,
@@ -55,7 +63,8 @@ def create_plugin_manager(
 
     ``disabled`` (plus ``TRITON_CORE_DISABLE_PLUGINS``) names plugins to block; blocking an
     essential built-in is an error. ``autoload=None`` follows
-    ``TRITON_CORE_DISABLE_PLUGIN_AUTOLOAD``.
+    ``TRITON_CORE_DISABLE_PLUGIN_AUTOLOAD``. Modules listed in ``TRITON_CORE_PLUGINS`` are
+    registered after ``extra_plugins``.
     """
     blocked = set(disabled) | set(disabled_from_env())
     essential = blocked & ESSENTIAL_PLUGINS
@@ -71,7 +80,7 @@ def create_plugin_manager(
     for name, module_path in DEFAULT_PLUGINS:
         if not pm.is_blocked(name):
             pm.register(importlib.import_module(module_path), name=name)
-    for name, plugin in extra_plugins:
+    for name, plugin in [*extra_plugins, *modules_from_env()]:
         if not pm.is_blocked(name):
             pm.register(plugin, name=name)
     if autoload:
