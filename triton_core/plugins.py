@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 #: built-in plugins: (plugin name, module path), registered before entry points
 DEFAULT_PLUGINS: tuple[tuple[str, str], ...] = (
     ("default_scheduler", "triton_core.scheduling.default"),
+    ("dynamic_batcher", "triton_core.scheduling.dynamic_batch"),
 )
 #: built-ins that ``--disable-plugin`` may not block: the server cannot run without them
 ESSENTIAL_PLUGINS: frozenset[str] = frozenset({"default_scheduler"})

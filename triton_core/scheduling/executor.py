@@ -51,6 +51,9 @@ class InstancePool:
         self._idle = len(self.instances)
         self._outstanding = 0  # batches submitted and not yet resolved (event loop only)
         self._drained: asyncio.Event | None = None
+        #: called on the event loop after each batch's futures are resolved (an instance
+        #: has become free): schedulers that form batches on demand hook in here
+        self.on_batch_done: Callable[[], None] | None = None
         self._threads = [
             threading.Thread(
                 target=self._run, args=(instance,), name=f"instance:{name}", daemon=True
@@ -127,6 +130,8 @@ class InstancePool:
                 future.set_exception(result)
             else:
                 future.set_result(result)
+        if self.on_batch_done is not None:
+            self.on_batch_done()
 
     def stop(self) -> None:
         """Let queued batches finish, then end the threads and finalize the instances."""
