@@ -1,7 +1,7 @@
 """ModelInferRequest / ModelInferResponse <-> :mod:`triton_core.types`.
 
 This is the gRPC hot path: tensors in ``raw_input_contents`` become numpy views on the
-request's bytes (``numpy.frombuffer``, no copy), outputs go out in ``raw_output_contents``
+request's bytes (no copy), outputs go out in ``raw_output_contents``
 as Triton always answers. Everything that can be looked up once lives in module tables.
 """
 
@@ -85,10 +85,11 @@ def decode_stream_request(message: pb.ModelInferRequest) -> tuple[InferenceReque
 
 def _decode(message: pb.ModelInferRequest) -> tuple[InferenceRequest, bool]:
     model = message.model_name
+    version = parse_version(message.model_version)  # first, as Triton does
     request = InferenceRequest(
         model_name=model,
         inputs=_decode_inputs(message, model),
-        model_version=parse_version(message.model_version),
+        model_version=version,
         id=message.id,
     )
     if message.outputs:
@@ -154,8 +155,8 @@ def _decode_raw(
                 f"input byte size mismatch for input '{name}' for model '{model}'. "
                 f"Expected {expected}, got {len(raw)}"
             )
-        # a read-only view on the request's bytes: no copy
-        return np.frombuffer(raw, dtype).reshape(shape)
+        # a read-only view on the request's bytes, shaped in one call: no copy
+        return np.ndarray(shape, dtype, raw)
     if datatype == "BYTES":
         try:
             flat = deserialize_bytes(raw)
@@ -369,8 +370,9 @@ def _raw_bytes(tensor: Tensor) -> bytes:
     fixed = _FIXED.get(datatype)
     if fixed is None:
         raise TypeError(f"output '{tensor.name}' has an invalid datatype '{datatype}'")
-    if data.dtype != fixed[0]:
+    if data.dtype != fixed[0] and not (datatype == "BF16" and data.dtype.itemsize == 2):
         # the wire carries the declared datatype in little-endian order, whatever the array
+        # (BF16 may also come as ml_dtypes.bfloat16: its bits are already the wire bits)
         data = data.astype(fixed[0])
     # protobuf needs bytes; tobytes() is the one unavoidable copy (C order, any layout)
     return data.tobytes()

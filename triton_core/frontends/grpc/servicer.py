@@ -1,6 +1,6 @@
 """grpc.aio servicers: ``inference.GRPCInferenceService`` and ``grpc.health.v1.Health``.
 
-They only translate: protobuf in, calls on the :class:`Server`, protobuf out. A
+They only translate: protobuf in, calls on the server (:class:`ServerAPI`), protobuf out. A
 :class:`~triton_core.errors.TritonError` becomes the gRPC status of its Triton code (table 1.2
 of the protocol notes) with its message; anything else becomes INTERNAL.
 """
@@ -51,7 +51,7 @@ _STATUS_CODES: Final[dict[Status, grpc.StatusCode]] = {
 _TensorMetadata = pb.ModelMetadataResponse.TensorMetadata
 
 
-class Server(Protocol):
+class ServerAPI(Protocol):
     """What the gRPC frontend needs from :class:`triton_core.server.Server`."""
 
     def is_live(self) -> bool: ...
@@ -87,9 +87,9 @@ def _unimplemented(rpc: str, feature: str) -> Callable[..., Coroutine[Any, Any, 
 
 
 class GRPCInferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
-    """``inference.GRPCInferenceService`` on grpc.aio, delegating to a :class:`Server`."""
+    """``inference.GRPCInferenceService`` on grpc.aio, delegating to a :class:`ServerAPI`."""
 
-    def __init__(self, server: Server) -> None:
+    def __init__(self, server: ServerAPI) -> None:
         self._server = server
 
     # -- health and metadata --------------------------------------------------------------
@@ -254,6 +254,8 @@ class GRPCInferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
                 # the client closed its side: finish what is in flight, then end the stream
                 if tasks:
                     await asyncio.wait(set(tasks))
+            except grpc.aio.AbortError:
+                pass  # an error status already ended the stream: nothing more to read
             except Exception as exc:
                 put(_unexpected(exc))
             put(_END)
@@ -308,7 +310,7 @@ class GRPCInferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
 class HealthServicer(health_pb2_grpc.HealthServicer):
     """``grpc.health.v1.Health/Check``: SERVING while the server is ready."""
 
-    def __init__(self, server: Server) -> None:
+    def __init__(self, server: ServerAPI) -> None:
         self._server = server
 
     async def Check(

@@ -1,0 +1,124 @@
+"""The serve command as a process: start-up failures, readiness, signals, plugins."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import tritonclient.http as httpclient
+
+from tests.support import ROOT, ServerProcess, write_numpy_model
+
+NUMPY_PLUGIN = {"TRITON_CORE_PLUGINS": "tests.plugins.numpy_backend"}
+
+
+def test_sigterm_finishes_requests_in_flight_and_exits_zero(tmp_path):
+    repo = tmp_path / "models"
+    write_numpy_model(
+        repo, "slow", extra='parameters { key: "sleep_ms" value { string_value: "800" } }'
+    )
+    process = ServerProcess([repo], env=NUMPY_PLUGIN)
+    try:
+        process.wait_ready()
+        client = httpclient.InferenceServerClient(process.http_url, network_timeout=30)
+        data = np.ones((1, 4), dtype=np.int32)
+        inputs = [httpclient.InferInput(n, [1, 4], "INT32") for n in ("INPUT0", "INPUT1")]
+        for tensor in inputs:
+            tensor.set_data_from_numpy(data)
+        outcome = {}
+
+        def call():
+            try:
+                outcome["result"] = client.infer("slow", inputs).as_numpy("OUTPUT0")
+            except Exception as exc:  # recorded for the assertion below
+                outcome["error"] = exc
+
+        thread = threading.Thread(target=call)
+        thread.start()
+        time.sleep(0.3)
+        code = process.stop()
+        thread.join(30)
+        assert code == 0, process.log()[-3000:]
+        assert "error" not in outcome, outcome
+        np.testing.assert_array_equal(outcome["result"], data)
+    finally:
+        process.stop()
+
+
+def test_failed_model_exits_at_start_up_by_default(tmp_path):
+    repo = tmp_path / "models"
+    write_numpy_model(repo, "good")
+    (repo / "bad").mkdir()
+    (repo / "bad" / "config.pbtxt").write_text('backend: "numpy"\nmax_batch_size: "x"\n')
+    process = ServerProcess([repo], env=NUMPY_PLUGIN)
+    code = process.process.wait(60)
+    process.stop()
+    assert code == 1
+    assert "bad/config.pbtxt" in process.log()
+
+
+def test_without_exit_on_error_the_others_serve_and_readiness_is_strict(tmp_path):
+    repo = tmp_path / "models"
+    write_numpy_model(repo, "good")
+    (repo / "bad").mkdir()
+    (repo / "bad" / "config.pbtxt").write_text('backend: "nowhere"\n')
+    with ServerProcess([repo], "--exit-on-error=false", env=NUMPY_PLUGIN) as process:
+        process.wait_ready(path="/v2/health/live")
+        client = httpclient.InferenceServerClient(process.http_url)
+        assert not client.is_server_ready()
+        assert client.is_model_ready("good")
+        assert not client.is_model_ready("bad")
+    with ServerProcess(
+        [repo], "--exit-on-error=false", "--strict-readiness=false", env=NUMPY_PLUGIN
+    ) as process:
+        process.wait_ready()
+
+
+def test_disable_auto_complete_config_needs_a_full_config(tmp_path):
+    from triton_core_onnx import model_builders
+
+    repo = tmp_path / "models"
+    model_builders.mlp(repo / "mlp" / "1" / "model.onnx")
+    process = ServerProcess([repo], "--disable-auto-complete-config")
+    code = process.process.wait(60)
+    process.stop()
+    assert code == 1
+    assert "must specify 'input' and 'output'" in process.log()
+
+
+def test_server_id_and_ports(tmp_path):
+    repo = tmp_path / "models"
+    write_numpy_model(repo, "good")
+    with ServerProcess([repo], "--id", "edge-7", "--allow-grpc=false", env=NUMPY_PLUGIN) as p:
+        p.wait_ready()
+        assert httpclient.InferenceServerClient(p.http_url).get_server_metadata()["name"] == (
+            "edge-7"
+        )
+
+
+def test_plugins_command_lists_what_is_installed():
+    result = subprocess.run(
+        [sys.executable, "-m", "triton_core", "plugins"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**__import__("os").environ, **NUMPY_PLUGIN},
+        check=True,
+    )
+    lines = result.stdout.splitlines()
+    assert lines[0].split() == ["NAME", "DISTRIBUTION", "VERSION", "PROVIDES"]
+    onnx = next(line for line in lines if line.startswith("onnx "))
+    assert "triton-core-onnx" in onnx and "backend:onnxruntime" in onnx
+    assert "platform:onnxruntime_onnx" in onnx
+    disabled = subprocess.run(
+        [sys.executable, "-m", "triton_core", "--disable-plugin", "onnx", "plugins"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        check=True,
+    )
+    assert "disabled: onnx" in disabled.stdout
+    assert "triton-core-onnx" not in disabled.stdout

@@ -1,0 +1,401 @@
+"""The HTTP/REST frontend: a falcon ASGI app speaking Triton's KServe v2 protocol.
+
+Resources only translate between HTTP and ``triton_core`` types and call the server; every
+error leaves as Triton's ``{"error": "<message>"}`` with the status of its error code.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import http
+import logging
+from typing import TYPE_CHECKING, Any, Final, Protocol
+from urllib.parse import unquote
+
+import falcon
+import falcon.asgi
+import orjson
+from falcon.routing import CompiledRouter
+
+from triton_core.errors import TritonError, invalid_arg, unsupported
+from triton_core.frontends.common import parse_version
+from triton_core.frontends.http import compression
+from triton_core.frontends.http.codec import (
+    HEADER_LENGTH,
+    decode_raw_request,
+    decode_request,
+    encode_response,
+)
+
+if TYPE_CHECKING:
+    from triton_core.types import (
+        InferenceRequest,
+        InferenceResponse,
+        ModelMetadata,
+        ServerMetadata,
+        TensorMetadata,
+    )
+
+logger = logging.getLogger(__name__)
+
+#: bodies (compressed or not) above this are (de)compressed off the event loop
+_OFFLOAD_BYTES: Final = 1 << 20
+
+_JSON: Final = "application/json"
+
+
+class InferenceServerAPI(Protocol):
+    """What the frontend needs from :class:`triton_core.server.Server`."""
+
+    def is_live(self) -> bool: ...
+    def is_ready(self) -> bool: ...
+    def model_ready(self, name: str, version: int = -1) -> bool: ...
+    def metadata(self) -> ServerMetadata: ...
+    def model_metadata(self, name: str, version: int = -1) -> ModelMetadata: ...
+    def model_config_json(self, name: str, version: int = -1) -> dict[str, Any]: ...
+    def model_is_decoupled(self, name: str, version: int = -1) -> bool: ...
+    async def infer(self, request: InferenceRequest) -> InferenceResponse: ...
+
+
+def create_app(server: InferenceServerAPI, *, max_input_size: int = 1 << 26) -> falcon.asgi.App:
+    """Build the ASGI app serving ``server`` over Triton's HTTP/REST protocol.
+
+    ``max_input_size`` caps request bodies, before and after decompression
+    (``--http-max-input-size``).
+    """
+    app = falcon.asgi.App(request_type=_Request, router=_Router())
+    app.router_options.converters["digits"] = _DigitsConverter
+    app.set_error_serializer(_serialize_http_error)
+    app.add_error_handler(TritonError, _handle_triton_error)
+    app.add_error_handler(Exception, _handle_unexpected_error)
+
+    health = _HealthResource(server)
+    app.add_route("/v2", _ServerMetadataResource(server))
+    app.add_route("/v2/health/live", health, suffix="live")
+    app.add_route("/v2/health/ready", health, suffix="ready")
+
+    model = _ModelResource(server, max_input_size)
+    unsupported_model_routes = {
+        "stats": _Unsupported("model statistics", "GET"),
+        "generate": _Unsupported("generate", "POST"),
+        "generate_stream": _Unsupported("generate_stream", "POST"),
+    }
+    for prefix in ("/v2/models/{model_name}", "/v2/models/{model_name}/versions/{version:digits}"):
+        app.add_route(prefix, model)
+        app.add_route(prefix + "/ready", model, suffix="ready")
+        app.add_route(prefix + "/config", model, suffix="config")
+        app.add_route(prefix + "/infer", model, suffix="infer")
+        for kind, resource in unsupported_model_routes.items():
+            app.add_route(f"{prefix}/{kind}", resource)
+    # checked before the model routes by Triton: a model named 'stats' has no metadata URL
+    app.add_route("/v2/models/stats", unsupported_model_routes["stats"])
+
+    trace = _Unsupported("trace", "GET", "POST")
+    app.add_route("/v2/trace/setting", trace)
+    app.add_route("/v2/models/{model_name}/trace/setting", trace)  # no version form (404)
+    app.add_route("/v2/logging", _Unsupported("logging", "GET", "POST"))
+
+    repository = _Unsupported("model repository", "POST")
+    named_repository = _Unsupported("'repository_name' specification", "POST")
+    app.add_route("/v2/repository/index", repository)
+    app.add_route("/v2/repository/models/{model_name}/load", repository)
+    app.add_route("/v2/repository/models/{model_name}/unload", repository)
+    app.add_route("/v2/repository/{repository_name}/index", named_repository)
+    app.add_route("/v2/repository/{repository_name}/models/{model_name}/load", named_repository)
+    app.add_route("/v2/repository/{repository_name}/models/{model_name}/unload", named_repository)
+
+    for kind, feature in (
+        ("systemsharedmemory", "system shared memory"),
+        ("cudasharedmemory", "CUDA shared memory"),
+    ):
+        status = _Unsupported(feature, "GET")
+        change = _Unsupported(feature, "POST")
+        app.add_route(f"/v2/{kind}/status", status)
+        app.add_route(f"/v2/{kind}/region/{{region}}/status", status)
+        app.add_route(f"/v2/{kind}/region/{{region}}/register", change)
+        app.add_route(f"/v2/{kind}/unregister", change)
+        app.add_route(f"/v2/{kind}/region/{{region}}/unregister", change, compile=True)
+    return app
+
+
+# ------------------------------------------------------------------------------------------
+# resources
+
+
+class _HealthResource:
+    """``/v2/health/live|ready``: 200 or 400, empty bodies."""
+
+    def __init__(self, server: InferenceServerAPI) -> None:
+        self._server = server
+
+    async def on_get_live(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
+        resp.status = 200 if self._server.is_live() else 400
+
+    async def on_get_ready(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
+        resp.status = 200 if self._server.is_ready() else 400
+
+
+class _ServerMetadataResource:
+    """``/v2``: server name, version and extensions."""
+
+    def __init__(self, server: InferenceServerAPI) -> None:
+        self._server = server
+
+    async def on_get(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
+        metadata = self._server.metadata()
+        resp.content_type = _JSON
+        resp.data = orjson.dumps(
+            {
+                "name": metadata.name,
+                "version": metadata.version,
+                "extensions": list(metadata.extensions),
+            }
+        )
+
+
+class _ModelResource:
+    """``/v2/models/{m}[/versions/{v}][/ready|/config|/infer]``."""
+
+    def __init__(self, server: InferenceServerAPI, max_input_size: int) -> None:
+        self._server = server
+        self._max_input_size = max_input_size
+
+    async def on_get(
+        self,
+        req: falcon.asgi.Request,
+        resp: falcon.asgi.Response,
+        model_name: str,
+        version: str = "",
+    ) -> None:
+        model_name = _model_name(req, model_name)
+        metadata = self._server.model_metadata(model_name, parse_version(version))
+        resp.content_type = _JSON
+        resp.data = orjson.dumps(
+            {
+                "name": metadata.name,
+                "versions": list(metadata.versions),
+                "platform": metadata.platform,
+                "inputs": [_tensor_metadata(t) for t in metadata.inputs],
+                "outputs": [_tensor_metadata(t) for t in metadata.outputs],
+            }
+        )
+
+    async def on_get_ready(
+        self,
+        req: falcon.asgi.Request,
+        resp: falcon.asgi.Response,
+        model_name: str,
+        version: str = "",
+    ) -> None:
+        model_name = _model_name(req, model_name)
+        if not self._server.model_ready(model_name, parse_version(version)):
+            resp.status = 400
+            resp.content_type = _JSON
+            resp.data = b'{"error":"Model version not ready"}'
+
+    async def on_get_config(
+        self,
+        req: falcon.asgi.Request,
+        resp: falcon.asgi.Response,
+        model_name: str,
+        version: str = "",
+    ) -> None:
+        model_name = _model_name(req, model_name)
+        config = self._server.model_config_json(model_name, parse_version(version))
+        resp.content_type = _JSON
+        resp.data = orjson.dumps(config)
+
+    async def on_post_infer(
+        self,
+        req: falcon.asgi.Request,
+        resp: falcon.asgi.Response,
+        model_name: str,
+        version: str = "",
+    ) -> None:
+        server = self._server
+        model_name = _model_name(req, model_name)
+        model_version = parse_version(version) if version else -1
+        # Triton checks the transaction policy before it looks at the body
+        if server.model_is_decoupled(model_name, model_version):
+            raise unsupported(
+                "HTTP end point doesn't support models with decoupled transaction policy"
+            )
+
+        body = await self._read_body(req)
+        content_encoding = req.get_header("Content-Encoding")
+        if content_encoding is not None:
+            try:
+                encoding = compression.request_encoding(content_encoding)
+            except TritonError:
+                resp.set_header("Accept-Encoding", compression.SUPPORTED_ENCODINGS)
+                raise
+            if encoding != compression.IDENTITY:
+                body = await _offload(
+                    len(body), compression.decompress, body, encoding, self._max_input_size
+                )
+
+        header_length = _header_length(req.get_header(HEADER_LENGTH), len(body))
+        if header_length == 0:
+            decoded = decode_raw_request(
+                model_name, model_version, body, server.model_config_json(model_name, model_version)
+            )
+        else:
+            decoded = decode_request(model_name, model_version, body, header_length)
+
+        request = decoded.request
+        response = await server.infer(request)
+        if response.error is not None:
+            raise response.error
+        if not response.model_name:
+            response.model_name = model_name
+        if not response.id:
+            response.id = request.id
+        data, headers = encode_response(response, decoded.binary_outputs, decoded.default_binary)
+
+        accept_encoding = req.get_header("Accept-Encoding")
+        if accept_encoding:
+            encoding = compression.response_encoding(accept_encoding)
+            if encoding != compression.IDENTITY:
+                data = await _offload(len(data), compression.compress, data, encoding)
+                resp.set_header("Content-Encoding", encoding)
+        resp.set_headers(headers)
+        resp.data = data
+
+    async def _read_body(self, req: falcon.asgi.Request) -> bytes:
+        limit = self._max_input_size
+        length = req.content_length
+        if length is not None:
+            if length > limit:
+                raise compression.too_large("request body", length, limit)
+            return await req.stream.readall() if length else b""
+        # chunked transfer: count as we go
+        chunks = []
+        size = 0
+        async for chunk in req.stream:
+            size += len(chunk)
+            if size > limit:
+                raise compression.too_large("request body", None, limit)
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+
+class _Unsupported:
+    """An endpoint of an extension this server does not implement (yet): 501."""
+
+    def __init__(self, feature: str, *methods: str) -> None:
+        self._message = f"{feature} is not supported"
+        for method in methods:
+            setattr(self, f"on_{method.lower()}", self._respond)
+
+    async def _respond(
+        self, req: falcon.asgi.Request, resp: falcon.asgi.Response, **params: str
+    ) -> None:
+        raise unsupported(self._message)
+
+
+def _tensor_metadata(tensor: TensorMetadata) -> dict[str, Any]:
+    return {"name": tensor.name, "datatype": tensor.datatype, "shape": list(tensor.shape)}
+
+
+def _header_length(value: str | None, body_length: int) -> int | None:
+    """``Inference-Header-Content-Length``: None when absent (the whole body is JSON)."""
+    if value is None:
+        return None
+    try:
+        length = int(value)
+    except ValueError:
+        raise invalid_arg(f"Unable to parse {HEADER_LENGTH}, got: {value}") from None
+    if length < 0 or length > body_length:
+        raise invalid_arg(
+            f"inference header size should be in range (0, {body_length}), got: {value}"
+        )
+    return length
+
+
+async def _offload(size: int, function: Any, *args: Any) -> bytes:
+    """Run a (de)compression inline when small, in a thread when it would stall the loop."""
+    if size < _OFFLOAD_BYTES:
+        return function(*args)
+    return await asyncio.to_thread(function, *args)
+
+
+# ------------------------------------------------------------------------------------------
+# routing and errors
+
+
+class _Request(falcon.asgi.Request):
+    """Routes on the raw path when it holds an encoded '/', as Triton matches its raw path.
+
+    The ASGI server decodes ``%2F`` into a segment separator, so ``/v2/models/a%2Fb/ready``
+    would not route; Triton answers it as model ``a/b`` (unknown: 400, never a file path).
+    """
+
+    #: True when ``path`` is the raw path, so routed fields are still percent-encoded
+    encoded_path = False
+
+    def __init__(
+        self,
+        scope: dict[str, Any],
+        receive: Any,
+        first_event: dict[str, Any] | None = None,
+        options: falcon.request.RequestOptions | None = None,
+    ) -> None:
+        super().__init__(scope, receive, first_event=first_event, options=options)
+        raw_path = scope.get("raw_path")
+        if raw_path and b"%2" in raw_path and (b"%2F" in raw_path or b"%2f" in raw_path):
+            self.path = raw_path.decode("latin-1")
+            self.encoded_path = True
+
+
+def _model_name(req: falcon.asgi.Request, model_name: str) -> str:
+    return unquote(model_name) if getattr(req, "encoded_path", False) else model_name
+
+
+class _DigitsConverter:
+    """``{version:digits}``: versions in URLs are ``[0-9]+``; anything else does not route."""
+
+    def convert(self, value: str) -> str | None:
+        return value if value.isascii() and value.isdigit() else None
+
+
+class _Router(CompiledRouter):
+    """falcon's router, but OPTIONS is 405 like any other method a resource lacks (Triton)."""
+
+    def map_http_methods(self, resource: object, **kwargs: Any) -> dict[str, Any]:
+        method_map = super().map_http_methods(resource, **kwargs)
+        if "OPTIONS" not in method_map:
+            method_map["OPTIONS"] = falcon.responders.create_method_not_allowed(
+                sorted(method_map), asgi=True
+            )
+        return method_map
+
+
+def _error_body(message: str) -> bytes:
+    return orjson.dumps({"error": message})
+
+
+def _serialize_http_error(
+    req: falcon.Request, resp: falcon.Response, exception: falcon.HTTPError
+) -> None:
+    """falcon's own errors (404 routing, 405, bad headers) in Triton's shape."""
+    message = exception.description or http.HTTPStatus(exception.status_code).phrase
+    resp.content_type = _JSON
+    resp.data = _error_body(message)
+
+
+async def _handle_triton_error(
+    req: falcon.asgi.Request, resp: falcon.asgi.Response, error: TritonError, params: Any
+) -> None:
+    resp.status = error.status.http_status
+    resp.content_type = _JSON
+    resp.data = _error_body(error.message)
+
+
+async def _handle_unexpected_error(
+    req: falcon.asgi.Request, resp: falcon.asgi.Response, error: Exception, params: Any
+) -> None:
+    # falcon.HTTPError keeps falcon's own handler (more specific), so this is a real bug
+    logger.exception("unexpected error handling %s %s", req.method, req.path, exc_info=error)
+    resp.status = 500
+    resp.content_type = _JSON
+    resp.data = _error_body(str(error) or type(error).__name__)

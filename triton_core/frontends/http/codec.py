@@ -1,0 +1,658 @@
+"""KServe v2 HTTP wire format (JSON + binary tensor data extension) <-> triton_core types.
+
+This is the hot path of the HTTP frontend: binary tensors are decoded as numpy views on the
+request body (no copies, no Python lists) and numeric JSON outputs are written by orjson
+straight from numpy arrays.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any, Final, NamedTuple
+
+import numpy as np
+import orjson
+
+from triton_core.dtypes import (
+    CONFIG_TO_WIRE,
+    NUMPY_DTYPES,
+    deserialize_bytes,
+    element_count,
+    serialize_bytes,
+)
+from triton_core.errors import internal, invalid_arg, unsupported
+from triton_core.frontends.common import apply_request_parameters
+from triton_core.types import (
+    InferenceRequest,
+    InferenceResponse,
+    RequestedOutput,
+    Tensor,
+)
+
+#: header giving the byte length of the leading JSON object of a request or response body
+HEADER_LENGTH: Final = "Inference-Header-Content-Length"
+
+_OPT_NUMPY: Final = orjson.OPT_SERIALIZE_NUMPY
+_JSONDecodeError: Final = orjson.JSONDecodeError
+
+#: numpy kinds a JSON array may infer to for each datatype, close to Triton's AsInt/AsUInt/
+#: AsDouble/AsBool: no strings, no floats for integers, no all-bool numbers (numpy coerces
+#: bools mixed with numbers, which is accepted)
+_JSON_KINDS: Final[dict[str, str]] = {
+    "BOOL": "b",
+    "UINT8": "iu",
+    "UINT16": "iu",
+    "UINT32": "iu",
+    "UINT64": "iu",
+    "INT8": "iu",
+    "INT16": "iu",
+    "INT32": "iu",
+    "INT64": "iu",
+    "FP32": "iuf",
+    "FP64": "iuf",
+}
+_UNSIGNED: Final = frozenset({"UINT8", "UINT16", "UINT32", "UINT64"})
+_FLOATS: Final = frozenset({"FP16", "FP32", "FP64", "BF16"})
+_NO_JSON: Final = frozenset({"FP16", "BF16"})
+
+
+class DecodedRequest(NamedTuple):
+    """A decoded ``/infer`` body: the request plus how each output must be sent back."""
+
+    request: InferenceRequest
+    #: outputs listed in the request -> True for binary, False for JSON (their own
+    #: ``binary_data`` parameter only, see PROTOCOL 1.4 GOTCHA)
+    binary_outputs: dict[str, bool]
+    #: format of outputs the request did not list (request parameter ``binary_data_output``)
+    default_binary: bool
+
+
+# ------------------------------------------------------------------------------------------
+# request decoding
+
+
+def decode_request(
+    model_name: str,
+    model_version: int,
+    body: bytes,
+    header_length: int | None = None,
+) -> DecodedRequest:
+    """Decode a JSON (+ binary blobs) inference request body.
+
+    ``header_length`` is the ``Inference-Header-Content-Length`` value (None: the whole body
+    is JSON); it must be > 0 here, a raw binary request goes to :func:`decode_raw_request`.
+    Raises INVALID_ARG for anything malformed, UNSUPPORTED for shared-memory tensors.
+    """
+    end = len(body)
+    if header_length is None:
+        header_length = end
+    try:
+        doc = orjson.loads(body if header_length == end else body[:header_length])
+    except _JSONDecodeError as exc:
+        raise invalid_arg(
+            f"failed to parse the request JSON buffer for model '{model_name}': {exc}"
+        ) from None
+    if type(doc) is not dict:
+        raise invalid_arg(
+            f"Unable to parse 'inputs' for model '{model_name}': the request JSON must be an object"
+        )
+
+    inputs_json = doc.get("inputs")
+    if type(inputs_json) is not list:
+        raise invalid_arg(f"Unable to parse 'inputs' for model '{model_name}'")
+
+    inputs: dict[str, Tensor] = {}
+    offset = header_length  # binary blobs follow the JSON in the order of the inputs
+    for input_json in inputs_json:
+        if type(input_json) is not dict:
+            raise invalid_arg(f"Unable to parse 'inputs' for model '{model_name}'")
+        name = input_json.get("name")
+        if type(name) is not str:
+            raise invalid_arg(f"Unable to parse 'name' of an input for model '{model_name}'")
+        datatype = input_json.get("datatype")
+        if type(datatype) is not str:
+            raise invalid_arg(
+                f"Unable to parse 'datatype' for input '{name}' for model '{model_name}'"
+            )
+        shape = input_json.get("shape")
+        if type(shape) is not list:
+            raise invalid_arg(
+                f"Unable to parse 'shape' for input '{name}' for model '{model_name}'"
+            )
+        count = 1
+        for dim in shape:
+            if type(dim) is not int or dim < 0:
+                raise invalid_arg(
+                    f"Unable to parse 'shape' for input '{name}' for model '{model_name}'"
+                )
+            count *= dim
+        dtype = NUMPY_DTYPES.get(datatype)
+        if dtype is None:
+            raise invalid_arg(
+                f"invalid datatype '{datatype}' for input '{name}' for model '{model_name}'"
+            )
+        if name in inputs:
+            raise invalid_arg(f"input '{name}' already exists in request for model '{model_name}'")
+
+        params = input_json.get("parameters")
+        byte_size = None
+        if params is not None:
+            if type(params) is not dict:
+                raise invalid_arg(
+                    f"Unable to parse 'parameters' for input '{name}' for model '{model_name}'"
+                )
+            byte_size = params.get("binary_data_size")
+            _check_content_fields(
+                name, model_name, input_json, byte_size is not None, params, count
+            )
+        elif count and "data" not in input_json:
+            _check_content_fields(name, model_name, input_json, False, None, count)
+
+        if byte_size is not None:
+            if type(byte_size) is not int or byte_size < 0:
+                raise invalid_arg(
+                    f"Unable to parse 'binary_data_size' for input '{name}' for model "
+                    f"'{model_name}'"
+                )
+            stop = offset + byte_size
+            if stop > end:
+                raise invalid_arg(
+                    f"unexpected size for input '{name}', expecting {stop - end} additional "
+                    f"bytes for model '{model_name}'"
+                )
+            data = _array_from_binary(
+                body, offset, byte_size, datatype, dtype, shape, count, name, model_name
+            )
+            offset = stop
+        else:
+            data = _array_from_json(
+                input_json.get("data"), datatype, dtype, shape, count, name, model_name
+            )
+        inputs[name] = Tensor(name, datatype, data)
+
+    if offset != end:
+        raise invalid_arg(f"unexpected additional input data for model '{model_name}'")
+
+    request = InferenceRequest(model_name, inputs, model_version)
+    request_id = doc.get("id")
+    if request_id is not None:
+        if type(request_id) is not str:
+            raise invalid_arg(f"Unable to parse 'id' for model '{model_name}'")
+        request.id = request_id
+
+    default_binary = False
+    parameters = doc.get("parameters")
+    if parameters is not None:
+        default_binary = _apply_parameters(request, parameters, model_name)
+
+    binary_outputs: dict[str, bool] = {}
+    outputs_json = doc.get("outputs")
+    if outputs_json is not None:
+        request.outputs = _decode_outputs(outputs_json, binary_outputs, model_name)
+    return DecodedRequest(request, binary_outputs, default_binary)
+
+
+def decode_raw_request(
+    model_name: str, model_version: int, body: bytes, config: Mapping[str, Any]
+) -> DecodedRequest:
+    """Decode a raw binary request (``Inference-Header-Content-Length: 0``).
+
+    The body is the bytes of the model's only input; its datatype and shape come from the
+    model ``config`` (PROTOCOL 1.10 JSON): batch-1 for batching models, the one variable
+    dimension deduced from the body size. All outputs are returned in binary.
+    """
+    config_inputs = config.get("input") or []
+    if len(config_inputs) != 1:
+        raise invalid_arg(
+            "Raw request must only have 1 input (found 1) to be deduced but got "
+            f"{len(config_inputs)} inputs in '{model_name}' model configuration"
+        )
+    config_input = config_inputs[0]
+    name = str(config_input.get("name", ""))
+    datatype = CONFIG_TO_WIRE.get(str(config_input.get("data_type", "")))
+    if datatype is None:
+        raise invalid_arg(
+            f"invalid datatype for raw input '{name}' in '{model_name}' model configuration"
+        )
+    shape: list[int] = [1] if int(config.get("max_batch_size", 0)) != 0 else []
+    dynamic_axis = -1
+    fixed_count = 1
+    for dim in config_input.get("dims") or []:
+        dim = int(dim)
+        if dim == -1:
+            if dynamic_axis != -1:
+                raise invalid_arg(
+                    f"The shape of the raw input '{name}' can not be deduced because there "
+                    "are more than one variable-sized dimension"
+                )
+            dynamic_axis = len(shape)
+        else:
+            fixed_count *= dim
+        shape.append(dim)
+
+    if datatype == "BYTES":
+        if dynamic_axis != -1 or fixed_count != 1:
+            raise invalid_arg(
+                f"For BYTE datatype raw input '{name}', the model must have input shape [1]"
+            )
+        data = np.empty(1, dtype=object)
+        data[0] = bytes(body)
+        data = data.reshape(shape)
+    else:
+        dtype = NUMPY_DTYPES[datatype]
+        if dynamic_axis != -1:
+            per_item = fixed_count * dtype.itemsize
+            shape[dynamic_axis] = len(body) // per_item if per_item else 0
+        count = element_count(shape)
+        data = _array_from_binary(
+            body, 0, len(body), datatype, dtype, shape, count, name, model_name
+        )
+
+    request = InferenceRequest(model_name, {name: Tensor(name, datatype, data)}, model_version)
+    return DecodedRequest(request, {}, True)
+
+
+def _check_content_fields(
+    name: str,
+    model_name: str,
+    input_json: dict[str, Any],
+    has_binary: bool,
+    params: dict[str, Any] | None,
+    count: int,
+) -> None:
+    """Exactly one of data / binary_data_size / shared_memory_region (Triton's rule).
+
+    Zero-element inputs may carry none of them.
+    """
+    has_data = "data" in input_json
+    has_shm = params is not None and "shared_memory_region" in params
+    set_count = has_data + has_binary + has_shm
+    if set_count == 1:
+        if has_shm:
+            raise unsupported(
+                f"shared memory is not supported (input '{name}' for model '{model_name}')"
+            )
+        return
+    if set_count == 0 and count == 0:
+        return
+    message = (
+        "Input must set only one of the following fields: 'data', 'binary_data_size' in "
+        "'parameters', 'shared_memory_region' in 'parameters'. But"
+    )
+    if set_count == 0:
+        message += " no field is set"
+    else:
+        message += " set"
+        if has_data:
+            message += " 'data'"
+        if has_binary:
+            message += " 'binary_data_size'"
+        if has_shm:
+            message += " 'shared_memory_region'"
+    raise invalid_arg(f"{message} (input '{name}' for model '{model_name}')")
+
+
+def _array_from_binary(
+    body: bytes,
+    offset: int,
+    size: int,
+    datatype: str,
+    dtype: np.dtype,
+    shape: list[int],
+    count: int,
+    name: str,
+    model_name: str,
+) -> np.ndarray:
+    """The tensor in ``body[offset:offset + size]``: a read-only view for fixed-size types."""
+    if datatype == "BYTES":
+        try:
+            blob = memoryview(body)[offset : offset + size]
+            return deserialize_bytes(blob, count).reshape(shape)
+        except ValueError as exc:
+            raise invalid_arg(
+                f"unable to parse BYTES data for input '{name}' for model '{model_name}': {exc}"
+            ) from None
+    expected = count * dtype.itemsize
+    if size != expected:
+        raise invalid_arg(
+            f"input byte size mismatch for input '{name}' for model '{model_name}'. "
+            f"Expected {expected}, got {size}"
+        )
+    if not count:
+        return np.empty(shape, dtype=dtype)
+    # np.ndarray over the body is one call, half the cost of frombuffer + reshape
+    return np.ndarray(shape, dtype, body, offset)
+
+
+def _array_from_json(
+    data: Any,
+    datatype: str,
+    dtype: np.dtype,
+    shape: list[int],
+    count: int,
+    name: str,
+    model_name: str,
+) -> np.ndarray:
+    """A shaped array from JSON ``data`` (nested or flat, row-major)."""
+    if count == 0:
+        # Triton ignores 'data' of a zero-element input
+        return np.empty(shape, dtype=dtype)
+    if datatype in _NO_JSON:
+        raise invalid_arg(
+            f"receiving {datatype} data via JSON is not supported. Please use the binary data "
+            f"format for input '{name}' for model '{model_name}'"
+        )
+    if type(data) is not list:
+        raise invalid_arg(
+            f"Unable to parse 'data' for input '{name}' for model '{model_name}': expected a "
+            "JSON array"
+        )
+    if datatype == "BYTES":
+        items: list[bytes] = []
+        try:
+            _flatten_strings(data, items)
+        except TypeError:
+            raise invalid_arg(
+                f"Unable to parse 'data' for input '{name}' for model '{model_name}': "
+                "BYTES elements must be JSON strings"
+            ) from None
+        _check_count(len(items), count, shape, name, model_name)
+        array = np.empty(count, dtype=object)
+        array[:] = items
+        return array.reshape(shape)
+
+    try:
+        array = np.array(data)
+    except ValueError:
+        # ragged nesting; Triton only counts elements, so flatten and retry
+        flat: list[Any] = []
+        _flatten(data, flat)
+        array = np.array(flat)
+    _check_count(array.size, count, shape, name, model_name)
+    kinds = _JSON_KINDS[datatype]
+    if array.dtype.kind not in kinds:
+        exact = _exact_integers(data, datatype)
+        if exact is None:
+            expected = {
+                "b": "true/false",
+                "iu": "integer",
+                "iuf": "number",
+            }[kinds]
+            raise invalid_arg(
+                f"Unable to parse 'data' for input '{name}' for model '{model_name}': "
+                f"expected {expected} values for datatype {datatype}"
+            )
+        return exact.reshape(shape)
+    if datatype in _UNSIGNED and array.dtype.kind == "i" and array.min() < 0:
+        raise invalid_arg(
+            f"Unable to parse 'data' for input '{name}' for model '{model_name}': "
+            f"negative value for datatype {datatype}"
+        )
+    return array.reshape(-1).astype(dtype, copy=False).reshape(shape)
+
+
+def _exact_integers(data: list[Any], datatype: str) -> np.ndarray | None:
+    """Integer data numpy could not type by itself (UINT64 values above 2**63 mixed with
+    small ones infer to float64); None when the values are not all integers in range."""
+    if datatype not in _UNSIGNED and not datatype.startswith("INT"):
+        return None
+    values: list[Any] = []
+    _flatten(data, values)
+    if not all(type(v) is int for v in values):
+        return None
+    try:
+        return np.array(values, dtype=NUMPY_DTYPES[datatype])
+    except OverflowError:
+        return None
+
+
+def _check_count(got: int, count: int, shape: list[int], name: str, model_name: str) -> None:
+    if got != count:
+        raise invalid_arg(
+            f"Unable to parse 'data' for input '{name}' for model '{model_name}': Shape does "
+            f"not match true shape of 'data' field (shape {shape} has {count} elements, "
+            f"'data' has {got})"
+        )
+
+
+def _flatten(data: list[Any], out: list[Any]) -> None:
+    for item in data:
+        if type(item) is list:
+            _flatten(item, out)
+        else:
+            out.append(item)
+
+
+def _flatten_strings(data: list[Any], out: list[bytes]) -> None:
+    for item in data:
+        if type(item) is str:
+            out.append(item.encode("utf-8"))
+        elif type(item) is list:
+            _flatten_strings(item, out)
+        else:
+            raise TypeError(item)
+
+
+def _apply_parameters(request: InferenceRequest, parameters: Any, model_name: str) -> bool:
+    """Apply request-level parameters; returns ``binary_data_output``."""
+    if type(parameters) is not dict:
+        raise invalid_arg(f"Unable to parse 'parameters' for model '{model_name}'")
+    default_binary = parameters.get("binary_data_output", False)
+    if type(default_binary) is not bool:
+        raise invalid_arg(f"Unable to parse 'binary_data_output' for model '{model_name}'")
+    for key, value in parameters.items():
+        if not isinstance(value, bool | int | float | str):
+            raise invalid_arg(
+                f"parameter '{key}' has invalid type. It should be either 'int', 'bool', "
+                "'double' or 'string'."
+            )
+    apply_request_parameters(request, parameters)
+    return default_binary
+
+
+def _decode_outputs(
+    outputs_json: Any, binary_outputs: dict[str, bool], model_name: str
+) -> list[RequestedOutput] | None:
+    if type(outputs_json) is not list:
+        raise invalid_arg(f"Unable to parse 'outputs' for model '{model_name}'")
+    requested: list[RequestedOutput] = []
+    for output_json in outputs_json:
+        if type(output_json) is not dict:
+            raise invalid_arg(f"Unable to parse 'outputs' for model '{model_name}'")
+        name = output_json.get("name")
+        if type(name) is not str:
+            raise invalid_arg(f"Unable to parse 'name' of an output for model '{model_name}'")
+        binary = False
+        classification = 0
+        params = output_json.get("parameters")
+        if params is not None:
+            if type(params) is not dict:
+                raise invalid_arg(
+                    f"Unable to parse 'parameters' for output '{name}' for model '{model_name}'"
+                )
+            binary = params.get("binary_data", False)
+            if type(binary) is not bool:
+                raise invalid_arg(
+                    f"Unable to parse 'binary_data' for output '{name}' for model '{model_name}'"
+                )
+            classification = params.get("classification", 0)
+            if type(classification) is not int or classification < 0:
+                raise invalid_arg(
+                    f"Unable to set 'classification' for output '{name}' for model '{model_name}'"
+                )
+            if "shared_memory_region" in params:
+                if classification:
+                    raise invalid_arg(
+                        "Output can't set both 'shared_memory_region' and 'classification'"
+                    )
+                if binary:
+                    raise invalid_arg(
+                        "Output can't set both 'shared_memory_region' and 'binary_data'"
+                    )
+                raise unsupported(
+                    f"shared memory is not supported (output '{name}' for model '{model_name}')"
+                )
+        binary_outputs[name] = binary
+        requested.append(RequestedOutput(name, classification))
+    # an empty list asks for every output, like no list at all
+    return requested or None
+
+
+# ------------------------------------------------------------------------------------------
+# response encoding
+
+_JSON_CONTENT_TYPE: Final = "application/json"
+_BINARY_CONTENT_TYPE: Final = "application/octet-stream"
+
+
+def encode_response(
+    response: InferenceResponse,
+    binary_outputs: Mapping[str, bool],
+    default_binary: bool,
+) -> tuple[bytes, dict[str, str]]:
+    """Encode a response as (body, headers): JSON, then the binary outputs' bytes in order.
+
+    A listed output is binary iff ``binary_outputs[name]``; any other output iff
+    ``default_binary``. Headers are Content-Type and, when any output is binary,
+    Inference-Header-Content-Length. Raises INVALID_ARG for FP16/BF16 outputs asked in JSON.
+    """
+    try:
+        return _encode(response, binary_outputs, default_binary, False)
+    except _NonFinite:
+        # orjson writes NaN/Inf as null; Triton (rapidjson) writes NaN/Infinity/-Infinity,
+        # which Python's json and rapidjson clients read back as floats
+        return _encode(response, binary_outputs, default_binary, True)
+
+
+class _NonFinite(Exception):
+    pass
+
+
+def _encode(
+    response: InferenceResponse,
+    binary_outputs: Mapping[str, bool],
+    default_binary: bool,
+    nonfinite: bool,
+) -> tuple[bytes, dict[str, str]]:
+    outputs: list[dict[str, Any]] = []
+    blobs: list[bytes | np.ndarray] = []
+    has_binary = False
+    json_floats = False
+    for tensor in response.outputs:
+        name = tensor.name
+        datatype = tensor.datatype
+        array = tensor.data
+        output: dict[str, Any] = {"name": name, "datatype": datatype, "shape": array.shape}
+        if binary_outputs.get(name, default_binary):
+            raw, size = _output_bytes(array, datatype, name)
+            output["parameters"] = {"binary_data_size": size}
+            has_binary = True
+            if size:
+                blobs.append(raw)
+        else:
+            output["data"] = _output_json(array, datatype, name, nonfinite)
+            if datatype in _FLOATS:
+                json_floats = True
+        outputs.append(output)
+
+    head: dict[str, Any] = {}
+    if response.id:
+        head["id"] = response.id
+    head["model_name"] = response.model_name
+    head["model_version"] = str(response.model_version)
+    if response.parameters:
+        head["parameters"] = response.parameters
+    head["outputs"] = outputs
+    try:
+        text = orjson.dumps(head, option=_OPT_NUMPY)
+    except TypeError as exc:
+        raise internal(f"failed to serialize the response JSON: {exc}") from None
+    if json_floats and not nonfinite and b"null" in text:
+        raise _NonFinite
+    if has_binary:
+        headers = {"Content-Type": _BINARY_CONTENT_TYPE, HEADER_LENGTH: str(len(text))}
+        if blobs:
+            blobs.insert(0, text)
+            return b"".join(blobs), headers
+        return text, headers
+    return text, {"Content-Type": _JSON_CONTENT_TYPE}
+
+
+def _output_bytes(array: np.ndarray, datatype: str, name: str) -> tuple[bytes | np.ndarray, int]:
+    """The wire bytes of an output (little-endian, row-major; BYTES length-prefixed) and
+    their size: a C-contiguous array is itself a buffer ``bytes.join`` copies from."""
+    if datatype == "BYTES":
+        raw = serialize_bytes(array)
+        return raw, len(raw)
+    expected = NUMPY_DTYPES.get(datatype)
+    if expected is None:
+        raise invalid_arg(f"invalid datatype '{datatype}' for output '{name}'")
+    dtype = array.dtype
+    if dtype is not expected and dtype != expected:
+        if datatype == "BF16" and dtype.itemsize == 2:
+            array = array.view(expected)  # bfloat16 bit patterns, e.g. from ml_dtypes
+        else:
+            array = array.astype(expected)
+    if not array.flags.c_contiguous:
+        array = np.ascontiguousarray(array)
+    return array, array.nbytes
+
+
+def _output_json(array: np.ndarray, datatype: str, name: str, nonfinite: bool) -> Any:
+    """The flat JSON ``data`` of an output: a numpy array orjson serializes, or a list."""
+    if datatype in _NO_JSON:
+        raise invalid_arg(
+            f"sending {datatype} data via JSON is not supported. Please use the binary data "
+            f"format for output '{name}'"
+        )
+    if datatype == "BYTES":
+        return _bytes_json(array)
+    if datatype == "BOOL" and array.dtype != np.bool_:
+        array = array.astype(np.bool_)
+    flat = array.ravel()  # contiguous, as orjson requires
+    if flat.dtype.kind == "O":
+        return flat.tolist()
+    if nonfinite and datatype in _FLOATS:
+        return _nonfinite_fragment(flat)
+    return flat
+
+
+def _nonfinite_fragment(flat: np.ndarray) -> Any:
+    items = orjson.dumps(flat, option=_OPT_NUMPY)[1:-1].split(b",")
+    for index in np.flatnonzero(~np.isfinite(flat)).tolist():
+        value = flat[index]
+        items[index] = b"NaN" if value != value else (b"Infinity" if value > 0 else b"-Infinity")
+    return orjson.Fragment(b"[" + b",".join(items) + b"]")
+
+
+def _bytes_json(array: np.ndarray) -> Any:
+    """BYTES elements as JSON strings.
+
+    Elements that are not UTF-8 are written as their raw bytes, as Triton does (rapidjson
+    does not validate); the stock client then reports a UTF-8 error suggesting binary_data.
+    """
+    items = [_as_bytes(item) for item in array.ravel().tolist()]
+    try:
+        return [item.decode("utf-8") for item in items]
+    except UnicodeDecodeError:
+        # latin-1 maps each byte to one code point, so json.dumps escapes only '"', '\\' and
+        # control characters and encoding back to latin-1 restores the other bytes as they were
+        return orjson.Fragment(
+            b"["
+            + b",".join(
+                json.dumps(item.decode("latin-1"), ensure_ascii=False).encode("latin-1")
+                for item in items
+            )
+            + b"]"
+        )
+
+
+def _as_bytes(item: Any) -> bytes:
+    if isinstance(item, bytes):
+        return item
+    if isinstance(item, str):
+        return item.encode("utf-8")
+    if isinstance(item, bytearray | memoryview):
+        return bytes(item)
+    return str(item).encode("utf-8")

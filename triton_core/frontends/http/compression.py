@@ -1,0 +1,88 @@
+"""gzip/deflate bodies for ``/infer`` (PROTOCOL 1.7): request decompression with a size cap
+and response encoding chosen from ``Accept-Encoding`` q-weights as Triton does."""
+
+from __future__ import annotations
+
+import functools
+import gzip
+import zlib
+from typing import Final
+
+from triton_core.errors import TritonError, invalid_arg, unsupported
+
+IDENTITY: Final = "identity"
+GZIP: Final = "gzip"
+DEFLATE: Final = "deflate"
+
+#: sent with the 501 answer to an unknown Content-Encoding
+SUPPORTED_ENCODINGS: Final = "gzip, deflate"
+
+_WBITS: Final = {GZIP: 16 + zlib.MAX_WBITS, DEFLATE: zlib.MAX_WBITS}
+
+
+def request_encoding(content_encoding: str | None) -> str:
+    """The request body's encoding; UNSUPPORTED for anything but gzip, deflate, identity."""
+    if not content_encoding:
+        return IDENTITY
+    encoding = content_encoding.strip().lower()
+    if encoding in (GZIP, DEFLATE, IDENTITY):
+        return encoding
+    raise unsupported("Unsupported compression type")
+
+
+def decompress(body: bytes, encoding: str, max_size: int) -> bytes:
+    """Inflate a gzip or deflate (zlib stream) body, refusing more than ``max_size`` bytes."""
+    decompressor = zlib.decompressobj(_WBITS[encoding])
+    try:
+        data = decompressor.decompress(body, max_size + 1)
+        if len(data) <= max_size and not decompressor.unconsumed_tail:
+            data += decompressor.flush()
+    except zlib.error as exc:
+        raise invalid_arg(f"failed to decompress the {encoding} request body: {exc}") from None
+    if len(data) > max_size or decompressor.unconsumed_tail:
+        raise too_large("decompressed request body", None, max_size)
+    if not decompressor.eof:
+        raise invalid_arg(f"failed to decompress the {encoding} request body: truncated data")
+    return data
+
+
+def compress(body: bytes, encoding: str) -> bytes:
+    """Compress a whole response body (JSON and binary blobs together)."""
+    if encoding == GZIP:
+        return gzip.compress(body, compresslevel=6)
+    return zlib.compress(body)
+
+
+@functools.lru_cache(maxsize=64)
+def response_encoding(accept_encoding: str) -> str:
+    """Best of identity/gzip/deflate by q-weight (ties keep the first); identity by default.
+
+    Clients send the same header on every request, hence the cache.
+    """
+    best = IDENTITY
+    best_weight = 0.0
+    for part in accept_encoding.split(","):
+        coding, _, params = part.partition(";")
+        coding = coding.strip().lower()
+        weight = 1.0
+        params = params.strip()
+        if params:
+            if not params.startswith("q="):
+                continue
+            try:
+                weight = float(params[2:])
+            except ValueError:
+                continue
+        if coding in (IDENTITY, GZIP, DEFLATE) and weight > best_weight:
+            best = coding
+            best_weight = weight
+    return best
+
+
+def too_large(what: str, size: int | None, max_size: int) -> TritonError:
+    """The INVALID_ARG answer for a body over ``--http-max-input-size``."""
+    actual = f" ({size} bytes)" if size is not None else ""
+    return invalid_arg(
+        f"{what} size{actual} exceeds the maximum allowed value of {max_size} bytes. "
+        "Use --http-max-input-size to increase the limit."
+    )
