@@ -83,7 +83,8 @@ def triton_core_command(repo: Path, *extra: str) -> list[str]:
     return [
         sys.executable, "-m", "triton_core", "serve", "--model-repository", str(repo),
         "--http-address", "127.0.0.1", "--grpc-address", "127.0.0.1",
-        "--http-port", "{http}", "--grpc-port", "{grpc}", "--log-info=false", *extra,
+        "--http-port", "{http}", "--grpc-port", "{grpc}", "--metrics-port", "{metrics}",
+        "--log-info=false", *extra,
     ]  # fmt: skip
 
 

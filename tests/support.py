@@ -68,6 +68,8 @@ class ServerProcess:
     def __init__(self, repos: list[Path], *args: str, env: dict[str, str] | None = None):
         self.http_port = free_port()
         self.grpc_port = free_port()
+        self.metrics_port = free_port()
+        self.metrics_url = f"http://127.0.0.1:{self.metrics_port}/metrics"
         self.http_url = f"127.0.0.1:{self.http_port}"
         self.grpc_url = f"127.0.0.1:{self.grpc_port}"
         command = [sys.executable, "-m", "triton_core", "serve"]
@@ -76,6 +78,7 @@ class ServerProcess:
         command += [
             "--http-address", "127.0.0.1", "--http-port", str(self.http_port),
             "--grpc-address", "127.0.0.1", "--grpc-port", str(self.grpc_port),
+            "--metrics-port", str(self.metrics_port),
             *args,
         ]  # fmt: skip
         self.log_path = Path(os.environ.get("TMPDIR", "/tmp")) / f"triton-core-{self.http_port}.log"

@@ -15,8 +15,10 @@ from pathlib import Path
 
 from triton_core import __version__
 from triton_core.frontends.runner import FrontendOptions, serve
+from triton_core.metrics import MetricsOptions
 from triton_core.plugins import create_plugin_manager
 from triton_core.server import Server, ServerOptions
+from triton_core.statistics import DEFAULT_LATENCY_BUCKETS_MS
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
@@ -100,6 +102,18 @@ def build_parser() -> argparse.ArgumentParser:
     _add_bool(serve_cmd, "--allow-grpc", True, "serve gRPC")
     serve_cmd.add_argument("--grpc-address", default="0.0.0.0")
     serve_cmd.add_argument("--grpc-port", type=int, default=8001)
+    _add_bool(serve_cmd, "--allow-metrics", True, "serve Prometheus metrics")
+    serve_cmd.add_argument("--metrics-address", default=None, help="default: --http-address")
+    serve_cmd.add_argument("--metrics-port", type=int, default=8002)
+    serve_cmd.add_argument(
+        "--metrics-config",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="counter_latencies=<bool> (true), histogram_latencies=<bool> (false)",
+    )
+    _add_bool(serve_cmd, "--allow-cpu-metrics", True, "report CPU utilisation and memory")
+    _add_bool(serve_cmd, "--allow-gpu-metrics", True, "accepted for compatibility")
     serve_cmd.add_argument(
         "--log-verbose", type=int, default=0, metavar="LEVEL", help="verbose logging when > 0"
     )
@@ -126,6 +140,7 @@ def _run_serve(args: argparse.Namespace) -> int:
         backend_options.setdefault(backend, {})[key] = value
     try:
         plugins = create_plugin_manager(args.disable_plugin)
+        metrics = MetricsOptions.parse(args.metrics_config, args.allow_cpu_metrics)
     except ValueError as exc:
         logging.getLogger("triton_core").error("%s", exc)
         return 2
@@ -137,6 +152,7 @@ def _run_serve(args: argparse.Namespace) -> int:
         auto_complete_config=not (args.disable_auto_complete_config or args.strict_model_config),
         backend_options=backend_options,
         model_load_thread_count=args.model_load_thread_count,
+        latency_buckets_ms=DEFAULT_LATENCY_BUCKETS_MS if metrics.histogram_latencies else None,
     )
     frontends = FrontendOptions(
         allow_http=args.allow_http,
@@ -146,6 +162,10 @@ def _run_serve(args: argparse.Namespace) -> int:
         allow_grpc=args.allow_grpc,
         grpc_address=args.grpc_address,
         grpc_port=args.grpc_port,
+        allow_metrics=args.allow_metrics,
+        metrics_address=args.metrics_address,
+        metrics_port=args.metrics_port,
+        metrics=metrics,
         exit_timeout_secs=args.exit_timeout_secs,
     )
     server = Server(options, plugins)

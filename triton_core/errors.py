@@ -30,10 +30,19 @@ class Status(enum.Enum):
 class TritonError(Exception):
     """An error with a Triton status; its message is what clients see."""
 
-    def __init__(self, status: Status, message: str) -> None:
+    def __init__(self, status: Status, message: str, *, reason: str | None = None) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
+        #: why the request failed, for statistics and metrics: REJECTED, CANCELED, BACKEND or
+        #: OTHER (None: decided from the status)
+        self.reason = reason
+
+    @property
+    def failure_reason(self) -> str:
+        if self.reason is not None:
+            return self.reason
+        return "CANCELED" if self.status is Status.CANCELLED else "OTHER"
 
     def __repr__(self) -> str:
         return f"TritonError({self.status.name}, {self.message!r})"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -17,6 +18,7 @@ if TYPE_CHECKING:
     from triton_core.protos.model_config_pb2 import ModelConfig
     from triton_core.scheduling.base import Scheduler
     from triton_core.scheduling.executor import InstancePool
+    from triton_core.statistics import ModelStatistics
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +113,7 @@ class ModelSignature:
             raise invalid_arg(
                 f"inference request batch-size must be <= {self.max_batch_size} for '{model}'"
             )
+        request.batch_size = batch_size if batch_size >= 0 else 1
         if len(inputs) != len(specs) and not self.required.issubset(inputs):
             missing = [name for name in specs if name in self.required and name not in inputs]
             raise invalid_arg(
@@ -194,6 +197,7 @@ class LoadedModel:
         backend_model: BackendModel,
         pool: InstancePool,
         scheduler: Scheduler,
+        statistics: ModelStatistics,
     ) -> None:
         self.name = config.name
         self.version = version
@@ -202,12 +206,14 @@ class LoadedModel:
         self.backend_model = backend_model
         self.pool = pool
         self.scheduler = scheduler
+        self.statistics = statistics
         self.platform = config.platform or config.backend
         self.decoupled = config.model_transaction_policy.decoupled
 
     def enqueue(self, request: InferenceRequest) -> asyncio.Future[InferenceResponse]:
         """Validate and hand the request to the scheduler (raises on invalid input)."""
         self.signature.validate(request)
+        request.queued_ns = time.monotonic_ns()
         return self.scheduler.enqueue(request)
 
     async def unload(self) -> None:

@@ -10,12 +10,13 @@ import asyncio
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
+from time import monotonic_ns
 from typing import TYPE_CHECKING
 
 from triton_core import __version__
 from triton_core.config import ModelConfig, config_to_json
 from triton_core.devices import gpu_count
-from triton_core.errors import TritonError, internal, unavailable, unsupported
+from triton_core.errors import TritonError, internal, invalid_arg, unavailable, unsupported
 from triton_core.plugins import PluginManager, create_plugin_manager
 from triton_core.repository.loader import LoaderOptions, ModelLoader
 from triton_core.repository.manager import ModelRepositoryManager
@@ -29,6 +30,7 @@ from triton_core.types import (
 
 if TYPE_CHECKING:
     from triton_core.model import LoadedModel
+    from triton_core.statistics import ModelStatistics
 
 logger = logging.getLogger(__name__)
 
@@ -38,6 +40,7 @@ EXTENSIONS = (
     "model_configuration",
     "binary_tensor_data",
     "parameters",
+    "statistics",
 )
 
 
@@ -53,6 +56,8 @@ class ServerOptions:
     #: ``--backend-config`` settings by backend name ("" holds global ones)
     backend_options: dict[str, dict[str, str]] = field(default_factory=dict)
     model_load_thread_count: int = 4
+    #: bucket bounds (ms) of per-model latency histograms; None records none
+    latency_buckets_ms: tuple[float, ...] | None = None
 
 
 class Server:
@@ -87,6 +92,7 @@ class Server:
                 auto_complete_config=self.options.auto_complete_config,
                 backend_options=self.options.backend_options,
                 gpu_count=gpu_count(),
+                latency_buckets_ms=self.options.latency_buckets_ms,
             ),
             loop,
         )
@@ -171,6 +177,31 @@ class Server:
     def model_is_decoupled(self, name: str, version: int = -1) -> bool:
         return self.models.get(name, version).decoupled
 
+    def statistics(self, name: str = "", version: int = -1) -> list[ModelStatistics]:
+        """Statistics of ready model versions: all models, one model, or one version.
+
+        Raises INVALID_ARG for a model with no ready version (or a version that is not ready).
+        """
+        if not name:
+            return [model.statistics for model in self.models.ready_models()]
+        if version >= 0:
+            if not self._safe_is_ready(name, version):
+                raise invalid_arg(f"requested model version is not available for model '{name}'")
+            return [self.models.get(name, version).statistics]
+        try:
+            versions = self.models.ready_versions(name)
+        except TritonError:
+            versions = []
+        if not versions:
+            raise invalid_arg(f"requested model '{name}' is not available")
+        return [self.models.get(name, v).statistics for v in versions]
+
+    def _safe_is_ready(self, name: str, version: int) -> bool:
+        try:
+            return self.models.is_ready(name, version)
+        except TritonError:
+            return False
+
     def repository_index(self, ready_only: bool = False) -> list[ModelIndexEntry]:
         return self.models.index(ready_only)
 
@@ -192,15 +223,21 @@ class Server:
             raise unsupported(
                 f"model '{model.name}' is decoupled; use a streaming API for its responses"
             )
+        received = monotonic_ns()
+        statistics = model.statistics
         self._inflight += 1
         try:
-            return await model.enqueue(request)
-        except TritonError:
+            response = await model.enqueue(request)
+        except TritonError as error:
+            statistics.record_failure(monotonic_ns() - received, error.failure_reason)
             raise
         except Exception as exc:
+            statistics.record_failure(monotonic_ns() - received, "OTHER")
             logger.exception("inference on model '%s' failed", model.name)
             raise internal(f"inference on model '{model.name}' failed: {exc}") from exc
         finally:
             self._inflight -= 1
             if self._idle is not None and not self._inflight:
                 self._idle.set()
+        statistics.record_success(monotonic_ns() - received)
+        return response

@@ -58,6 +58,10 @@ class InferenceRequest:
     timeout_us: int = 0
     correlation_id: int | str = 0
     flags: RequestFlag = RequestFlag.NONE
+    #: set by the server: the batch size (first dimension, or 1 for non-batching models)
+    batch_size: int = 1
+    #: set by the server: monotonic ns when the request entered its model's scheduler
+    queued_ns: int = 0
 
     def output_names(self) -> list[str] | None:
         """Names of the requested outputs, or None for all of them."""

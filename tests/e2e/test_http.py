@@ -34,7 +34,8 @@ def test_health_and_metadata(client):
     metadata = client.get_server_metadata()
     assert metadata["name"] == "triton"
     assert "binary_tensor_data" in metadata["extensions"]
-    assert "statistics" not in metadata["extensions"]
+    assert "statistics" in metadata["extensions"]
+    assert "model_repository" not in metadata["extensions"]
     model = client.get_model_metadata("simple")
     assert model == {
         "name": "simple",

@@ -447,7 +447,6 @@ async def test_typed_contents_over_the_wire(stub: pb_grpc.GRPCInferenceServiceSt
 @pytest.mark.parametrize(
     ("call", "feature"),
     [
-        (lambda c: c.get_inference_statistics(), "statistics"),
         (lambda c: c.get_model_repository_index(), "model repository"),
         (lambda c: c.load_model("echo"), "model repository"),
         (lambda c: c.unload_model("echo"), "model repository"),

@@ -259,9 +259,6 @@ def test_wrong_methods_are_405(client: falcon.testing.TestClient, method: str, p
 @pytest.mark.parametrize(
     ("method", "path", "feature"),
     [
-        ("GET", "/v2/models/stats", "model statistics"),
-        ("GET", "/v2/models/simple/stats", "model statistics"),
-        ("GET", "/v2/models/simple/versions/1/stats", "model statistics"),
         ("POST", "/v2/models/simple/generate", "generate"),
         ("POST", "/v2/models/simple/versions/1/generate_stream", "generate_stream"),
         ("POST", "/v2/repository/index", "model repository"),

@@ -6,9 +6,10 @@ import asyncio
 import logging
 import signal
 import socket
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from triton_core.errors import TritonError
+from triton_core.metrics import MetricsOptions
 from triton_core.server import Server
 
 logger = logging.getLogger("triton_core")
@@ -23,6 +24,11 @@ class FrontendOptions:
     allow_grpc: bool = True
     grpc_address: str = "0.0.0.0"
     grpc_port: int = 8001
+    allow_metrics: bool = True
+    #: None: the HTTP address, as Triton does
+    metrics_address: str | None = None
+    metrics_port: int = 8002
+    metrics: MetricsOptions = field(default_factory=MetricsOptions)
     #: seconds to let requests in flight finish after a stop signal
     exit_timeout_secs: float = 30.0
 
@@ -43,16 +49,22 @@ def _bind(address: str, port: int, what: str) -> socket.socket:
 
 
 def _check_ports(options: FrontendOptions) -> None:
-    if (
-        options.allow_http
-        and options.allow_grpc
-        and options.http_port == options.grpc_port
-        and options.http_port != 0
-    ):
-        raise ValueError(
-            f"the HTTP and gRPC endpoints cannot share port {options.http_port}; "
-            "change --http-port or --grpc-port"
-        )
+    ports = []
+    if options.allow_http:
+        ports.append(("HTTP", options.http_port, "--http-port"))
+    if options.allow_grpc:
+        ports.append(("gRPC", options.grpc_port, "--grpc-port"))
+    if options.allow_metrics:
+        ports.append(("metrics", options.metrics_port, "--metrics-port"))
+    seen: dict[int, tuple[str, str]] = {}
+    for name, port, flag in ports:
+        if port and port in seen:
+            other, other_flag = seen[port]
+            raise ValueError(
+                f"the {other} and {name} endpoints cannot share port {port}; "
+                f"change {other_flag} or {flag}"
+            )
+        seen[port] = (name, flag)
 
 
 async def serve(server: Server, options: FrontendOptions) -> int:
@@ -62,20 +74,32 @@ async def serve(server: Server, options: FrontendOptions) -> int:
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
-    http_socket = (
-        _bind(options.http_address, options.http_port, "HTTP") if options.allow_http else None
-    )
+    sockets = {}
+    if options.allow_http:
+        sockets["HTTP"] = _bind(options.http_address, options.http_port, "HTTP")
+    metrics_address = options.metrics_address or options.http_address
+    if options.allow_metrics:
+        sockets["metrics"] = _bind(metrics_address, options.metrics_port, "metrics")
     try:
         await server.start()
     except TritonError as error:
         logger.error("%s", error.message)
-        if http_socket is not None:
-            http_socket.close()
+        for sock in sockets.values():
+            sock.close()
         return 1
-    http_server, http_task = None, None
-    if http_socket is not None:
-        http_server, http_task = _start_http(server, options, http_socket)
+    uvicorn_servers = []
+    if "HTTP" in sockets:
+        from triton_core.frontends.http.app import create_app
+
+        app = create_app(server, max_input_size=options.http_max_input_size)
+        uvicorn_servers.append(_start_uvicorn(app, sockets["HTTP"], options))
         logger.info("Started HTTPService at %s:%d", options.http_address, options.http_port)
+    if "metrics" in sockets:
+        from triton_core.metrics import create_metrics_app, create_registry
+
+        app = create_metrics_app(create_registry(server, options.metrics))
+        uvicorn_servers.append(_start_uvicorn(app, sockets["metrics"], options))
+        logger.info("Started Metrics Service at %s:%d", metrics_address, options.metrics_port)
     grpc_server = None
     if options.allow_grpc:
         from triton_core.frontends.grpc.server import create_grpc_server
@@ -91,9 +115,9 @@ async def serve(server: Server, options: FrontendOptions) -> int:
     waits = []
     if grpc_server is not None:
         waits.append(grpc_server.stop(options.exit_timeout_secs))
-    if http_server is not None and http_task is not None:
-        http_server.should_exit = True
-        waits.append(asyncio.wait_for(http_task, options.exit_timeout_secs + 1))
+    for uvicorn_server, task in uvicorn_servers:
+        uvicorn_server.should_exit = True
+        waits.append(asyncio.wait_for(task, options.exit_timeout_secs + 1))
     results = await asyncio.gather(*waits, return_exceptions=True)
     for result in results:
         if isinstance(result, BaseException):
@@ -103,7 +127,7 @@ async def serve(server: Server, options: FrontendOptions) -> int:
     return 0
 
 
-def _start_http(server: Server, options: FrontendOptions, sock: socket.socket):  # type: ignore[no-untyped-def]
+def _start_uvicorn(app, sock: socket.socket, options: FrontendOptions):  # type: ignore[no-untyped-def]
     import contextlib
 
     import uvicorn
@@ -113,9 +137,6 @@ def _start_http(server: Server, options: FrontendOptions, sock: socket.socket): 
         def capture_signals(self):  # type: ignore[no-untyped-def,override]
             return contextlib.nullcontext()
 
-    from triton_core.frontends.http.app import create_app
-
-    app = create_app(server, max_input_size=options.http_max_input_size)
     config = uvicorn.Config(
         app,
         loop="none",

@@ -23,6 +23,7 @@ from triton_core.registry import BackendRegistry, SchedulerRegistry
 from triton_core.repository.layout import is_within, select_versions, version_folders
 from triton_core.scheduling.base import SchedulerContext
 from triton_core.scheduling.executor import InstancePool
+from triton_core.statistics import ModelStatistics
 
 logger = logging.getLogger(__name__)
 
@@ -33,6 +34,8 @@ class LoaderOptions:
     #: ``--backend-config`` settings by backend name ("" holds global ones)
     backend_options: dict[str, dict[str, str]] = field(default_factory=dict)
     gpu_count: int = 0
+    #: histogram buckets (ms) for request latencies; None records no histogram
+    latency_buckets_ms: tuple[float, ...] | None = None
 
 
 @dataclass(slots=True)
@@ -182,9 +185,12 @@ class ModelLoader:
         def finish(requests, responses):  # type: ignore[no-untyped-def]
             return signature.finish(requests, responses, version)
 
-        pool = InstancePool(instances, names, self._loop, finish, config.name)
-        scheduler = factory.value(SchedulerContext(config.name, version, config, pool, self._loop))
-        return LoadedModel(config, version, signature, backend_model, pool, scheduler)
+        statistics = ModelStatistics(config.name, version, self._options.latency_buckets_ms)
+        pool = InstancePool(instances, names, self._loop, finish, config.name, statistics)
+        scheduler = factory.value(
+            SchedulerContext(config.name, version, config, pool, self._loop, statistics)
+        )
+        return LoadedModel(config, version, signature, backend_model, pool, scheduler, statistics)
 
     @staticmethod
     def _read_labels(config: ModelConfig, model_dir: Path) -> dict[str, list[str]]:

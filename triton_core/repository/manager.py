@@ -184,12 +184,14 @@ class ModelRepositoryManager:
                 return False
         return True
 
-    def loaded_models(self) -> list[LoadedModel]:
+    def ready_models(self) -> list[LoadedModel]:
+        """Every ready model version, by name then version."""
         return [
-            state.model
-            for record in self._models.values()
-            for state in record.versions.values()
-            if state.model is not None
+            record.versions[version].model  # type: ignore[misc]
+            for name, record in sorted(self._models.items())
+            for version in sorted(record.versions)
+            if record.versions[version].state == READY
+            and record.versions[version].model is not None
         ]
 
     def index(self, ready_only: bool = False) -> list[ModelIndexEntry]:

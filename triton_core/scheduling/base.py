@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from triton_core.protos.model_config_pb2 import ModelConfig
     from triton_core.scheduling.executor import InstancePool
+    from triton_core.statistics import ModelStatistics
     from triton_core.types import InferenceRequest, InferenceResponse
 
 
@@ -23,6 +24,8 @@ class SchedulerContext:
     #: the model's instances, each with its own worker thread
     pool: InstancePool
     loop: asyncio.AbstractEventLoop
+    #: the version's statistics; schedulers record why they dispatch each batch here
+    statistics: ModelStatistics
 
 
 class Scheduler(ABC):

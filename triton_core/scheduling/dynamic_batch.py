@@ -37,6 +37,7 @@ class DynamicBatcher(Scheduler):
         batching = config.dynamic_batching
         self._pool = context.pool
         self._loop = context.loop
+        self._statistics = context.statistics
         self._max_batch = max(1, config.max_batch_size)
         self._preferred = sorted(set(batching.preferred_batch_size)) or [self._max_batch]
         self._delay = batching.max_queue_delay_microseconds / 1e6
@@ -99,7 +100,7 @@ class DynamicBatcher(Scheduler):
             ):
                 self._arm_timer(head.arrival + self._delay)
                 return
-            self._submit(chosen, target)
+            self._submit(chosen, target, self._reason(target))
             deadline_passed = False
 
     def _candidates(self, head: _Pending) -> tuple[list[_Pending], int]:
@@ -121,7 +122,16 @@ class DynamicBatcher(Scheduler):
         fitting = [size for size in self._preferred if size <= available]
         return fitting[-1] if fitting else available
 
-    def _submit(self, chosen: list[_Pending], target: int) -> None:
+    def _reason(self, size: int) -> str:
+        """Why a batch of ``size`` goes now, for the batch-dispatch metric."""
+        if size >= self._max_batch:
+            return "max_batch_size"
+        if size in self._preferred:
+            return "preferred_batch_size"
+        # otherwise the oldest request has waited max_queue_delay, or no delay is set
+        return "max_queue_delay" if self._delay > 0 else "instance_free"
+
+    def _submit(self, chosen: list[_Pending], target: int, reason: str) -> None:
         requests, futures = [], []
         size = 0
         taken = set()
@@ -137,6 +147,7 @@ class DynamicBatcher(Scheduler):
         else:
             self._queue = deque(p for p in self._queue if id(p) not in taken)
         self._free -= 1
+        self._statistics.record_dispatch(reason)
         self._pool.submit(requests, futures)
 
     def _arm_timer(self, when: float) -> None:

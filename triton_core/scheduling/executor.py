@@ -12,9 +12,11 @@ import logging
 import threading
 from collections.abc import Callable, Sequence
 from queue import SimpleQueue
+from time import monotonic_ns
 from typing import TYPE_CHECKING
 
-from triton_core.errors import TritonError, internal
+from triton_core.errors import Status, TritonError
+from triton_core.statistics import ExecutionTimes, ModelStatistics
 
 if TYPE_CHECKING:
     from triton_core.backend import ModelInstance
@@ -41,8 +43,10 @@ class InstancePool:
         loop: asyncio.AbstractEventLoop,
         finish: ResponseFinisher,
         model_name: str,
+        statistics: ModelStatistics | None = None,
     ) -> None:
         self.instances = list(instances)
+        self.statistics = statistics if statistics is not None else ModelStatistics(model_name, 0)
         self._loop = loop
         self._finish = finish
         self._model_name = model_name
@@ -101,37 +105,62 @@ class InstancePool:
             with self._lock:
                 self._idle -= 1
             requests, futures = batch
+            start = monotonic_ns()
+            infer_start = infer_end = start
             try:
-                results = self._finish(requests, instance.execute(requests))
+                infer_start = monotonic_ns()
+                responses = instance.execute(requests)
+                infer_end = monotonic_ns()
+                results = self._finish(requests, responses)
             except TritonError as error:
+                error.reason = error.reason or "BACKEND"
                 results = [error] * len(requests)
             except Exception as exc:  # a backend bug must fail the batch, not the thread
                 logger.exception("model '%s' failed to execute a batch", self._model_name)
-                results = [internal(f"model '{self._model_name}' failed: {exc}")] * len(requests)
+                error = TritonError(
+                    Status.INTERNAL, f"model '{self._model_name}' failed: {exc}", reason="BACKEND"
+                )
+                results = [error] * len(requests)
+            end = monotonic_ns()
+            times = ExecutionTimes(
+                start, infer_start - start, infer_end - infer_start, max(0, end - infer_end)
+            )
             with self._lock:
                 self._idle += 1
             try:
-                call_soon(resolve, futures, results)
+                call_soon(resolve, requests, futures, results, times)
             except RuntimeError:  # loop closed during shutdown
                 return
 
     def _resolve(
         self,
+        requests: list[InferenceRequest],
         futures: list[asyncio.Future[InferenceResponse]],
         results: list[InferenceResponse | TritonError],
+        times: ExecutionTimes,
     ) -> None:
         self._outstanding -= 1
         if self._drained is not None and not self._outstanding:
             self._drained.set()
+        try:
+            self.statistics.record_execution(
+                sum(request.batch_size for request in requests),
+                [request.queued_ns for request in requests],
+                times,
+            )
+        except Exception:  # statistics must never keep a response from its client
+            logger.exception("recording statistics of model '%s' failed", self._model_name)
         for future, result in zip(futures, results, strict=True):
             if future.done():
                 continue
             if isinstance(result, TritonError):
+                if result.reason is None:
+                    result.reason = "BACKEND"
                 future.set_exception(result)
             else:
                 future.set_result(result)
         if self.on_batch_done is not None:
-            self.on_batch_done()
+            self.on_batch_done()  # the scheduler may dispatch its next batch now
 
     def stop(self) -> None:
         """Let queued batches finish, then end the threads and finalize the instances."""

@@ -17,6 +17,7 @@ from triton_core.dtypes import NUMPY_DTYPES, deserialize_bytes, serialize_bytes
 from triton_core.errors import TritonError, invalid_arg, not_found
 from triton_core.frontends.common import apply_request_parameters, parse_version
 from triton_core.protos import grpc_service_pb2 as pb
+from triton_core.statistics import Duration, ModelStatistics
 from triton_core.types import (
     InferenceRequest,
     InferenceResponse,
@@ -395,3 +396,33 @@ def _set_parameters(
             param.double_param = value
         else:
             param.string_param = str(value)
+
+
+def _fill_duration(message: pb.StatisticDuration, duration: Duration) -> None:
+    message.count = duration.count
+    message.ns = duration.ns
+
+
+def encode_statistics(statistics: list[ModelStatistics]) -> pb.ModelStatisticsResponse:
+    """The statistics extension's response message."""
+    response = pb.ModelStatisticsResponse()
+    for stats in statistics:
+        entry = response.model_stats.add()
+        entry.name = stats.name
+        entry.version = str(stats.version)
+        entry.last_inference = stats.last_inference_ms
+        entry.inference_count = stats.inference_count
+        entry.execution_count = stats.execution_count
+        inference = entry.inference_stats
+        for field_name in (
+            "success", "fail", "queue", "compute_input", "compute_infer", "compute_output",
+            "cache_hit", "cache_miss",
+        ):  # fmt: skip
+            _fill_duration(getattr(inference, field_name), getattr(stats, field_name))
+        for size, batch in sorted(stats.batches.items()):
+            batch_entry = entry.batch_stats.add()
+            batch_entry.batch_size = size
+            _fill_duration(batch_entry.compute_input, batch.compute_input)
+            _fill_duration(batch_entry.compute_infer, batch.compute_infer)
+            _fill_duration(batch_entry.compute_output, batch.compute_output)
+    return response

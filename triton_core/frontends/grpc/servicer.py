@@ -20,6 +20,7 @@ from triton_core.frontends.grpc.codec import (
     decode_infer_request,
     decode_stream_request,
     encode_infer_response,
+    encode_statistics,
     encode_stream_error,
     encode_stream_response,
 )
@@ -29,6 +30,7 @@ from triton_core.protos import health_pb2, health_pb2_grpc
 
 if TYPE_CHECKING:
     from triton_core.protos import model_config_pb2
+    from triton_core.statistics import ModelStatistics
     from triton_core.types import (
         InferenceRequest,
         InferenceResponse,
@@ -62,6 +64,7 @@ class ServerAPI(Protocol):
     def model_config(self, name: str, version: int = -1) -> model_config_pb2.ModelConfig: ...
     def model_is_decoupled(self, name: str, version: int = -1) -> bool: ...
     async def infer(self, request: InferenceRequest) -> InferenceResponse: ...
+    def statistics(self, name: str = "", version: int = -1) -> list[ModelStatistics]: ...
 
 
 async def _abort(context: grpc.aio.ServicerContext, error: TritonError) -> NoReturn:
@@ -188,6 +191,19 @@ class GRPCInferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
             error = _unexpected(exc)
         await _abort(context, error)
 
+    async def ModelStatistics(
+        self, request: pb.ModelStatisticsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ModelStatisticsResponse:
+        """Inference statistics of all models, one model, or one version."""
+        try:
+            version = parse_version(request.version)
+            return encode_statistics(self._server.statistics(request.name, version))
+        except TritonError as exc:
+            error = exc
+        except Exception as exc:
+            error = _unexpected(exc)
+        await _abort(context, error)
+
     # -- inference ------------------------------------------------------------------------
 
     async def ModelInfer(
@@ -277,7 +293,6 @@ class GRPCInferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
 
     # -- everything else: not supported, with a message naming the feature ----------------
 
-    ModelStatistics = _unimplemented("ModelStatistics", "the statistics extension")
     RepositoryIndex = _unimplemented("RepositoryIndex", "the model repository extension")
     RepositoryModelLoad = _unimplemented(
         "RepositoryModelLoad", "the model repository extension (explicit model load)"

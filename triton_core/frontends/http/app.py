@@ -25,9 +25,11 @@ from triton_core.frontends.http.codec import (
     decode_raw_request,
     decode_request,
     encode_response,
+    encode_statistics,
 )
 
 if TYPE_CHECKING:
+    from triton_core.statistics import ModelStatistics
     from triton_core.types import (
         InferenceRequest,
         InferenceResponse,
@@ -55,6 +57,7 @@ class InferenceServerAPI(Protocol):
     def model_config_json(self, name: str, version: int = -1) -> dict[str, Any]: ...
     def model_is_decoupled(self, name: str, version: int = -1) -> bool: ...
     async def infer(self, request: InferenceRequest) -> InferenceResponse: ...
+    def statistics(self, name: str = "", version: int = -1) -> list[ModelStatistics]: ...
 
 
 def create_app(server: InferenceServerAPI, *, max_input_size: int = 1 << 26) -> falcon.asgi.App:
@@ -76,7 +79,6 @@ def create_app(server: InferenceServerAPI, *, max_input_size: int = 1 << 26) -> 
 
     model = _ModelResource(server, max_input_size)
     unsupported_model_routes = {
-        "stats": _Unsupported("model statistics", "GET"),
         "generate": _Unsupported("generate", "POST"),
         "generate_stream": _Unsupported("generate_stream", "POST"),
     }
@@ -85,10 +87,11 @@ def create_app(server: InferenceServerAPI, *, max_input_size: int = 1 << 26) -> 
         app.add_route(prefix + "/ready", model, suffix="ready")
         app.add_route(prefix + "/config", model, suffix="config")
         app.add_route(prefix + "/infer", model, suffix="infer")
+        app.add_route(prefix + "/stats", model, suffix="stats")
         for kind, resource in unsupported_model_routes.items():
             app.add_route(f"{prefix}/{kind}", resource)
     # checked before the model routes by Triton: a model named 'stats' has no metadata URL
-    app.add_route("/v2/models/stats", unsupported_model_routes["stats"])
+    app.add_route("/v2/models/stats", _AllStatisticsResource(server))
 
     trace = _Unsupported("trace", "GET", "POST")
     app.add_route("/v2/trace/setting", trace)
@@ -193,6 +196,18 @@ class _ModelResource:
             resp.content_type = _JSON
             resp.data = b'{"error":"Model version not ready"}'
 
+    async def on_get_stats(
+        self,
+        req: falcon.asgi.Request,
+        resp: falcon.asgi.Response,
+        model_name: str,
+        version: str = "",
+    ) -> None:
+        model_name = _model_name(req, model_name)
+        statistics = self._server.statistics(model_name, parse_version(version))
+        resp.content_type = _JSON
+        resp.data = encode_statistics(statistics)
+
     async def on_get_config(
         self,
         req: falcon.asgi.Request,
@@ -277,6 +292,17 @@ class _ModelResource:
                 raise compression.too_large("request body", None, limit)
             chunks.append(chunk)
         return b"".join(chunks)
+
+
+class _AllStatisticsResource:
+    """``/v2/models/stats``: every ready model version."""
+
+    def __init__(self, server: InferenceServerAPI) -> None:
+        self._server = server
+
+    async def on_get(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
+        resp.content_type = _JSON
+        resp.data = encode_statistics(self._server.statistics())
 
 
 class _Unsupported:

@@ -23,6 +23,7 @@ from triton_core.dtypes import (
 )
 from triton_core.errors import internal, invalid_arg, unsupported
 from triton_core.frontends.common import apply_request_parameters
+from triton_core.statistics import Duration, ModelStatistics
 from triton_core.types import (
     InferenceRequest,
     InferenceResponse,
@@ -656,3 +657,46 @@ def _as_bytes(item: Any) -> bytes:
     if isinstance(item, bytearray | memoryview):
         return bytes(item)
     return str(item).encode("utf-8")
+
+
+def _duration(duration: Duration) -> dict[str, int]:
+    return {"count": duration.count, "ns": duration.ns}
+
+
+def encode_statistics(statistics: list[ModelStatistics]) -> bytes:
+    """The statistics extension's JSON body (``{"model_stats": [...]}``)."""
+    return orjson.dumps(
+        {
+            "model_stats": [
+                {
+                    "name": stats.name,
+                    "version": str(stats.version),
+                    "last_inference": stats.last_inference_ms,
+                    "inference_count": stats.inference_count,
+                    "execution_count": stats.execution_count,
+                    "inference_stats": {
+                        "success": _duration(stats.success),
+                        "fail": _duration(stats.fail),
+                        "queue": _duration(stats.queue),
+                        "compute_input": _duration(stats.compute_input),
+                        "compute_infer": _duration(stats.compute_infer),
+                        "compute_output": _duration(stats.compute_output),
+                        "cache_hit": _duration(stats.cache_hit),
+                        "cache_miss": _duration(stats.cache_miss),
+                    },
+                    "response_stats": {},
+                    "batch_stats": [
+                        {
+                            "batch_size": size,
+                            "compute_input": _duration(batch.compute_input),
+                            "compute_infer": _duration(batch.compute_infer),
+                            "compute_output": _duration(batch.compute_output),
+                        }
+                        for size, batch in sorted(stats.batches.items())
+                    ],
+                    "memory_usage": [],
+                }
+                for stats in statistics
+            ]
+        }
+    )

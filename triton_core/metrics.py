@@ -1,0 +1,316 @@
+"""Prometheus metrics with Triton's names, read from the statistics at scrape time.
+
+A collector on a registry of the server's own (never the global one) turns each model
+version's :class:`~triton_core.statistics.ModelStatistics` into metric families when
+``/metrics`` is scraped, so requests pay nothing for metrics.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from prometheus_client import CollectorRegistry
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
+
+if TYPE_CHECKING:
+    from triton_core.server import Server
+    from triton_core.statistics import Duration, ModelStatistics
+
+#: Prometheus text exposition format
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+@dataclass(slots=True)
+class MetricsOptions:
+    """``--metrics-config`` settings and ``--allow-cpu-metrics``."""
+
+    counter_latencies: bool = True
+    histogram_latencies: bool = False
+    allow_cpu_metrics: bool = True
+
+    @classmethod
+    def parse(cls, settings: list[str], allow_cpu_metrics: bool = True) -> MetricsOptions:
+        """From ``key=value`` strings; raises ValueError naming an unknown key or bad value."""
+        options = cls(allow_cpu_metrics=allow_cpu_metrics)
+        for setting in settings:
+            key, sep, value = setting.partition("=")
+            if not sep or key not in ("counter_latencies", "histogram_latencies"):
+                raise ValueError(
+                    f"--metrics-config: unknown setting '{setting}' (known: "
+                    "counter_latencies=<bool>, histogram_latencies=<bool>)"
+                )
+            if value.lower() not in ("true", "false", "1", "0"):
+                raise ValueError(f"--metrics-config: {key} must be true or false, got '{value}'")
+            setattr(options, key, value.lower() in ("true", "1"))
+        return options
+
+
+_COUNTERS = {
+    "nv_inference_request_success": "Number of successful inference requests, all batch sizes",
+    "nv_inference_request_failure": "Number of failed inference requests, all batch sizes",
+    "nv_inference_count": "Number of inferences performed (does not include cached requests)",
+    "nv_inference_exec_count": (
+        "Number of model executions performed (does not include cached requests)"
+    ),
+}
+_DURATIONS = {
+    "nv_inference_request_duration_us": (
+        "Cumulative inference request duration in microseconds (includes cached requests)"
+    ),
+    "nv_inference_queue_duration_us": (
+        "Cumulative inference queuing duration in microseconds (includes cached requests)"
+    ),
+    "nv_inference_compute_input_duration_us": (
+        "Cumulative compute input duration in microseconds (does not include cached requests)"
+    ),
+    "nv_inference_compute_infer_duration_us": (
+        "Cumulative compute inference duration in microseconds (does not include cached requests)"
+    ),
+    "nv_inference_compute_output_duration_us": (
+        "Cumulative inference compute output duration in microseconds "
+        "(does not include cached requests)"
+    ),
+}
+_CACHE = {
+    "nv_cache_num_hits_per_model": "Number of cache hits per model",
+    "nv_cache_num_misses_per_model": "Number of cache misses per model",
+    "nv_cache_hit_duration_per_model": "Total cache hit duration per model, in microseconds",
+    "nv_cache_miss_duration_per_model": (
+        "Total cache miss (insert+lookup) duration per model, in microseconds"
+    ),
+}
+
+
+def _family(name: str, documentation: str, kind: str) -> Metric:
+    metric = Metric(name, documentation, kind)
+    metric.name = name  # Metric drops a "_total" suffix from counter names; Triton has none
+    return metric
+
+
+class TritonCollector(Collector):
+    """Triton's metric families for every ready model version, plus CPU metrics."""
+
+    def __init__(self, server: Server, options: MetricsOptions) -> None:
+        self._server = server
+        self._options = options
+        self._cpu = _CpuSampler()
+
+    def collect(self) -> Iterator[Metric]:
+        try:
+            models = self._server.models.ready_models()
+        except Exception:  # not started yet, or stopped
+            models = []
+        yield from self._model_families(models)
+        if self._options.allow_cpu_metrics:
+            yield from self._cpu.families()
+
+    def _model_families(self, models: list) -> Iterator[Metric]:  # type: ignore[type-arg]
+        counters = _COUNTERS
+        families = {name: _family(name, doc, "counter") for name, doc in counters.items()}
+        pending = _family(
+            "nv_inference_pending_request_count",
+            "Instantaneous number of pending requests awaiting execution per-model.",
+            "gauge",
+        )
+        durations = _DURATIONS
+        duration_families = {n: _family(n, d, "counter") for n, d in durations.items()}
+        cache = _CACHE
+        cache_families = {n: _family(n, d, "counter") for n, d in cache.items()}
+        histogram = _family(
+            "nv_inference_first_response_histogram_ms",
+            "Duration from request to first response in milliseconds",
+            "histogram",
+        )
+        batch_sizes = _family(
+            "nv_inference_batch_size",
+            "Executions by batch size (beyond Triton: shows why throughput is what it is)",
+            "histogram",
+        )
+        dispatch = _family(
+            "nv_inference_batch_dispatch",
+            "Batches sent to an instance, by why the batcher sent them (beyond Triton)",
+            "counter",
+        )
+        for model in models:
+            stats: ModelStatistics = model.statistics
+            labels = {"model": stats.name, "version": str(stats.version)}
+            families["nv_inference_request_success"].add_sample(
+                "nv_inference_request_success", labels, stats.success.count
+            )
+            for reason, count in stats.failures.items():
+                families["nv_inference_request_failure"].add_sample(
+                    "nv_inference_request_failure", {**labels, "reason": reason}, count
+                )
+            families["nv_inference_count"].add_sample(
+                "nv_inference_count", labels, stats.inference_count
+            )
+            families["nv_inference_exec_count"].add_sample(
+                "nv_inference_exec_count", labels, stats.execution_count
+            )
+            pending.add_sample(
+                "nv_inference_pending_request_count", labels, model.scheduler.pending_count
+            )
+            if self._options.counter_latencies:
+                request_ns = stats.success.ns + stats.fail.ns
+                for name, value in (
+                    ("nv_inference_request_duration_us", request_ns),
+                    ("nv_inference_queue_duration_us", stats.queue.ns),
+                    ("nv_inference_compute_input_duration_us", stats.compute_input.ns),
+                    ("nv_inference_compute_infer_duration_us", stats.compute_infer.ns),
+                    ("nv_inference_compute_output_duration_us", stats.compute_output.ns),
+                ):
+                    duration_families[name].add_sample(name, labels, value // 1000)
+            if stats.cache_hit.count or stats.cache_miss.count:
+                for name, value in (
+                    ("nv_cache_num_hits_per_model", stats.cache_hit.count),
+                    ("nv_cache_num_misses_per_model", stats.cache_miss.count),
+                    ("nv_cache_hit_duration_per_model", _micros(stats.cache_hit)),
+                    ("nv_cache_miss_duration_per_model", _micros(stats.cache_miss)),
+                ):
+                    cache_families[name].add_sample(name, labels, value)
+            if self._options.histogram_latencies and stats.request_latency_ms is not None:
+                _add_histogram(histogram, "nv_inference_first_response_histogram_ms", labels, stats)
+            _add_batch_sizes(batch_sizes, labels, stats.batch_size_histogram)
+            for reason, count in sorted(stats.dispatch_reasons.items()):
+                dispatch.add_sample(
+                    "nv_inference_batch_dispatch", {**labels, "reason": reason}, count
+                )
+        yield from families.values()
+        yield pending
+        if self._options.counter_latencies:
+            yield from duration_families.values()
+        if any(family.samples for family in cache_families.values()):
+            yield from cache_families.values()
+        if self._options.histogram_latencies:
+            yield histogram
+        yield batch_sizes
+        yield dispatch
+
+
+def _micros(duration: Duration) -> int:
+    return duration.ns // 1000
+
+
+def _add_histogram(family: Metric, name: str, labels: dict, stats: ModelStatistics) -> None:  # type: ignore[type-arg]
+    histogram = stats.request_latency_ms
+    assert histogram is not None
+    for bound, count in histogram.cumulative():
+        family.add_sample(f"{name}_bucket", {**labels, "le": bound}, count)
+    family.add_sample(f"{name}_count", labels, sum(histogram.counts))
+    family.add_sample(f"{name}_sum", labels, histogram.sum)
+
+
+def _add_batch_sizes(family: Metric, labels: dict, sizes: dict[int, int]) -> None:  # type: ignore[type-arg]
+    if not sizes:
+        return
+    total = 0
+    bounds = sorted({1, 2, 4, 8, 16, 32, 64, 128, 256, *sizes})
+    for bound in bounds:
+        total = sum(count for size, count in sizes.items() if size <= bound)
+        family.add_sample("nv_inference_batch_size_bucket", {**labels, "le": f"{bound}.0"}, total)
+    family.add_sample("nv_inference_batch_size_bucket", {**labels, "le": "+Inf"}, total)
+    weighted = sum(size * count for size, count in sizes.items())
+    family.add_sample("nv_inference_batch_size_count", labels, total)
+    family.add_sample("nv_inference_batch_size_sum", labels, weighted)
+
+
+class _CpuSampler:
+    """nv_cpu_utilization and memory from /proc, utilisation over the time between scrapes."""
+
+    def __init__(self) -> None:
+        self._last = self._read_stat()
+        self._last_time = time.monotonic()
+
+    @staticmethod
+    def _read_stat() -> tuple[int, int] | None:
+        try:
+            with open("/proc/stat") as handle:
+                fields = [int(v) for v in handle.readline().split()[1:]]
+        except (OSError, ValueError):
+            return None
+        idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
+        return sum(fields), idle
+
+    def families(self) -> Iterator[Metric]:
+        current = self._read_stat()
+        utilization = 0.0
+        if current and self._last:
+            total, idle = current[0] - self._last[0], current[1] - self._last[1]
+            utilization = (total - idle) / total if total > 0 else 0.0
+        self._last = current or self._last
+        cpu = _family("nv_cpu_utilization", "CPU utilization rate [0.0 - 1.0]", "gauge")
+        cpu.add_sample("nv_cpu_utilization", {}, utilization)
+        yield cpu
+        memory = _meminfo()
+        if memory:
+            total_bytes, available = memory
+            family = _family(
+                "nv_cpu_memory_total_bytes", "CPU total memory (RAM), in bytes", "gauge"
+            )
+            family.add_sample("nv_cpu_memory_total_bytes", {}, total_bytes)
+            yield family
+            family = _family("nv_cpu_memory_used_bytes", "CPU used memory (RAM), in bytes", "gauge")
+            family.add_sample("nv_cpu_memory_used_bytes", {}, total_bytes - available)
+            yield family
+
+
+def _meminfo() -> tuple[int, int] | None:
+    values = {}
+    try:
+        with open("/proc/meminfo") as handle:
+            for line in handle:
+                key, _, rest = line.partition(":")
+                values[key] = int(rest.split()[0]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    if "MemTotal" not in values:
+        return None
+    return values["MemTotal"], values.get("MemAvailable", values.get("MemFree", 0))
+
+
+def create_registry(server: Server, options: MetricsOptions) -> CollectorRegistry:
+    """A registry of this server's own, holding the Triton collector."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(TritonCollector(server, options))
+    return registry
+
+
+def exposition(registry: CollectorRegistry) -> bytes:
+    """Prometheus text format with Triton's exact names (no ``_total`` added to counters)
+    and labels in Triton's order (model, version, then the rest)."""
+    lines = []
+    for family in registry.collect():
+        if not family.samples:
+            continue
+        documentation = family.documentation.replace("\\", r"\\").replace("\n", r"\n")
+        lines.append(f"# HELP {family.name} {documentation}")
+        lines.append(f"# TYPE {family.name} {family.type}")
+        for sample in family.samples:
+            labels = ",".join(f'{key}="{_escape(value)}"' for key, value in sample.labels.items())
+            value = sample.value
+            text = str(int(value)) if float(value).is_integer() else repr(float(value))
+            lines.append(f"{sample.name}{{{labels}}} {text}" if labels else f"{sample.name} {text}")
+    return ("\n".join(lines) + "\n").encode()
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", r"\\").replace('"', r"\"").replace("\n", r"\n")
+
+
+def create_metrics_app(registry: CollectorRegistry):  # type: ignore[no-untyped-def]
+    """The ``/metrics`` ASGI app (GET only), as Triton's metrics listener."""
+    import falcon
+    import falcon.asgi
+
+    class MetricsResource:
+        async def on_get(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
+            resp.content_type = CONTENT_TYPE
+            resp.data = exposition(registry)
+
+    app = falcon.asgi.App()
+    app.add_route("/metrics", MetricsResource())
+    return app

@@ -1,0 +1,145 @@
+"""Per-model-version inference statistics, with Triton's semantics (statistics extension).
+
+Every counter is updated on the event loop thread only, so nothing here takes a lock. The
+statistics endpoints and the Prometheus collector read the same objects, so the metrics cost
+nothing on the request path beyond these additions.
+"""
+
+from __future__ import annotations
+
+import time
+from bisect import bisect_left
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+#: Triton's failure reasons for ``nv_inference_request_failure``
+FAILURE_REASONS = ("REJECTED", "CANCELED", "BACKEND", "OTHER")
+#: default buckets (ms) of the latency histograms, as Triton's ``histogram_latencies``
+DEFAULT_LATENCY_BUCKETS_MS = (100.0, 500.0, 2000.0, 5000.0)
+
+
+@dataclass(slots=True)
+class Duration:
+    """A count and a total time in nanoseconds (Triton's StatisticDuration)."""
+
+    count: int = 0
+    ns: int = 0
+
+    def add(self, ns: int, count: int = 1) -> None:
+        self.count += count
+        self.ns += ns
+
+
+@dataclass(slots=True)
+class BatchStatistics:
+    """Executions of one batch size."""
+
+    compute_input: Duration = field(default_factory=Duration)
+    compute_infer: Duration = field(default_factory=Duration)
+    compute_output: Duration = field(default_factory=Duration)
+
+
+@dataclass(slots=True)
+class ExecutionTimes:
+    """What the instance pool measured around one batch (nanoseconds)."""
+
+    start_ns: int
+    input_ns: int
+    infer_ns: int
+    output_ns: int
+
+
+class Histogram:
+    """Cumulative-bucket histogram, exposed in Prometheus' shape."""
+
+    __slots__ = ("bounds", "counts", "sum")
+
+    def __init__(self, bounds: Sequence[float]) -> None:
+        self.bounds = tuple(sorted(bounds))
+        self.counts = [0] * (len(self.bounds) + 1)
+        self.sum = 0.0
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect_left(self.bounds, value)] += 1
+        self.sum += value
+
+    def cumulative(self) -> list[tuple[str, int]]:
+        """``(upper bound, cumulative count)`` pairs ending with ``+Inf``."""
+        total = 0
+        result = []
+        for bound, count in zip((*self.bounds, float("inf")), self.counts, strict=True):
+            total += count
+            result.append(("+Inf" if bound == float("inf") else repr(bound), total))
+        return result
+
+
+class ModelStatistics:
+    """Counters of one loaded model version."""
+
+    def __init__(self, name: str, version: int, latency_buckets_ms: Sequence[float] | None = None):
+        self.name = name
+        self.version = version
+        self.last_inference_ms = 0
+        self.inference_count = 0
+        self.execution_count = 0
+        self.success = Duration()
+        self.fail = Duration()
+        self.queue = Duration()
+        self.compute_input = Duration()
+        self.compute_infer = Duration()
+        self.compute_output = Duration()
+        self.cache_hit = Duration()
+        self.cache_miss = Duration()
+        self.batches: dict[int, BatchStatistics] = {}
+        self.failures: dict[str, int] = dict.fromkeys(FAILURE_REASONS, 0)
+        #: beyond Triton: why each batch was sent (preferred size, max size, delay ...)
+        self.dispatch_reasons: dict[str, int] = {}
+        #: beyond Triton: executions by batch size (requests' batch sizes summed)
+        self.batch_size_histogram: dict[int, int] = {}
+        buckets = latency_buckets_ms
+        self.request_latency_ms = Histogram(buckets) if buckets else None
+
+    # -- recording (event loop only) -----------------------------------------------------------
+
+    def record_execution(
+        self, batch_size: int, queued_ns: Sequence[int], times: ExecutionTimes
+    ) -> None:
+        """One batch ran: Triton counts compute times once per request and once per batch."""
+        requests = len(queued_ns)
+        self.execution_count += 1
+        self.inference_count += batch_size
+        for enqueued in queued_ns:
+            self.queue.add(max(0, times.start_ns - enqueued))
+        self.compute_input.add(times.input_ns * requests, requests)
+        self.compute_infer.add(times.infer_ns * requests, requests)
+        self.compute_output.add(times.output_ns * requests, requests)
+        batch = self.batches.get(batch_size)
+        if batch is None:
+            batch = self.batches[batch_size] = BatchStatistics()
+        batch.compute_input.add(times.input_ns)
+        batch.compute_infer.add(times.infer_ns)
+        batch.compute_output.add(times.output_ns)
+        self.batch_size_histogram[batch_size] = self.batch_size_histogram.get(batch_size, 0) + 1
+
+    def record_success(self, duration_ns: int) -> None:
+        self.success.add(duration_ns)
+        self.last_inference_ms = time.time_ns() // 1_000_000
+        if self.request_latency_ms is not None:
+            self.request_latency_ms.observe(duration_ns / 1e6)
+
+    def record_failure(self, duration_ns: int, reason: str) -> None:
+        self.fail.add(duration_ns)
+        self.failures[reason] = self.failures.get(reason, 0) + 1
+        self.last_inference_ms = time.time_ns() // 1_000_000
+
+    def record_cache_hit(self, lookup_ns: int, duration_ns: int) -> None:
+        """A response served from the cache: success and queue include it, compute does not."""
+        self.cache_hit.add(lookup_ns)
+        self.queue.add(0)
+        self.record_success(duration_ns)
+
+    def record_cache_miss(self, lookup_and_insert_ns: int) -> None:
+        self.cache_miss.add(lookup_and_insert_ns)
+
+    def record_dispatch(self, reason: str) -> None:
+        self.dispatch_reasons[reason] = self.dispatch_reasons.get(reason, 0) + 1
