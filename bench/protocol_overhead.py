@@ -95,7 +95,6 @@ def build_repositories(root: Path) -> tuple[Path, Path]:
 
 async def in_process(repo: Path, model: str, concurrency: int, seconds: float) -> dict:
     from bench.loadgen import summarize
-    from triton_core import InferenceRequest, Server, ServerOptions, Tensor
 
     data = np.random.default_rng(0).random((1, 64), dtype=np.float32)
     async with Server(ServerOptions([repo])) as server:
