@@ -24,6 +24,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+# Imported up front: the in-process measurements must run the code that was there at the start.
 from bench.common import (
     PEER_TOOLS,
     ROOT,
@@ -35,6 +36,7 @@ from bench.common import (
     run_perf_analyzer,
     triton_core_command,
 )
+from triton_core import InferenceRequest, Server, ServerOptions, Tensor
 
 INPUT = ["INPUT0:float32:1x64"]
 PLAIN_CONFIG = """
