@@ -126,3 +126,24 @@ class ServerProcess:
 
     def __exit__(self, *exc_info: object) -> None:
         self.stop()
+
+
+def write_stream_model(
+    repo: Path, name: str, *, count: int = 3, delay_ms: int = 10, finish: str = "flag"
+) -> Path:
+    """A decoupled model of the stream test backend (tests/plugins/stream_backend.py)."""
+    model_dir = repo / name
+    (model_dir / "1").mkdir(parents=True, exist_ok=True)
+    (model_dir / "1" / "model.stream").write_bytes(b"")
+    (model_dir / "config.pbtxt").write_text(
+        f"""backend: "stream"
+max_batch_size: 0
+model_transaction_policy {{ decoupled: true }}
+input [ {{ name: "IN" data_type: TYPE_INT32 dims: [ 1 ] }} ]
+output [ {{ name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] }} ]
+parameters {{ key: "count" value {{ string_value: "{count}" }} }}
+parameters {{ key: "delay_ms" value {{ string_value: "{delay_ms}" }} }}
+parameters {{ key: "finish" value {{ string_value: "{finish}" }} }}
+"""
+    )
+    return model_dir

@@ -15,7 +15,12 @@ from typing import TYPE_CHECKING
 import pluggy
 
 if TYPE_CHECKING:
-    from triton_core.registry import BackendRegistry, SchedulerRegistry
+    from triton_core.registry import (
+        BackendRegistry,
+        BatchStrategyRegistry,
+        CacheRegistry,
+        SchedulerRegistry,
+    )
     from triton_core.server import Server
 
 #: project name: the pluggy project, the entry-point group and the hook prefix's owner
@@ -49,6 +54,29 @@ def triton_register_schedulers(registry: SchedulerRegistry) -> None:
     :class:`~triton_core.scheduling.base.Scheduler`. The core picks the scheduler by the
     model config's scheduling choice: ``"default"`` (none set), ``"dynamic_batching"``,
     ``"sequence_batching"`` or ``"ensemble_scheduling"``. Returns nothing.
+    """
+
+
+@hookspec
+def triton_register_batch_strategies(registry: BatchStrategyRegistry) -> None:
+    """Register custom batching strategies: which pending requests join a batch being formed.
+
+    Called once when a :class:`~triton_core.server.Server` is created, for every plugin.
+    Call ``registry.add(name, factory)`` where ``factory(config)`` gets the model's config and
+    returns a :class:`~triton_core.scheduling.strategy.BatchStrategy`. A model with
+    ``dynamic_batching`` selects one by the config parameter ``batch_strategy`` (Triton's
+    custom batching, ``TRITON_BATCH_STRATEGY_PATH``, by name). Returns nothing.
+    """
+
+
+@hookspec
+def triton_register_caches(registry: CacheRegistry) -> None:
+    """Register response caches.
+
+    Called once when a :class:`~triton_core.server.Server` is created, for every plugin.
+    Call ``registry.add(name, factory)`` where ``factory(settings)`` gets the
+    ``--cache-config <name>,<key>=<value>`` settings as a dict of strings and returns a
+    :class:`~triton_core.cache.base.ResponseCache`. Returns nothing.
     """
 
 

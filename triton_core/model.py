@@ -53,6 +53,7 @@ class ModelSignature:
                 reshape,
             )
         self.required = frozenset(name for name, spec in self.inputs.items() if not spec.optional)
+        self.decoupled = config.model_transaction_policy.decoupled
         self.output_datatypes = {t.name: wire_datatype(t.data_type) for t in config.output}
         self.labels: dict[str, list[str]] = {}
         batch_prefix = (-1,) if self.max_batch_size > 0 else ()
@@ -131,32 +132,43 @@ class ModelSignature:
     def finish(
         self,
         requests: Sequence[InferenceRequest],
-        responses: Sequence[InferenceResponse],
+        responses: Sequence[InferenceResponse] | None,
         version: int,
-    ) -> list[InferenceResponse | TritonError]:
-        """Name, number and trim backend responses to what each request asked for."""
+    ) -> list[InferenceResponse | TritonError | None]:
+        """Name, number and trim backend responses to what each request asked for.
+
+        A decoupled model answers through each request's response sender instead: its batch
+        resolves with None per request once ``execute`` returns.
+        """
+        if self.decoupled:
+            return [None] * len(requests)
         model = self.model_name
-        if len(responses) != len(requests):
+        if responses is None or len(responses) != len(requests):
+            count = 0 if responses is None else len(responses)
             error = internal(
-                f"model '{model}' returned {len(responses)} responses for {len(requests)} requests"
+                f"model '{model}' returned {count} responses for {len(requests)} requests"
             )
             return [error] * len(requests)
-        results: list[InferenceResponse | TritonError] = []
-        for request, response in zip(requests, responses, strict=True):
-            if response.error is not None:
-                results.append(response.error)
-                continue
-            response.model_name = model
-            response.model_version = version
-            response.id = request.id
-            if request.outputs is not None:
-                try:
-                    response.outputs = self._select_outputs(request, response)
-                except TritonError as error:
-                    results.append(error)
-                    continue
-            results.append(response)
-        return results
+        return [
+            self.finish_one(request, response, version)
+            for request, response in zip(requests, responses, strict=True)
+        ]
+
+    def finish_one(
+        self, request: InferenceRequest, response: InferenceResponse, version: int
+    ) -> InferenceResponse | TritonError:
+        """One backend response made final: its error, or named, numbered and trimmed."""
+        if response.error is not None:
+            return response.error
+        response.model_name = self.model_name
+        response.model_version = version
+        response.id = request.id
+        if request.outputs is not None:
+            try:
+                response.outputs = self._select_outputs(request, response)
+            except TritonError as error:
+                return error
+        return response
 
     def _select_outputs(
         self, request: InferenceRequest, response: InferenceResponse

@@ -13,7 +13,13 @@ import pluggy
 
 from triton_core import hookspecs
 from triton_core.hookspecs import NAME
-from triton_core.registry import BackendRegistry, Registry, SchedulerRegistry
+from triton_core.registry import (
+    BackendRegistry,
+    BatchStrategyRegistry,
+    CacheRegistry,
+    Registry,
+    SchedulerRegistry,
+)
 
 if TYPE_CHECKING:
     from triton_core.server import Server
@@ -111,6 +117,16 @@ class PluginManager:
         self._fill("triton_register_schedulers", registry)
         return registry
 
+    def register_batch_strategies(self) -> BatchStrategyRegistry:
+        registry = BatchStrategyRegistry()
+        self._fill("triton_register_batch_strategies", registry)
+        return registry
+
+    def register_caches(self) -> CacheRegistry:
+        registry = CacheRegistry()
+        self._fill("triton_register_caches", registry)
+        return registry
+
     async def server_started(self, server: Server) -> None:
         await _await_all(self.pm.hook.triton_server_started(server=server))
 
@@ -120,7 +136,6 @@ class PluginManager:
     def describe(self) -> list[PluginInfo]:
         """Every registered plugin with its distribution and what it registers."""
         backends = self.register_backends()
-        schedulers = self.register_schedulers()
         provides: dict[str, list[str]] = {}
         for entry in backends:
             provides.setdefault(entry.plugin, []).append(f"backend:{entry.name}")
@@ -128,8 +143,13 @@ class PluginManager:
             owner = backends.get(backend)
             if owner is not None:
                 provides.setdefault(owner.plugin, []).append(f"platform:{platform}")
-        for entry in schedulers:
-            provides.setdefault(entry.plugin, []).append(f"scheduler:{entry.name}")
+        for kind, registry in (
+            ("scheduler", self.register_schedulers()),
+            ("batch_strategy", self.register_batch_strategies()),
+            ("cache", self.register_caches()),
+        ):
+            for entry in registry:
+                provides.setdefault(entry.plugin, []).append(f"{kind}:{entry.name}")
         dists = {id(plugin): dist for plugin, dist in self.pm.list_plugin_distinfo()}
         infos = []
         for name, plugin in self.pm.list_name_plugin():

@@ -13,7 +13,10 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 if TYPE_CHECKING:
     from triton_core.backend import Backend
+    from triton_core.cache.base import ResponseCache
+    from triton_core.protos.model_config_pb2 import ModelConfig
     from triton_core.scheduling.base import Scheduler, SchedulerContext
+    from triton_core.scheduling.strategy import BatchStrategy
 
 T = TypeVar("T")
 
@@ -103,6 +106,40 @@ class SchedulerRegistry(Registry[SchedulerFactory]):
         return view
 
     def add(self, name: str, factory: SchedulerFactory, *, replace: bool = False) -> None:
+        self._add(name, factory, replace)
+
+
+BatchStrategyFactory = Callable[["ModelConfig"], "BatchStrategy"]
+
+
+class BatchStrategyRegistry(Registry[BatchStrategyFactory]):
+    """Custom batching strategies by name (config parameter ``batch_strategy``)."""
+
+    kind = "batch strategy"
+
+    def for_plugin(self, plugin: str) -> BatchStrategyRegistry:
+        view = super().for_plugin(plugin)
+        assert isinstance(view, BatchStrategyRegistry)
+        return view
+
+    def add(self, name: str, factory: BatchStrategyFactory, *, replace: bool = False) -> None:
+        self._add(name, factory, replace)
+
+
+CacheFactory = Callable[[dict[str, str]], "ResponseCache"]
+
+
+class CacheRegistry(Registry[CacheFactory]):
+    """Response caches by name (``--cache-config <name>,...``)."""
+
+    kind = "cache"
+
+    def for_plugin(self, plugin: str) -> CacheRegistry:
+        view = super().for_plugin(plugin)
+        assert isinstance(view, CacheRegistry)
+        return view
+
+    def add(self, name: str, factory: CacheFactory, *, replace: bool = False) -> None:
         self._add(name, factory, replace)
 
 

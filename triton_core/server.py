@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from time import monotonic_ns
@@ -20,6 +21,7 @@ from triton_core.errors import TritonError, internal, invalid_arg, unavailable, 
 from triton_core.plugins import PluginManager, create_plugin_manager
 from triton_core.repository.loader import LoaderOptions, ModelLoader
 from triton_core.repository.manager import ModelRepositoryManager
+from triton_core.streaming import StreamSender
 from triton_core.types import (
     InferenceRequest,
     InferenceResponse,
@@ -95,6 +97,8 @@ class Server:
                 latency_buckets_ms=self.options.latency_buckets_ms,
             ),
             loop,
+            batch_strategies=self.plugins.register_batch_strategies(),
+            server=self,
         )
         self._models = ModelRepositoryManager(
             self.options.model_repositories, self._loader, self.options.model_load_thread_count
@@ -241,3 +245,45 @@ class Server:
                 self._idle.set()
         statistics.record_success(monotonic_ns() - received)
         return response
+
+    async def infer_stream(self, request: InferenceRequest) -> AsyncIterator[InferenceResponse]:
+        """All responses to a request as the model produces them; the last has ``final``.
+
+        A decoupled model may answer any number of times; any other model answers once. When
+        the caller stops iterating early (the client went away), the request is marked
+        cancelled, which the model sees through ``response_sender.is_cancelled()``.
+        """
+        if not self._accepting:
+            raise unavailable("Server is not accepting requests: it is shutting down")
+        model = self.models.get(request.model_name, request.model_version)
+        if not model.decoupled:
+            yield await self.infer(request)
+            return
+        received = monotonic_ns()
+        statistics = model.statistics
+        version = model.version
+        signature = model.signature
+        sender = StreamSender(
+            asyncio.get_running_loop(),
+            request,
+            lambda req, resp: signature.finish_one(req, resp, version),
+            version,
+        )
+        request.response_sender = sender
+        self._inflight += 1
+        finished = False
+        try:
+            model.enqueue(request).add_done_callback(sender.on_execute_done)
+            async for response in sender.responses():
+                yield response
+            finished = True
+        except TritonError as error:
+            statistics.record_failure(monotonic_ns() - received, error.failure_reason)
+            raise
+        finally:
+            if not finished:
+                sender.cancelled = True
+            self._inflight -= 1
+            if self._idle is not None and not self._inflight:
+                self._idle.set()
+        statistics.record_success(monotonic_ns() - received)

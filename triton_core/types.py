@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -43,6 +43,21 @@ class RequestedOutput:
     classification: int = 0
 
 
+class ResponseSender(Protocol):
+    """How a decoupled model answers: any number of responses, then a final flag.
+
+    ``send`` may be called from any thread, during or after ``execute``. The last call must
+    pass ``final=True`` (with or without a response), as Triton's
+    ``TRITONSERVER_RESPONSE_COMPLETE_FINAL``.
+    """
+
+    def send(self, response: InferenceResponse | None = None, *, final: bool = False) -> None: ...
+
+    def is_cancelled(self) -> bool:
+        """True once the client stopped waiting (stream closed, request cancelled)."""
+        ...
+
+
 @dataclass(slots=True)
 class InferenceRequest:
     """One inference request, as the server and the backends see it."""
@@ -62,6 +77,8 @@ class InferenceRequest:
     batch_size: int = 1
     #: set by the server: monotonic ns when the request entered its model's scheduler
     queued_ns: int = 0
+    #: set by the server for decoupled models: where the model sends its responses
+    response_sender: ResponseSender | None = None
 
     def output_names(self) -> list[str] | None:
         """Names of the requested outputs, or None for all of them."""
@@ -84,6 +101,8 @@ class InferenceResponse:
     model_name: str = ""
     model_version: int = -1
     id: str = ""
+    #: False for all but the last response of a decoupled model's request
+    final: bool = True
 
     def output(self, name: str) -> Tensor:
         for tensor in self.outputs:

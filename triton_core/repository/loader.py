@@ -6,6 +6,7 @@ import asyncio
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from triton_core.backend import Backend, InstanceSpec, ModelContext
 from triton_core.config import (
@@ -19,11 +20,15 @@ from triton_core.config import (
 )
 from triton_core.errors import TritonError, internal, invalid_arg
 from triton_core.model import LoadedModel, ModelSignature
-from triton_core.registry import BackendRegistry, SchedulerRegistry
+from triton_core.registry import BackendRegistry, BatchStrategyRegistry, SchedulerRegistry
 from triton_core.repository.layout import is_within, select_versions, version_folders
 from triton_core.scheduling.base import SchedulerContext
 from triton_core.scheduling.executor import InstancePool
 from triton_core.statistics import ModelStatistics
+
+if TYPE_CHECKING:
+    from triton_core.scheduling.strategy import BatchStrategy
+    from triton_core.server import Server
 
 logger = logging.getLogger(__name__)
 
@@ -57,9 +62,13 @@ class ModelLoader:
         schedulers: SchedulerRegistry,
         options: LoaderOptions,
         loop: asyncio.AbstractEventLoop,
+        batch_strategies: BatchStrategyRegistry | None = None,
+        server: Server | None = None,
     ) -> None:
         self._backends = backends
         self._schedulers = schedulers
+        self._batch_strategies = batch_strategies or BatchStrategyRegistry()
+        self._server = server
         self._options = options
         self._loop = loop
         self._backend_objects: dict[str, Backend] = {}
@@ -167,6 +176,7 @@ class ModelLoader:
                 f"model '{config.name}' uses '{choice}' but no installed plugin provides that "
                 f"scheduler (available: {', '.join(self._schedulers.names())})"
             )
+        strategy = self._batch_strategy(config)
         signature = ModelSignature(config)
         signature.labels = self._read_labels(config, prepared.model_dir)
         backend_model = prepared.backend.load_model(context)
@@ -188,9 +198,36 @@ class ModelLoader:
         statistics = ModelStatistics(config.name, version, self._options.latency_buckets_ms)
         pool = InstancePool(instances, names, self._loop, finish, config.name, statistics)
         scheduler = factory.value(
-            SchedulerContext(config.name, version, config, pool, self._loop, statistics)
+            SchedulerContext(
+                config.name,
+                version,
+                config,
+                pool,
+                self._loop,
+                statistics,
+                batch_strategy=strategy,
+                server=self._server,
+            )
         )
         return LoadedModel(config, version, signature, backend_model, pool, scheduler, statistics)
+
+    def _batch_strategy(self, config: ModelConfig) -> BatchStrategy | None:
+        parameters = config.parameters
+        if "batch_strategy" not in parameters:
+            return None
+        name = parameters["batch_strategy"].string_value
+        registration = self._batch_strategies.get(name)
+        if registration is None:
+            raise invalid_arg(
+                f"model '{config.name}' parameter 'batch_strategy' names '{name}', which no "
+                f"installed plugin provides (available: "
+                f"{', '.join(self._batch_strategies.names()) or 'none'})"
+            )
+        if not config.HasField("dynamic_batching"):
+            raise invalid_arg(
+                f"model '{config.name}' parameter 'batch_strategy' needs 'dynamic_batching'"
+            )
+        return registration.value(config)
 
     @staticmethod
     def _read_labels(config: ModelConfig, model_dir: Path) -> dict[str, list[str]]:

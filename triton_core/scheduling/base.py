@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from triton_core.protos.model_config_pb2 import ModelConfig
     from triton_core.scheduling.executor import InstancePool
+    from triton_core.scheduling.strategy import BatchStrategy
+    from triton_core.server import Server
     from triton_core.statistics import ModelStatistics
     from triton_core.types import InferenceRequest, InferenceResponse
 
@@ -26,6 +28,10 @@ class SchedulerContext:
     loop: asyncio.AbstractEventLoop
     #: the version's statistics; schedulers record why they dispatch each batch here
     statistics: ModelStatistics
+    #: the custom batching strategy the config names (parameter ``batch_strategy``), if any
+    batch_strategy: BatchStrategy | None = None
+    #: the server, for schedulers that call other models (ensembles)
+    server: Server | None = None
 
 
 class Scheduler(ABC):

@@ -64,6 +64,7 @@ class ServerAPI(Protocol):
     def model_config(self, name: str, version: int = -1) -> model_config_pb2.ModelConfig: ...
     def model_is_decoupled(self, name: str, version: int = -1) -> bool: ...
     async def infer(self, request: InferenceRequest) -> InferenceResponse: ...
+    def infer_stream(self, request: InferenceRequest) -> AsyncIterator[InferenceResponse]: ...
     def statistics(self, name: str = "", version: int = -1) -> list[ModelStatistics]: ...
 
 
@@ -232,7 +233,10 @@ class GRPCInferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     ) -> None:
         """Requests on one stream run concurrently; each answer is written as it finishes.
 
-        Every answer carries ``triton_final_response: true``. Errors are sent as
+        Every answer carries ``triton_final_response``: always true for ordinary models; a
+        decoupled model's answers stream as it sends them, and its flag-only completion is
+        sent as an empty final response only when the request set
+        ``triton_enable_empty_final_response``. Errors are sent as
         ``error_message`` (with the request id) and the stream stays open, unless the client
         sent the metadata ``triton_grpc_error: true``: then the first error ends the stream
         with its real status.
@@ -247,13 +251,14 @@ class GRPCInferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         async def answer(message: pb.ModelInferRequest) -> None:
             request_id = message.id
             try:
-                # the empty-final-response flag matters only for decoupled models, which
-                # answer with one response per request through Server.infer for now
-                infer_request, _ = decode_stream_request(message)
-                response = await server.infer(infer_request)
-                if response.error is not None:
-                    raise response.error
-                put(encode_stream_response(response, infer_request))
+                infer_request, empty_final = decode_stream_request(message)
+                async for response in server.infer_stream(infer_request):
+                    if response.final and not response.outputs and not response.parameters:
+                        # a flag-only completion: sent only when the client asked for it
+                        if empty_final:
+                            put(encode_stream_response(response, infer_request, True))
+                        continue
+                    put(encode_stream_response(response, infer_request, response.final))
                 return
             except TritonError as exc:
                 error = exc

@@ -1,0 +1,93 @@
+"""A decoupled test backend: answers each request ``count`` times, ``delay_ms`` apart.
+
+Model config parameters: ``count`` (responses per request, taken from input COUNT when the
+model has it), ``delay_ms``; the output OUT carries the response index. ``finish`` selects how
+the stream ends: ``flag`` (a flag-only final send, Triton's usual pattern) or ``last`` (the
+last response carries the final flag). Cancellation is observed between responses.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+import numpy as np
+
+from triton_core import (
+    Backend,
+    BackendModel,
+    InferenceRequest,
+    InferenceResponse,
+    InstanceSpec,
+    ModelContext,
+    ModelInstance,
+    Tensor,
+    hookimpl,
+)
+from triton_core.errors import internal
+
+logger = logging.getLogger(__name__)
+
+#: request ids whose streams saw is_cancelled() become true (for the tests to check)
+CANCELLED: set[str] = set()
+
+
+def _parameter(context: ModelContext, key: str, default: str) -> str:
+    parameters = context.config.parameters
+    return parameters[key].string_value if key in parameters else default
+
+
+class StreamInstance(ModelInstance):
+    def __init__(self, context: ModelContext) -> None:
+        self.count = int(_parameter(context, "count", "3"))
+        self.delay = float(_parameter(context, "delay_ms", "10")) / 1000
+        self.finish = _parameter(context, "finish", "flag")
+
+    def execute(self, requests: list[InferenceRequest]) -> None:
+        for request in requests:
+            if "FAIL" in request.parameters:
+                raise internal("stream backend was told to fail")
+            count = self.count
+            if "COUNT" in request.inputs:
+                count = int(request.inputs["COUNT"].data.reshape(-1)[0])
+            # answer from a thread of the model's own, after execute returned, as Python
+            # models often do
+            threading.Thread(target=self._answer, args=(request, count), daemon=True).start()
+
+    def _answer(self, request: InferenceRequest, count: int) -> None:
+        sender = request.response_sender
+        assert sender is not None
+        for index in range(count):
+            if sender.is_cancelled():
+                CANCELLED.add(request.id)
+                logger.warning("request '%s' was cancelled after %d responses", request.id, index)
+                sender.send(final=True)
+                return
+            time.sleep(self.delay)
+            last = index == count - 1 and self.finish == "last"
+            out = Tensor("OUT", "INT32", np.array([index], dtype=np.int32))
+            sender.send(InferenceResponse(outputs=[out]), final=last)
+        if self.finish != "last" or count == 0:
+            sender.send(final=True)
+
+
+class StreamModel(BackendModel):
+    def __init__(self, context: ModelContext) -> None:
+        self.context = context
+
+    def create_instance(self, spec: InstanceSpec) -> ModelInstance:
+        return StreamInstance(self.context)
+
+
+class StreamBackend(Backend):
+    name = "stream"
+    default_model_filename = "model.stream"
+
+    def load_model(self, context: ModelContext) -> BackendModel:
+        return StreamModel(context)
+
+
+@hookimpl
+def triton_register_backends(registry) -> None:  # type: ignore[no-untyped-def]
+    registry.add(StreamBackend)

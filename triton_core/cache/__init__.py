@@ -1,0 +1,1 @@
+"""Response caches: answers to repeated requests without executing the model."""
