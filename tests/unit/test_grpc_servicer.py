@@ -87,6 +87,13 @@ class StandInServer:
         self._known(name)
         return name == "decoupled"
 
+    async def infer_stream(self, request: InferenceRequest) -> AsyncIterator[InferenceResponse]:
+        """Ordinary models answer once on a stream, as the real server's do."""
+        response = await self.infer(request)
+        if response.error is not None:
+            raise response.error
+        yield response
+
     async def infer(self, request: InferenceRequest) -> InferenceResponse:
         name = request.model_name
         self._known(name)
