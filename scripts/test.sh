@@ -6,6 +6,6 @@ cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip
-.venv/bin/python -m pip install -q -e '.[test]' -e 'plugins/onnx[testing]'
+.venv/bin/python -m pip install -q -e '.[test]' -e 'plugins/onnx[testing]' -e plugins/repo_agents
 .venv/bin/ruff check .
 exec .venv/bin/python -m pytest "$@"

@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -147,3 +148,64 @@ parameters {{ key: "finish" value {{ string_value: "{finish}" }} }}
 """
     )
     return model_dir
+
+
+class S3Server:
+    """A real S3-compatible server (moto in server mode) on a free loopback port."""
+
+    CREDENTIALS = {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.endpoint = f"http://127.0.0.1:{self.port}"
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env={**os.environ, **self.CREDENTIALS},
+        )
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                with urllib.request.urlopen(self.endpoint, timeout=1):
+                    break
+            except urllib.error.HTTPError:
+                break  # answering, even if with an error status
+            except OSError:
+                if time.monotonic() > deadline or self.process.poll() is not None:
+                    self.stop()
+                    raise RuntimeError("moto server did not start") from None
+                time.sleep(0.1)
+
+    def client(self):  # type: ignore[no-untyped-def]
+        import boto3
+
+        return boto3.client(
+            "s3",
+            endpoint_url=self.endpoint,
+            aws_access_key_id="testing",
+            aws_secret_access_key="testing",
+            region_name="us-east-1",
+        )
+
+    def upload_tree(self, bucket: str, prefix: str, folder: Path) -> None:
+        client = self.client()
+        existing = [b["Name"] for b in client.list_buckets().get("Buckets", [])]
+        if bucket not in existing:
+            client.create_bucket(Bucket=bucket)
+        for path in sorted(folder.rglob("*")):
+            if path.is_file():
+                key = f"{prefix}/{path.relative_to(folder).as_posix()}".lstrip("/")
+                client.upload_file(str(path), bucket, key)
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()

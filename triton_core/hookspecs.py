@@ -19,6 +19,7 @@ if TYPE_CHECKING:
         BackendRegistry,
         BatchStrategyRegistry,
         CacheRegistry,
+        RepositoryAgentRegistry,
         SchedulerRegistry,
     )
     from triton_core.server import Server
@@ -77,6 +78,18 @@ def triton_register_caches(registry: CacheRegistry) -> None:
     Call ``registry.add(name, factory)`` where ``factory(settings)`` gets the
     ``--cache-config <name>,<key>=<value>`` settings as a dict of strings and returns a
     :class:`~triton_core.cache.base.ResponseCache`. Returns nothing.
+    """
+
+
+@hookspec
+def triton_register_repository_agents(registry: RepositoryAgentRegistry) -> None:
+    """Register repository agents: actions on a model's files at load and unload.
+
+    Called once when a :class:`~triton_core.server.Server` is created, for every plugin.
+    Call ``registry.add(name, factory)`` where ``factory()`` returns a
+    :class:`~triton_core.repository.agents.RepositoryAgent`. A model lists the agents it uses,
+    in order, in ``model_repository_agents { agents [ { name: "<name>" ... } ] }``. Returns
+    nothing.
     """
 
 

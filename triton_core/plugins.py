@@ -18,6 +18,7 @@ from triton_core.registry import (
     BatchStrategyRegistry,
     CacheRegistry,
     Registry,
+    RepositoryAgentRegistry,
     SchedulerRegistry,
 )
 
@@ -127,6 +128,11 @@ class PluginManager:
         self._fill("triton_register_caches", registry)
         return registry
 
+    def register_repository_agents(self) -> RepositoryAgentRegistry:
+        registry = RepositoryAgentRegistry()
+        self._fill("triton_register_repository_agents", registry)
+        return registry
+
     async def server_started(self, server: Server) -> None:
         await _await_all(self.pm.hook.triton_server_started(server=server))
 
@@ -147,6 +153,7 @@ class PluginManager:
             ("scheduler", self.register_schedulers()),
             ("batch_strategy", self.register_batch_strategies()),
             ("cache", self.register_caches()),
+            ("repository_agent", self.register_repository_agents()),
         ):
             for entry in registry:
                 provides.setdefault(entry.plugin, []).append(f"{kind}:{entry.name}")

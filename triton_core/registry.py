@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from triton_core.backend import Backend
     from triton_core.cache.base import ResponseCache
     from triton_core.protos.model_config_pb2 import ModelConfig
+    from triton_core.repository.agents import RepositoryAgent
     from triton_core.scheduling.base import Scheduler, SchedulerContext
     from triton_core.scheduling.strategy import BatchStrategy
 
@@ -140,6 +141,23 @@ class CacheRegistry(Registry[CacheFactory]):
         return view
 
     def add(self, name: str, factory: CacheFactory, *, replace: bool = False) -> None:
+        self._add(name, factory, replace)
+
+
+AgentFactory = Callable[[], "RepositoryAgent"]
+
+
+class RepositoryAgentRegistry(Registry[AgentFactory]):
+    """Repository agents by name (``model_repository_agents { agents [{name: ...}] }``)."""
+
+    kind = "repository agent"
+
+    def for_plugin(self, plugin: str) -> RepositoryAgentRegistry:
+        view = super().for_plugin(plugin)
+        assert isinstance(view, RepositoryAgentRegistry)
+        return view
+
+    def add(self, name: str, factory: AgentFactory, *, replace: bool = False) -> None:
         self._add(name, factory, replace)
 
 

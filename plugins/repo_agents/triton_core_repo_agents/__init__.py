@@ -1,0 +1,5 @@
+"""Repository agents for triton-core."""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
