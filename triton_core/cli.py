@@ -93,6 +93,20 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="BACKEND,KEY=VALUE",
         help="a backend setting (repeatable); KEY=VALUE alone applies to every backend",
     )
+    serve_cmd.add_argument(
+        "--cache-config",
+        action="append",
+        default=[],
+        type=_backend_config,
+        metavar="CACHE,KEY=VALUE",
+        help="response cache setting, e.g. local,size=1048576 (repeatable)",
+    )
+    serve_cmd.add_argument(
+        "--response-cache-byte-size",
+        type=int,
+        default=None,
+        help="deprecated: same as --cache-config local,size=BYTES",
+    )
     serve_cmd.add_argument("--model-load-thread-count", type=int, default=4)
     serve_cmd.add_argument("--exit-timeout-secs", type=float, default=30.0)
     _add_bool(serve_cmd, "--allow-http", True, "serve HTTP/REST")
@@ -144,6 +158,10 @@ def _run_serve(args: argparse.Namespace) -> int:
     except ValueError as exc:
         logging.getLogger("triton_core").error("%s", exc)
         return 2
+    cache = _cache_config(args.cache_config, args.response_cache_byte_size)
+    if isinstance(cache, str):
+        logging.getLogger("triton_core").error("%s", cache)
+        return 2
     options = ServerOptions(
         model_repositories=args.model_repository,
         id=args.id,
@@ -153,6 +171,7 @@ def _run_serve(args: argparse.Namespace) -> int:
         backend_options=backend_options,
         model_load_thread_count=args.model_load_thread_count,
         latency_buckets_ms=DEFAULT_LATENCY_BUCKETS_MS if metrics.histogram_latencies else None,
+        cache=cache,
     )
     frontends = FrontendOptions(
         allow_http=args.allow_http,
@@ -174,6 +193,21 @@ def _run_serve(args: argparse.Namespace) -> int:
     except (OSError, ValueError) as exc:
         logging.getLogger("triton_core").error("%s", exc)
         return 1
+
+
+def _cache_config(
+    settings: list[tuple[str, str, str]], byte_size: int | None
+) -> tuple[str, dict[str, str]] | str | None:
+    """The one cache that ``--cache-config`` names, or an error message."""
+    names = {name for name, _, _ in settings}
+    if byte_size is not None:
+        names.add("local")
+        settings = [*settings, ("local", "size", str(byte_size))]
+    if not names:
+        return None
+    if len(names) > 1 or "" in names:
+        return f"--cache-config must name one cache as <cache>,<key>=<value> (got {sorted(names)})"
+    return names.pop(), {key: value for _, key, value in settings}
 
 
 def _run(coroutine) -> int:  # type: ignore[no-untyped-def]

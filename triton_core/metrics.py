@@ -17,6 +17,7 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
+    from triton_core.cache.base import CacheStatistics
     from triton_core.server import Server
     from triton_core.statistics import Duration, ModelStatistics
 
@@ -105,6 +106,9 @@ class TritonCollector(Collector):
         except Exception:  # not started yet, or stopped
             models = []
         yield from self._model_families(models)
+        cache = getattr(self._server, "cache", None)
+        if cache is not None:
+            yield from _cache_families(cache.statistics())
         if self._options.allow_cpu_metrics:
             yield from self._cpu.families()
 
@@ -189,6 +193,32 @@ class TritonCollector(Collector):
             yield histogram
         yield batch_sizes
         yield dispatch
+
+
+def _cache_families(stats: CacheStatistics) -> Iterator[Metric]:
+    """Triton's server-wide cache gauges (its local cache reports these per interval)."""
+    utilization = stats.used_bytes / stats.capacity_bytes if stats.capacity_bytes else 0.0
+    for name, documentation, value in (
+        ("nv_cache_num_entries", "Number of responses stored in response cache", stats.entries),
+        ("nv_cache_num_lookups", "Number of cache lookups in response cache", stats.lookups),
+        ("nv_cache_num_hits", "Number of cache hits in response cache", stats.hits),
+        ("nv_cache_num_misses", "Number of cache misses in response cache", stats.misses),
+        ("nv_cache_num_evictions", "Number of cache evictions in response cache", stats.evictions),
+        ("nv_cache_util", "Cache utilization [0.0 - 1.0]", utilization),
+        (
+            "nv_cache_lookup_duration",
+            "Total cache lookup duration (hit and miss), in microseconds",
+            stats.lookup_ns // 1000,
+        ),
+        (
+            "nv_cache_insertion_duration",
+            "Total cache insertion duration, in microseconds",
+            stats.insert_ns // 1000,
+        ),
+    ):
+        family = _family(name, documentation, "gauge")
+        family.add_sample(name, {}, value)
+        yield family
 
 
 def _micros(duration: Duration) -> int:

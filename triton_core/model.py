@@ -221,10 +221,20 @@ class LoadedModel:
         self.statistics = statistics
         self.platform = config.platform or config.backend
         self.decoupled = config.model_transaction_policy.decoupled
+        #: Triton caches only non-decoupled models with the default or dynamic scheduler
+        self.cacheable = (
+            config.response_cache.enable
+            and not self.decoupled
+            and config.WhichOneof("scheduling_choice") in (None, "dynamic_batching")
+        )
 
     def enqueue(self, request: InferenceRequest) -> asyncio.Future[InferenceResponse]:
         """Validate and hand the request to the scheduler (raises on invalid input)."""
         self.signature.validate(request)
+        return self.submit(request)
+
+    def submit(self, request: InferenceRequest) -> asyncio.Future[InferenceResponse]:
+        """Hand an already validated request to the scheduler."""
         request.queued_ns = time.monotonic_ns()
         return self.scheduler.enqueue(request)
 

@@ -29,6 +29,9 @@ if TYPE_CHECKING:
 DEFAULT_PLUGINS: tuple[tuple[str, str], ...] = (
     ("default_scheduler", "triton_core.scheduling.default"),
     ("dynamic_batcher", "triton_core.scheduling.dynamic_batch"),
+    ("sequence_batcher", "triton_core.scheduling.sequence"),
+    ("ensemble_scheduler", "triton_core.scheduling.ensemble"),
+    ("local_cache", "triton_core.cache.local"),
 )
 #: built-ins that ``--disable-plugin`` may not block: the server cannot run without them
 ESSENTIAL_PLUGINS: frozenset[str] = frozenset({"default_scheduler"})

@@ -9,12 +9,13 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from time import monotonic_ns
 from typing import TYPE_CHECKING
 
 from triton_core import __version__
+from triton_core.cache.base import ResponseCache, request_key
 from triton_core.config import ModelConfig, config_to_json
 from triton_core.devices import gpu_count
 from triton_core.errors import TritonError, internal, invalid_arg, unavailable, unsupported
@@ -60,6 +61,8 @@ class ServerOptions:
     model_load_thread_count: int = 4
     #: bucket bounds (ms) of per-model latency histograms; None records none
     latency_buckets_ms: tuple[float, ...] | None = None
+    #: ``--cache-config``: the response cache's name and its settings
+    cache: tuple[str, dict[str, str]] | None = None
 
 
 class Server:
@@ -75,6 +78,8 @@ class Server:
         self._inflight = 0
         self._idle: asyncio.Event | None = None
         self._metadata = ServerMetadata(options.id, __version__, EXTENSIONS)
+        #: the response cache, when ``--cache-config`` names one
+        self.cache: ResponseCache | None = None
 
     @property
     def models(self) -> ModelRepositoryManager:
@@ -87,6 +92,7 @@ class Server:
     async def start(self) -> None:
         """Load the model repositories; raises if a model fails and ``exit_on_error`` is set."""
         loop = asyncio.get_running_loop()
+        self.cache = self._create_cache()
         self._loader = ModelLoader(
             self.plugins.register_backends(),
             self.plugins.register_schedulers(),
@@ -116,6 +122,20 @@ class Server:
         self._accepting = True
         await self.plugins.server_started(self)
 
+    def _create_cache(self) -> ResponseCache | None:
+        if self.options.cache is None:
+            return None
+        name, settings = self.options.cache
+        registration = self.plugins.register_caches().get(name)
+        if registration is None:
+            raise invalid_arg(
+                f"--cache-config names cache '{name}', which no installed plugin provides"
+            )
+        try:
+            return registration.value(dict(settings))
+        except ValueError as exc:
+            raise invalid_arg(str(exc)) from None
+
     async def stop(self, grace_seconds: float | None = None) -> None:
         """Refuse new requests, let accepted ones finish, unload models and backends."""
         if self._models is None:
@@ -129,6 +149,8 @@ class Server:
             except TimeoutError:
                 logger.warning("%d request(s) still running at shutdown", self._inflight)
         await self._models.unload_all()
+        if self.cache is not None:
+            await self.cache.close()
         for backend in self._loader.backends() if self._loader else ():
             try:
                 await asyncio.to_thread(backend.finalize)
@@ -214,13 +236,15 @@ class Server:
 
     # -- inference -----------------------------------------------------------------------------
 
-    async def infer(self, request: InferenceRequest) -> InferenceResponse:
+    async def infer(self, request: InferenceRequest, *, nested: bool = False) -> InferenceResponse:
         """Validate a request, run it through its model's scheduler, and return the response.
 
         Raises :class:`TritonError` for an unknown model or version, invalid inputs, a
-        stopping server, or a failed execution.
+        stopping server, or a failed execution. ``nested=True`` marks a request made on
+        behalf of one already accepted (an ensemble step): it still runs while the server
+        drains its accepted requests at shutdown.
         """
-        if not self._accepting:
+        if not (self._accepting or nested):
             raise unavailable("Server is not accepting requests: it is shutting down")
         model = self.models.get(request.model_name, request.model_version)
         if model.decoupled:
@@ -231,7 +255,10 @@ class Server:
         statistics = model.statistics
         self._inflight += 1
         try:
-            response = await model.enqueue(request)
+            if model.cacheable and self.cache is not None:
+                response = await self._infer_cached(model, request, received)
+            else:
+                response = await model.enqueue(request)
         except TritonError as error:
             statistics.record_failure(monotonic_ns() - received, error.failure_reason)
             raise
@@ -244,6 +271,25 @@ class Server:
             if self._idle is not None and not self._inflight:
                 self._idle.set()
         statistics.record_success(monotonic_ns() - received)
+        return response
+
+    async def _infer_cached(
+        self, model: LoadedModel, request: InferenceRequest, received: int
+    ) -> InferenceResponse:
+        """A cache hit skips execution; a miss executes and keeps a successful response."""
+        cache = self.cache
+        assert cache is not None
+        model.signature.validate(request)
+        key = request_key(model.name, model.version, request)
+        cached = await cache.lookup(key)
+        looked_up = monotonic_ns()
+        if cached is not None:
+            model.statistics.record_cache_hit(looked_up - received)
+            return replace(cached, id=request.id, outputs=list(cached.outputs))
+        response = await model.submit(request)
+        inserting = monotonic_ns()
+        await cache.insert(key, replace(response, id="", outputs=list(response.outputs)))
+        model.statistics.record_cache_miss(looked_up - received + monotonic_ns() - inserting)
         return response
 
     async def infer_stream(self, request: InferenceRequest) -> AsyncIterator[InferenceResponse]:

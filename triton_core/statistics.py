@@ -132,11 +132,10 @@ class ModelStatistics:
         self.failures[reason] = self.failures.get(reason, 0) + 1
         self.last_inference_ms = time.time_ns() // 1_000_000
 
-    def record_cache_hit(self, lookup_ns: int, duration_ns: int) -> None:
-        """A response served from the cache: success and queue include it, compute does not."""
+    def record_cache_hit(self, lookup_ns: int) -> None:
+        """A response served from the cache: queue (and success) include it, compute does not."""
         self.cache_hit.add(lookup_ns)
         self.queue.add(0)
-        self.record_success(duration_ns)
 
     def record_cache_miss(self, lookup_and_insert_ns: int) -> None:
         self.cache_miss.add(lookup_and_insert_ns)

@@ -4,12 +4,24 @@ It is registered on a plugin manager the same way a third-party plugin is, and l
 be tested without any framework installed. The model kind comes from the config parameter
 ``kind`` (``identity`` copies every input to the output of the same index; ``add_sub`` adds
 and subtracts INPUT0 and INPUT1; ``fail`` raises; ``sleep`` waits ``sleep_ms`` first).
+
+Stateful kinds, for ``sequence_batching`` models:
+
+* ``accumulate``: the first output is the running sum of the first input over a sequence,
+  kept in the instance and keyed by the CORRID control (or, without one, by the request's
+  position in the batch, that is its direct-strategy slot). START resets the sum, END drops
+  it, READY false skips the request. Every batch's controls are logged in
+  ``sequence_log`` as ``(position, corrid, ready, start, end)`` tuples.
+* ``state_add``: implicit state: each state output is its state input plus the first input,
+  and every other output repeats the first state output.
 """
 
 from __future__ import annotations
 
 import time
 from pathlib import Path
+
+import numpy as np
 
 from triton_core import (
     Backend,
@@ -24,6 +36,9 @@ from triton_core import (
 )
 from triton_core.config import wire_datatype
 from triton_core.errors import internal
+from triton_core.protos.model_config_pb2 import ModelSequenceBatching
+
+Kind = ModelSequenceBatching.Control.Kind
 
 
 class NumpyInstance(ModelInstance):
@@ -37,6 +52,14 @@ class NumpyInstance(ModelInstance):
         self.inputs = [t.name for t in config.input]
         self.outputs = [(t.name, wire_datatype(t.data_type)) for t in config.output]
         self.executions: list[int] = []
+        # sequence_batching: control inputs by kind name, implicit states, per-sequence sums
+        self.controls = _control_inputs(config)
+        self.states = [
+            (state.input_name, state.output_name, wire_datatype(state.data_type))
+            for state in config.sequence_batching.state
+        ]
+        self.sums: dict[object, np.ndarray] = {}
+        self.sequence_log: list[list[tuple[int, object, bool, bool, bool]]] = []
 
     def execute(self, requests: list[InferenceRequest]) -> list[InferenceResponse]:
         self.executions.append(len(requests))
@@ -44,6 +67,10 @@ class NumpyInstance(ModelInstance):
             time.sleep(self.sleep)
         if self.kind == "fail":
             raise internal("numpy backend was told to fail")
+        if self.kind == "accumulate":
+            return self._accumulate(requests)
+        if self.kind == "state_add":
+            return [self._state_add(request) for request in requests]
         responses = []
         for request in requests:
             arrays = [request.inputs[name].data for name in self.inputs if name in request.inputs]
@@ -60,6 +87,73 @@ class NumpyInstance(ModelInstance):
                 )
             )
         return responses
+
+    def _control(self, request: InferenceRequest, kind: str, default: bool) -> bool:
+        control = self.controls.get(kind)
+        if control is None:
+            return default
+        name, true = control
+        return bool(request.inputs[name].data.flat[0] == true)
+
+    def _corrid(self, request: InferenceRequest) -> object:
+        control = self.controls.get("CORRID")
+        if control is None:
+            return None
+        value = request.inputs[control[0]].data.flat[0]
+        return value.decode() if isinstance(value, bytes) else int(value)
+
+    def _accumulate(self, requests: list[InferenceRequest]) -> list[InferenceResponse]:
+        name, datatype = self.outputs[0]
+        log = []
+        responses = []
+        for position, request in enumerate(requests):
+            value = request.inputs[self.inputs[0]].data
+            corrid = self._corrid(request)
+            ready = self._control(request, "READY", True)
+            start = self._control(request, "START", False)
+            end = self._control(request, "END", False)
+            log.append((position, corrid, ready, start, end))
+            if not ready:
+                responses.append(InferenceResponse(outputs=[Tensor(name, datatype, value * 0)]))
+                continue
+            key = corrid if corrid is not None else position
+            previous = self.sums.get(key)
+            total = value if start or previous is None else previous + value
+            self.sums[key] = total
+            if end:
+                del self.sums[key]
+            responses.append(InferenceResponse(outputs=[Tensor(name, datatype, total)]))
+        self.sequence_log.append(log)
+        return responses
+
+    def _state_add(self, request: InferenceRequest) -> InferenceResponse:
+        value = request.inputs[self.inputs[0]].data
+        outputs = [
+            Tensor(output_name, datatype, request.inputs[input_name].data + value)
+            for input_name, output_name, datatype in self.states
+        ]
+        state_outputs = {tensor.name for tensor in outputs}
+        outputs += [
+            Tensor(name, datatype, outputs[0].data)
+            for name, datatype in self.outputs
+            if name not in state_outputs
+        ]
+        return InferenceResponse(outputs=outputs)
+
+
+def _control_inputs(config) -> dict[str, tuple[str, object]]:  # type: ignore[no-untyped-def]
+    """``{"START": (input name, true value), ...}`` from ``sequence_batching.control_input``."""
+    controls: dict[str, tuple[str, object]] = {}
+    for control_input in config.sequence_batching.control_input:
+        for control in control_input.control:
+            kind = Kind.Name(control.kind).removeprefix("CONTROL_SEQUENCE_")
+            values = (
+                list(control.int32_false_true)
+                or list(control.fp32_false_true)
+                or list(control.bool_false_true)
+            )
+            controls[kind] = (control_input.name, values[1] if values else None)
+    return controls
 
 
 class NumpyModel(BackendModel):

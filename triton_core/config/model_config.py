@@ -8,7 +8,14 @@ from google.protobuf import json_format, text_format
 
 from triton_core.dtypes import CONFIG_TO_WIRE
 from triton_core.errors import invalid_arg
-from triton_core.protos.model_config_pb2 import DataType, ModelConfig, ModelInstanceGroup
+from triton_core.protos.model_config_pb2 import (
+    DataType,
+    ModelConfig,
+    ModelDynamicBatching,
+    ModelInstanceGroup,
+    ModelQueuePolicy,
+    ModelSequenceBatching,
+)
 
 CONFIG_FILENAME = "config.pbtxt"
 
@@ -139,9 +146,12 @@ def validate(config: ModelConfig, *, gpu_count: int = 0) -> None:
                     )
     if config.HasField("dynamic_batching"):
         _validate_dynamic_batching(config)
+    if config.HasField("sequence_batching"):
+        _validate_sequence_batching(config)
 
 
 def _validate_dynamic_batching(config: ModelConfig) -> None:
+    """Triton's checks of ``dynamic_batching``, plus ones for settings Triton silently ignores."""
     batching = config.dynamic_batching
     model = config.name
     if config.max_batch_size == 0:
@@ -167,6 +177,220 @@ def _validate_dynamic_batching(config: ModelConfig) -> None:
                     f"model '{model}': dynamic_batching 'priority_queue_policy' key {level} "
                     f"must be in [1, {levels}]"
                 )
+    elif batching.priority_queue_policy:
+        # Triton ignores these policies without priority levels; say so instead.
+        raise invalid_arg(
+            f"model '{model}': dynamic_batching 'priority_queue_policy' needs "
+            "'priority_levels' (the policies would never apply); use 'default_queue_policy' "
+            "for a model without priority levels"
+        )
+    if batching.preserve_ordering:
+        _validate_preserve_ordering(model, batching)
+
+
+def _validate_preserve_ordering(model: str, batching: ModelDynamicBatching) -> None:
+    if batching.priority_levels > 1:
+        raise invalid_arg(
+            f"model '{model}': dynamic_batching 'preserve_ordering' allows only one priority "
+            f"level, but 'priority_levels' is {batching.priority_levels}"
+        )
+    policies = [("default_queue_policy", batching.default_queue_policy)] + [
+        (f"priority_queue_policy[{level}]", policy)
+        for level, policy in sorted(batching.priority_queue_policy.items())
+    ]
+    for where, policy in policies:
+        # A request's own timeout may set one even where the default is 0.
+        has_timeout = policy.default_timeout_microseconds or policy.allow_timeout_override
+        if has_timeout and policy.timeout_action == ModelQueuePolicy.DELAY:
+            raise invalid_arg(
+                f"model '{model}': dynamic_batching {where} 'timeout_action' cannot be DELAY "
+                "when 'preserve_ordering' is true"
+            )
+
+
+_Control = ModelSequenceBatching.Control
+#: datatypes a CONTROL_SEQUENCE_CORRID input may have (Triton's list)
+_CORRID_TYPES = (
+    DataType.TYPE_UINT64,
+    DataType.TYPE_INT64,
+    DataType.TYPE_UINT32,
+    DataType.TYPE_INT32,
+    DataType.TYPE_STRING,
+)
+
+
+def _validate_sequence_batching(config: ModelConfig) -> None:
+    """Controls, strategy and implicit state of ``sequence_batching`` (Triton's checks, and a
+    few more that Triton leaves to fail at inference time)."""
+    model = config.name
+    batching = config.sequence_batching
+    if config.response_cache.enable:
+        raise invalid_arg(
+            f"Response Cache does not currently support model {model} with sequence batching "
+            "scheduler. Please disable the response cache."
+        )
+    inputs = {tensor.name for tensor in config.input}
+    controls = _validate_sequence_controls(config, inputs)
+    if batching.HasField("oldest"):
+        oldest = batching.oldest
+        if oldest.max_candidate_sequences < 0:
+            raise invalid_arg(
+                f"model '{model}': sequence_batching oldest 'max_candidate_sequences' must be "
+                f"non-negative, got {oldest.max_candidate_sequences}"
+            )
+        for size in oldest.preferred_batch_size:
+            if size < 1 or size > config.max_batch_size:
+                raise invalid_arg(
+                    f"model '{model}': sequence_batching oldest 'preferred_batch_size' {size} "
+                    f"must be between 1 and max_batch_size {config.max_batch_size}"
+                )
+    utilization = batching.direct.minimum_slot_utilization
+    if not 0.0 <= utilization <= 1.0:
+        raise invalid_arg(
+            f"model '{model}': sequence_batching direct 'minimum_slot_utilization' must be in "
+            f"[0.0, 1.0], got {utilization}"
+        )
+    _validate_sequence_states(config, inputs | controls)
+
+
+def _validate_sequence_controls(config: ModelConfig, inputs: set[str]) -> set[str]:
+    """Check ``control_input``; returns the control tensor names."""
+    model = config.name
+    names: set[str] = set()
+    kinds: set[int] = set()
+    for control_input in config.sequence_batching.control_input:
+        name = control_input.name
+        if not name:
+            raise invalid_arg(
+                f"model '{model}': every sequence_batching 'control_input' must have a 'name'"
+            )
+        if name in names:
+            raise invalid_arg(
+                f"model '{model}': sequence_batching control input '{name}' is declared more "
+                "than once"
+            )
+        names.add(name)
+        if name in inputs:
+            raise invalid_arg(
+                f"model '{model}': sequence_batching control input '{name}' is also listed in "
+                "'input'; the server supplies control inputs, so remove it from 'input'"
+            )
+        if len(control_input.control) != 1:
+            raise invalid_arg(
+                f"model '{model}': sequence_batching control input '{name}' must have exactly "
+                f"one 'control', got {len(control_input.control)}"
+            )
+        control = control_input.control[0]
+        kind = _Control.Kind.Name(control.kind)
+        if control.kind in kinds:
+            raise invalid_arg(
+                f"model '{model}': sequence_batching specifies multiple {kind} control inputs"
+            )
+        kinds.add(control.kind)
+        where = f"model '{model}': sequence_batching control input '{name}' ({kind})"
+        value_lists = [
+            (field, values)
+            for field, values in (
+                ("int32_false_true", control.int32_false_true),
+                ("fp32_false_true", control.fp32_false_true),
+                ("bool_false_true", control.bool_false_true),
+            )
+            if len(values)
+        ]
+        if control.kind == _Control.CONTROL_SEQUENCE_CORRID:
+            if value_lists:
+                raise invalid_arg(
+                    f"{where} must not specify '{value_lists[0][0]}'; it carries the "
+                    "correlation ID in 'data_type'"
+                )
+            if control.data_type not in _CORRID_TYPES:
+                raise invalid_arg(
+                    f"{where} has 'data_type' {DataType.Name(control.data_type)}; allowed data "
+                    "types are TYPE_UINT64, TYPE_INT64, TYPE_UINT32, TYPE_INT32 and TYPE_STRING"
+                )
+            continue
+        if len(value_lists) != 1:
+            raise invalid_arg(
+                f"{where} must specify exactly one of 'int32_false_true', 'fp32_false_true' "
+                "or 'bool_false_true'"
+            )
+        field, values = value_lists[0]
+        if len(values) != 2:
+            raise invalid_arg(f"{where} '{field}' must have exactly 2 entries (false, true)")
+    return names
+
+
+def _validate_sequence_states(config: ModelConfig, taken_inputs: set[str]) -> None:
+    model = config.name
+    outputs = {tensor.name: tensor for tensor in config.output}
+    input_names: set[str] = set()
+    output_names: set[str] = set()
+    for state in config.sequence_batching.state:
+        if not state.input_name or not state.output_name:
+            raise invalid_arg(
+                f"model '{model}': every sequence_batching 'state' must have an 'input_name' "
+                "and an 'output_name'"
+            )
+        where = f"model '{model}': sequence_batching state '{state.input_name}'"
+        if state.input_name in input_names or state.input_name in taken_inputs:
+            raise invalid_arg(
+                f"{where}: 'input_name' is already used by another state, a control input or "
+                "an 'input'"
+            )
+        if state.output_name in output_names:
+            raise invalid_arg(
+                f"{where}: 'output_name' '{state.output_name}' is used by another state"
+            )
+        input_names.add(state.input_name)
+        output_names.add(state.output_name)
+        if state.data_type == DataType.TYPE_INVALID:
+            raise invalid_arg(f"{where} must specify 'data_type'")
+        if not state.dims:
+            raise invalid_arg(f"{where} must specify 'dims'")
+        if any(dim < 1 and dim != -1 for dim in state.dims):
+            raise invalid_arg(f"{where} has an invalid dimension in 'dims' {list(state.dims)}")
+        listed = outputs.get(state.output_name)
+        if listed is not None and listed.data_type != state.data_type:
+            raise invalid_arg(
+                f"{where}: output '{state.output_name}' is listed in 'output' with data_type "
+                f"{DataType.Name(listed.data_type)} but the state has "
+                f"{DataType.Name(state.data_type)}"
+            )
+        _validate_initial_state(where, state)
+
+
+def _validate_initial_state(where: str, state: ModelSequenceBatching.State) -> None:
+    if len(state.initial_state) > 1:
+        raise invalid_arg(
+            f"{where}: 'initial_state' must contain exactly one or zero element, found "
+            f"{len(state.initial_state)}"
+        )
+    if not state.initial_state:
+        return
+    initial = state.initial_state[0]
+    if initial.data_type != state.data_type:
+        raise invalid_arg(
+            f"{where}: 'initial_state' data_type {DataType.Name(initial.data_type)} does not "
+            f"match the state data_type {DataType.Name(state.data_type)}"
+        )
+    if not initial.name:
+        raise invalid_arg(f"{where}: 'initial_state' must have a 'name'")
+    if len(initial.dims) != len(state.dims):
+        raise invalid_arg(
+            f"{where}: 'initial_state' dims {list(initial.dims)} must have as many dimensions "
+            f"as the state dims {list(state.dims)}"
+        )
+    for dim, state_dim in zip(initial.dims, state.dims, strict=True):
+        if dim < 1 or (state_dim != -1 and dim != state_dim):
+            raise invalid_arg(
+                f"{where}: 'initial_state' dims {list(initial.dims)} must be fixed (>= 1) and "
+                f"match the state dims {list(state.dims)}"
+            )
+    choice = initial.WhichOneof("state_data")
+    if choice is None or (choice == "zero_data" and not initial.zero_data):
+        raise invalid_arg(f"{where}: 'initial_state' must set 'zero_data' or 'data_file'")
+    if choice == "data_file" and not initial.data_file:
+        raise invalid_arg(f"{where}: 'initial_state' 'data_file' must not be empty")
 
 
 # -- JSON rendering (PROTOCOL 1.10) --------------------------------------------------------------

@@ -23,6 +23,7 @@ from triton_core.model import LoadedModel, ModelSignature
 from triton_core.registry import BackendRegistry, BatchStrategyRegistry, SchedulerRegistry
 from triton_core.repository.layout import is_within, select_versions, version_folders
 from triton_core.scheduling.base import SchedulerContext
+from triton_core.scheduling.ensemble import EnsembleModel, is_ensemble, validate_ensemble_config
 from triton_core.scheduling.executor import InstancePool
 from triton_core.statistics import ModelStatistics
 
@@ -48,7 +49,8 @@ class PreparedModel:
     """A model's complete config and the version folders its policy selects."""
 
     config: ModelConfig
-    backend: Backend
+    #: None for an ensemble: it has no backend
+    backend: Backend | None
     model_dir: Path
     versions: dict[int, Path]
 
@@ -88,6 +90,8 @@ class ModelLoader:
             )
         config.name = name
         available = version_folders(model_dir, root)
+        if is_ensemble(config):
+            return self._prepare_ensemble(config, model_dir, available)
         backend = self._resolve_backend(config, available)
         if not config.default_model_filename:
             config.default_model_filename = backend.default_model_filename
@@ -158,6 +162,8 @@ class ModelLoader:
 
     def load_version(self, prepared: PreparedModel, version: int) -> LoadedModel:
         """Load one version: backend model, instances, worker threads, scheduler (blocking)."""
+        if prepared.backend is None:
+            return self._load_ensemble(prepared, version)
         config = prepared.config
         version_dir = prepared.versions[version]
         context = ModelContext(
@@ -197,6 +203,57 @@ class ModelLoader:
 
         statistics = ModelStatistics(config.name, version, self._options.latency_buckets_ms)
         pool = InstancePool(instances, names, self._loop, finish, config.name, statistics)
+        try:
+            scheduler = factory.value(
+                SchedulerContext(
+                    config.name,
+                    version,
+                    config,
+                    pool,
+                    self._loop,
+                    statistics,
+                    batch_strategy=strategy,
+                    server=self._server,
+                    model_dir=prepared.model_dir,
+                )
+            )
+        except Exception:
+            # a scheduler that rejects the config must not leak the threads and instances
+            pool.stop()
+            backend_model.finalize()
+            raise
+        return LoadedModel(config, version, signature, backend_model, pool, scheduler, statistics)
+
+    # -- ensembles: no backend and no instances; the scheduler calls the composing models ------
+
+    def _prepare_ensemble(
+        self, config: ModelConfig, model_dir: Path, available: dict[int, Path]
+    ) -> PreparedModel:
+        selected = select_versions(config.version_policy, list(available), config.name)
+        normalize(config, gpu_count=self._options.gpu_count)
+        validate(config, gpu_count=self._options.gpu_count)
+        validate_ensemble_config(config)
+        return PreparedModel(config, None, model_dir, {v: available[v] for v in selected})
+
+    def _load_ensemble(self, prepared: PreparedModel, version: int) -> LoadedModel:
+        """An ensemble version; its composing models must be loaded (the manager sees to it)."""
+        config = prepared.config
+        choice = scheduling_choice(config)
+        factory = self._schedulers.get(choice)
+        if factory is None:
+            raise invalid_arg(
+                f"ensemble '{config.name}' uses '{choice}' but no installed plugin provides "
+                f"that scheduler (available: {', '.join(self._schedulers.names())})"
+            )
+        signature = ModelSignature(config)
+        signature.labels = self._read_labels(config, prepared.model_dir)
+        statistics = ModelStatistics(config.name, version, self._options.latency_buckets_ms)
+
+        def finish(requests, responses):  # type: ignore[no-untyped-def]
+            return signature.finish(requests, responses, version)
+
+        # An empty pool keeps LoadedModel's shape: no instances, no threads.
+        pool = InstancePool([], [], self._loop, finish, config.name, statistics)
         scheduler = factory.value(
             SchedulerContext(
                 config.name,
@@ -205,11 +262,10 @@ class ModelLoader:
                 pool,
                 self._loop,
                 statistics,
-                batch_strategy=strategy,
                 server=self._server,
             )
         )
-        return LoadedModel(config, version, signature, backend_model, pool, scheduler, statistics)
+        return LoadedModel(config, version, signature, EnsembleModel(), pool, scheduler, statistics)
 
     def _batch_strategy(self, config: ModelConfig) -> BatchStrategy | None:
         parameters = config.parameters

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -32,6 +33,8 @@ class SchedulerContext:
     batch_strategy: BatchStrategy | None = None
     #: the server, for schedulers that call other models (ensembles)
     server: Server | None = None
+    #: ``<repository>/<model>``, for files a scheduler reads (sequence ``initial_state``)
+    model_dir: Path | None = None
 
 
 class Scheduler(ABC):

@@ -32,6 +32,9 @@ ResponseFinisher = Callable[
 
 Batch = tuple[list["InferenceRequest"], list["asyncio.Future[InferenceResponse]"]]
 
+#: tells an instance thread to serve its own queue from now on (see InstancePool.pin)
+_PIN: Batch = ([], [])
+
 
 class InstancePool:
     """The instances of one model version, each running batches on its own thread."""
@@ -51,6 +54,8 @@ class InstancePool:
         self._finish = finish
         self._model_name = model_name
         self._queue: SimpleQueue[Batch | None] = SimpleQueue()
+        #: one queue per instance once pin() was called (sequence batching)
+        self._pinned: list[SimpleQueue[Batch | None]] | None = None
         self._lock = threading.Lock()
         self._idle = len(self.instances)
         self._outstanding = 0  # batches submitted and not yet resolved (event loop only)
@@ -60,9 +65,9 @@ class InstancePool:
         self.on_batch_done: Callable[[], None] | None = None
         self._threads = [
             threading.Thread(
-                target=self._run, args=(instance,), name=f"instance:{name}", daemon=True
+                target=self._run, args=(index, instance), name=f"instance:{name}", daemon=True
             )
-            for instance, name in zip(self.instances, names, strict=True)
+            for index, (instance, name) in enumerate(zip(self.instances, names, strict=True))
         ]
         for thread in self._threads:
             thread.start()
@@ -83,6 +88,31 @@ class InstancePool:
         self._outstanding += 1
         self._queue.put((requests, futures))
 
+    def pin(self) -> None:
+        """Give each instance its own queue, for schedulers that choose the instance.
+
+        Call once, before the first batch (a scheduler's constructor may, off the loop);
+        then submit with :meth:`submit_to` only. The sequence batcher does, so that a
+        sequence stays on the instance (and thread) that holds its state.
+        """
+        if self._pinned is not None:
+            return
+        self._pinned = [SimpleQueue() for _ in self.instances]
+        # Each thread takes exactly one _PIN: after taking it, it reads only its own queue.
+        for _ in self._threads:
+            self._queue.put(_PIN)
+
+    def submit_to(
+        self,
+        index: int,
+        requests: list[InferenceRequest],
+        futures: list[asyncio.Future[InferenceResponse]],
+    ) -> None:
+        """Queue one batch for instance ``index`` (after :meth:`pin`). Call on the event loop."""
+        assert self._pinned is not None, "pin() the pool before submit_to()"
+        self._outstanding += 1
+        self._pinned[index].put((requests, futures))
+
     @property
     def outstanding(self) -> int:
         """Batches submitted and not yet answered."""
@@ -94,7 +124,7 @@ class InstancePool:
             self._drained = asyncio.Event()
             await self._drained.wait()
 
-    def _run(self, instance: ModelInstance) -> None:
+    def _run(self, index: int, instance: ModelInstance) -> None:
         queue = self._queue
         resolve = self._resolve
         call_soon = self._loop.call_soon_threadsafe
@@ -102,6 +132,10 @@ class InstancePool:
             batch = queue.get()
             if batch is None:
                 return
+            if batch is _PIN:
+                assert self._pinned is not None
+                queue = self._pinned[index]
+                continue
             with self._lock:
                 self._idle -= 1
             requests, futures = batch
@@ -164,8 +198,9 @@ class InstancePool:
 
     def stop(self) -> None:
         """Let queued batches finish, then end the threads and finalize the instances."""
-        for _ in self._threads:
-            self._queue.put(None)
+        queues = self._pinned or [self._queue] * len(self._threads)
+        for queue in queues:
+            queue.put(None)
         for thread in self._threads:
             thread.join()
         for instance in self.instances:

@@ -64,6 +64,7 @@ GRAPH_LEVELS: Final[dict[int, ort.GraphOptimizationLevel]] = {
 }
 
 _KIND_GPU: Final = model_config_pb2.ModelInstanceGroup.KIND_GPU
+_CORRID: Final = model_config_pb2.ModelSequenceBatching.Control.CONTROL_SEQUENCE_CORRID
 _TRUE: Final = frozenset({"1", "true", "yes", "on"})
 _FALSE: Final = frozenset({"0", "false", "no", "off"})
 
@@ -198,6 +199,26 @@ def _claimed_inputs(config: ModelConfig) -> set[str]:
     return names
 
 
+def _state_outputs(config: ModelConfig) -> dict[str, int]:
+    """Implicit-state outputs (``sequence_batching.state``) by name, with their data_type."""
+    if not config.HasField("sequence_batching"):
+        return {}
+    return {state.output_name: state.data_type for state in config.sequence_batching.state}
+
+
+def _sequence_input_types(config: ModelConfig) -> dict[str, int]:
+    """data_type of the CORRID control and state inputs the sequence batcher adds."""
+    if not config.HasField("sequence_batching"):
+        return {}
+    batching = config.sequence_batching
+    types = {state.input_name: state.data_type for state in batching.state}
+    for control_input in batching.control_input:
+        for control in control_input.control:
+            if control.kind == _CORRID:
+                types[control_input.name] = control.data_type
+    return types
+
+
 def check_config(config: ModelConfig, signature: Signature, model: str, *, complete: bool) -> None:
     """Check the config's inputs and outputs against the model's; raise INVALID_ARG if not.
 
@@ -299,8 +320,10 @@ class OnnxRuntimeBackend(Backend):
                 if info.name not in claimed:
                     _fill(config.input.add(), info, strip, config.max_batch_size)
         if not has_outputs:
+            internal = _state_outputs(config)  # implicit state stays out of 'output'
             for info in signature.outputs.values():
-                _fill(config.output.add(), info, strip, config.max_batch_size)
+                if info.name not in internal:
+                    _fill(config.output.add(), info, strip, config.max_batch_size)
         # Listed tensors without a datatype or dims get them from the model.
         model_tensors = {**signature.overridable, **signature.inputs, **signature.outputs}
         for tensor in [*config.input, *config.output]:
@@ -612,11 +635,16 @@ class OnnxRuntimeModel(BackendModel):
         self.settings = parse_session_settings(config, self.name, self.instance_count)
 
         self.input_names: tuple[str, ...] = tuple(t.name for t in config.input)
-        self.output_names: tuple[str, ...] = tuple(t.name for t in config.output)
         self.output_datatypes: dict[str, str] = {
             t.name: self._wire_type(t, "output") for t in config.output
         }
+        # Implicit-state outputs are produced too: the sequence batcher reads them back.
+        for name, data_type in _state_outputs(config).items():
+            self.output_datatypes.setdefault(name, CONFIG_TO_WIRE[_type_name(data_type)])
+        self.output_names: tuple[str, ...] = tuple(self.output_datatypes)
         input_datatypes = {t.name: self._wire_type(t, "input") for t in config.input}
+        for name, data_type in _sequence_input_types(config).items():
+            input_datatypes[name] = CONFIG_TO_WIRE[_type_name(data_type)]
         self.bytes_inputs = frozenset(n for n, d in input_datatypes.items() if d == "BYTES")
         self.bf16_inputs = frozenset(n for n, d in input_datatypes.items() if d == "BF16")
         self.bf16_outputs = frozenset(n for n, d in self.output_datatypes.items() if d == "BF16")

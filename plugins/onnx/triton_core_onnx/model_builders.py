@@ -41,6 +41,7 @@ __all__ = [
     "identity",
     "mlp",
     "no_batch_identity",
+    "sequence_accumulate",
     "two_inputs_mixed",
     "wide_mlp",
 ]
@@ -279,5 +280,38 @@ def two_inputs_mixed(path: PathLike) -> Path:
             _value_info("INPUT1", TensorProto.INT64, shape),
         ],
         [_value_info("OUTPUT0", TensorProto.FLOAT, shape)],
+    )
+    return _save(graph, path)
+
+
+def sequence_accumulate(path: PathLike, datatype: str = "INT32", dims: int = 4) -> Path:
+    """A stateful accumulator for the sequence batcher, with implicit state.
+
+    ``OUTPUT = OUTPUT_STATE = INPUT`` where ``START`` is non-zero, else
+    ``INPUT + INPUT_STATE``. ``INPUT``, ``INPUT_STATE``, ``OUTPUT`` and ``OUTPUT_STATE`` are
+    ``[batch, dims]`` of ``datatype`` (one of :data:`ADD_SUB_DATATYPES`); ``START`` is the
+    INT32 ``[batch, 1]`` control input. Serve it with ``sequence_batching`` naming ``START``
+    (``int32_false_true: [0, 1]``) and a ``state`` from ``INPUT_STATE`` to ``OUTPUT_STATE``.
+    """
+    name = _canonical(datatype)
+    if name not in ADD_SUB_DATATYPES:
+        raise ValueError(f"sequence_accumulate does not support datatype {datatype!r}")
+    elem_type = ONNX_TYPES[name]
+    shape: list[Dim] = ["batch", dims]
+    graph = helper.make_graph(
+        [
+            helper.make_node("Cast", ["START"], ["starting"], to=TensorProto.BOOL),
+            helper.make_node("Add", ["INPUT", "INPUT_STATE"], ["sum"]),
+            helper.make_node("Where", ["starting", "INPUT", "sum"], ["accumulated"]),
+            helper.make_node("Identity", ["accumulated"], ["OUTPUT"]),
+            helper.make_node("Identity", ["accumulated"], ["OUTPUT_STATE"]),
+        ],
+        "sequence_accumulate",
+        [
+            _value_info("INPUT", elem_type, shape),
+            _value_info("INPUT_STATE", elem_type, shape),
+            _value_info("START", TensorProto.INT32, ["batch", 1]),
+        ],
+        [_value_info("OUTPUT", elem_type, shape), _value_info("OUTPUT_STATE", elem_type, shape)],
     )
     return _save(graph, path)

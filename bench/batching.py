@@ -1,0 +1,237 @@
+"""Dynamic batching on a compute-heavier ONNX MLP: the server next to raw onnxruntime.
+
+In one run: raw ``onnxruntime`` ``session.run`` at several batch sizes (its best is the bar),
+the server with dynamic batching at concurrency 64 (gRPC and HTTP binary through
+bench/loadgen.py, and in-process ``Server.infer``), and a latency/throughput table over
+``max_queue_delay_microseconds``. Results go to the ``batching`` section of
+docs/benchmarks.md.
+
+    python bench/batching.py [--seconds 3] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+# Imported up front: the in-process measurements must run the code that was there at the start.
+from bench.common import (
+    ROOT,
+    ServerUnderTest,
+    format_table,
+    replace_section,
+    run_loadgen,
+    triton_core_command,
+)
+from bench.loadgen import summarize
+from triton_core import InferenceRequest, Server, ServerOptions, Tensor
+
+#: the model: FP32 MLP FEATURES -> HIDDEN -> FEATURES (bench --features/--hidden override)
+FEATURES = 512
+HIDDEN = 1024
+MAX_BATCH = 64
+RAW_BATCH_SIZES = (1, 8, 16, 32, 64)
+DELAYS_US = (0, 100, 500, 1000, 2000, 5000)
+HEADLINE_CONCURRENCY = 64
+TABLE_CONCURRENCY = (8, 64)
+
+CONFIG = """
+backend: "onnxruntime"
+max_batch_size: {max_batch}
+input [ {{ name: "INPUT0" data_type: TYPE_FP32 dims: [ {features} ] }} ]
+output [ {{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [ {features} ] }} ]
+instance_group [ {{ count: {instances} kind: KIND_CPU }} ]
+dynamic_batching {{ max_queue_delay_microseconds: {delay} }}
+"""
+
+
+def build_repository(root: Path, features: int, hidden: int, instances: int) -> Path:
+    """One model per queue delay (``mlp_d<us>``), all on the same ONNX file's copies."""
+    from triton_core_onnx.model_builders import wide_mlp
+
+    for delay in DELAYS_US:
+        model = root / f"mlp_d{delay}"
+        wide_mlp(model / "1" / "model.onnx", features=features, hidden=hidden, layers=2)
+        (model / "config.pbtxt").write_text(
+            CONFIG.format(max_batch=MAX_BATCH, features=features, instances=instances, delay=delay)
+        )
+    return root
+
+
+def raw_onnxruntime(model_path: Path, features: int, seconds: float) -> dict[int, dict]:
+    """``session.run`` in a loop at each batch size, with every core for ORT's own threads."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = os.cpu_count() or 1
+    session = ort.InferenceSession(str(model_path), options, providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(0)
+    results = {}
+    perf = time.perf_counter
+    for batch in RAW_BATCH_SIZES:
+        feed = {"INPUT0": rng.random((batch, features), dtype=np.float32)}
+        for _ in range(20):
+            session.run(None, feed)
+        latencies: list[float] = []
+        started = perf()
+        deadline = started + seconds
+        while (start := perf()) < deadline and len(latencies) < 1_000_000:
+            session.run(None, feed)
+            latencies.append(perf() - start)
+        summary = summarize(latencies, perf() - started)
+        summary["rows_per_s"] = summary["throughput"] * batch
+        results[batch] = summary
+    return results
+
+
+async def in_process(repo: Path, model: str, features: int, concurrency: int, seconds: float):  # type: ignore[no-untyped-def]
+    """Closed loop on ``Server.infer``: the batcher and backend without any network."""
+    data = np.random.default_rng(0).random((1, features), dtype=np.float32)
+    async with Server(ServerOptions([repo])) as server:
+        latencies: list[float] = []
+
+        async def client(deadline: float, record: bool) -> None:
+            perf = time.perf_counter
+            for _ in range(1_000_000):
+                start = perf()
+                if start >= deadline:
+                    return
+                request = InferenceRequest(model, {"INPUT0": Tensor("INPUT0", "FP32", data)})
+                await server.infer(request)
+                if record:
+                    latencies.append(perf() - start)
+
+        warm_until = time.perf_counter() + 1
+        await asyncio.gather(*(client(warm_until, False) for _ in range(concurrency)))
+        before = _counts(server.model(model).statistics)
+        started = time.perf_counter()
+        await asyncio.gather(*(client(started + seconds, True) for _ in range(concurrency)))
+        result = summarize(latencies, time.perf_counter() - started)
+        result["mean_batch"] = _mean_batch(before, _counts(server.model(model).statistics))
+        return result
+
+
+def _counts(statistics) -> tuple[int, int]:  # type: ignore[no-untyped-def]
+    return statistics.inference_count, statistics.execution_count
+
+
+def _mean_batch(before: tuple[int, int], after: tuple[int, int]) -> float:
+    executions = after[1] - before[1]
+    return (after[0] - before[0]) / executions if executions else 0.0
+
+
+def server_counts(server: ServerUnderTest, model: str) -> tuple[int, int]:
+    url = f"http://{server.http_url}/v2/models/{model}/stats"
+    with urllib.request.urlopen(url, timeout=10) as reply:
+        entry = json.loads(reply.read())["model_stats"][0]
+    return entry["inference_count"], entry["execution_count"]
+
+
+def measure(server: ServerUnderTest, protocol: str, model: str, features: int,
+            concurrency: int, seconds: float) -> dict:  # fmt: skip
+    url = server.grpc_url if protocol == "grpc" else server.http_url
+    before = server_counts(server, model)
+    result = run_loadgen(protocol, url, model, [f"INPUT0:float32:1x{features}"], concurrency,
+                         seconds)  # fmt: skip
+    result["mean_batch"] = _mean_batch(before, server_counts(server, model))
+    return result
+
+
+def cell(result: dict) -> str:
+    return (
+        f"{result['throughput']:,.0f}/s, p50 {result['p50_us'] / 1000:,.1f} ms, "
+        f"p99 {result['p99_us'] / 1000:,.1f} ms, batch {result['mean_batch']:.1f}"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=3.0, help="per measurement")
+    parser.add_argument("--quick", action="store_true", help="1.5 s cells, fewer delays")
+    parser.add_argument("--features", type=int, default=FEATURES)
+    parser.add_argument("--hidden", type=int, default=HIDDEN)
+    parser.add_argument("--instances", type=int, default=2)
+    parser.add_argument("--output", type=Path, default=ROOT / "docs" / "benchmarks.md")
+    args = parser.parse_args()
+    seconds = 1.5 if args.quick else args.seconds
+    delays = (0, 1000) if args.quick else DELAYS_US
+    features = args.features
+
+    with tempfile.TemporaryDirectory() as tmp:
+        repo = build_repository(Path(tmp), features, args.hidden, args.instances)
+        raw = raw_onnxruntime(repo / "mlp_d0" / "1" / "model.onnx", features, seconds)
+        best_batch = max(raw, key=lambda b: raw[b]["rows_per_s"])
+        best = raw[best_batch]["rows_per_s"]
+        batch32_ms = raw[32]["mean_us"] / 1000
+        print(f"raw onnxruntime: best batch {best_batch}: {best:,.0f} rows/s; "
+              f"batch 32 takes {batch32_ms:.2f} ms")  # fmt: skip
+
+        server = ServerUnderTest(triton_core_command(repo), "batching")
+        headline: list[list[str]] = []
+        table: list[list[str]] = []
+        try:
+            server.wait_ready()
+            for protocol in ("grpc", "http-binary"):
+                result = measure(server, protocol, "mlp_d0", features, HEADLINE_CONCURRENCY,
+                                 seconds)  # fmt: skip
+                headline.append([f"server, {protocol}, c={HEADLINE_CONCURRENCY}, delay 0",
+                                 cell(result), f"{result['throughput'] / best:.2f}"])  # fmt: skip
+                print(headline[-1])
+            for delay in delays:
+                row = [f"{delay}"]
+                for concurrency in TABLE_CONCURRENCY:
+                    result = measure(server, "grpc", f"mlp_d{delay}", features, concurrency,
+                                     seconds)  # fmt: skip
+                    row.append(cell(result))
+                table.append(row)
+                print(row)
+        finally:
+            server.stop()
+        result = asyncio.run(in_process(repo, "mlp_d0", features, HEADLINE_CONCURRENCY, seconds))
+        headline.append([f"in-process `Server.infer`, c={HEADLINE_CONCURRENCY}, delay 0",
+                         cell(result), f"{result['throughput'] / best:.2f}"])  # fmt: skip
+        print(headline[-1])
+
+    raw_rows = [
+        [f"raw onnxruntime, batch {batch}",
+         f"{r['rows_per_s']:,.0f} rows/s, {r['mean_us'] / 1000:,.2f} ms per run",
+         f"{r['rows_per_s'] / best:.2f}"]
+        for batch, r in raw.items()
+    ]  # fmt: skip
+    note = (
+        f"FP32 MLP {features} -> {args.hidden} -> {features} (`wide_mlp`), one batch-32 "
+        f"`session.run` takes {batch32_ms:.2f} ms here. Server: {args.instances} ORT "
+        f"instance(s), max_batch_size {MAX_BATCH}, dynamic batching; requests of batch 1 from "
+        "bench/loadgen.py in another process on the same host, or in-process. Raw onnxruntime: "
+        "one session with every core, `session.run` in a loop. "
+        f"{seconds:g} s per cell after 1 s warm-up; {os.cpu_count()} CPUs, "
+        f"{platform.processor() or platform.machine()}, Python {platform.python_version()}. "
+        "ratio = throughput / raw onnxruntime at its best batch size "
+        f"({best_batch}) in the same run; batch = mean executed batch size."
+    )
+    content = (
+        f"## Dynamic batching\n\n{note}\n\n"
+        + format_table(["what", "throughput", "ratio"], headline + raw_rows)
+        + "\n\nQueue delay against latency and throughput (gRPC, batch-1 requests):\n\n"
+        + format_table(
+            ["max_queue_delay_microseconds", *[f"c={c}" for c in TABLE_CONCURRENCY]], table
+        )
+    )
+    replace_section(args.output, "batching", content)
+    print(content)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,612 @@
+"""The ensemble scheduler (built-in plugin): a DAG of other models run as one model.
+
+An ensemble (``platform: "ensemble"``) has no backend and no instances. Its
+``ensemble_scheduling`` lists steps; each step calls a composing model through the server,
+so that model keeps its own scheduler and batching. ``input_map`` / ``output_map`` connect a
+step's tensors (keys) to ensemble tensors (values). A step fires as soon as every ensemble
+tensor it reads exists, so independent steps run concurrently; tensors pass from step to step
+as the same numpy arrays.
+
+What is checked when:
+
+* :func:`validate_ensemble_config` - when the config is read: the ensemble alone (fields set,
+  every tensor written once, every input used, every output produced, no step waits on itself).
+* :func:`ensemble_load_order` - before ensembles load: ensembles that reach themselves.
+* :func:`build_plan` - when a version loads, with the composing models loaded: mapped tensors
+  exist, datatypes and shapes agree, batch sizes fit, no decoupled step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from triton_core.backend import BackendModel
+from triton_core.errors import Status, TritonError, internal, invalid_arg, unsupported
+from triton_core.hookspecs import hookimpl
+from triton_core.model import ModelSignature
+from triton_core.protos.model_config_pb2 import DataType
+from triton_core.scheduling.base import Scheduler, SchedulerContext
+from triton_core.types import InferenceRequest, InferenceResponse, RequestedOutput, Tensor
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Sequence
+
+    from triton_core.backend import InstanceSpec, ModelInstance
+    from triton_core.protos.model_config_pb2 import ModelConfig, ModelEnsembling
+    from triton_core.registry import SchedulerRegistry
+    from triton_core.server import Server
+
+ENSEMBLE_PLATFORM = "ensemble"
+
+#: finds a composing model's complete config: ``lookup(name, version)``; raises TritonError
+ConfigLookup = Callable[[str, int], "ModelConfig"]
+
+
+def is_ensemble(config: ModelConfig) -> bool:
+    """Whether a config describes an ensemble (or wrongly asks for ensemble scheduling)."""
+    return config.platform == ENSEMBLE_PLATFORM or config.HasField("ensemble_scheduling")
+
+
+def step_models(config: ModelConfig) -> dict[str, set[int]]:
+    """The models an ensemble's steps call, with the versions they ask for (-1: latest ready)."""
+    models: dict[str, set[int]] = {}
+    for step in config.ensemble_scheduling.step:
+        models.setdefault(step.model_name, set()).add(step.model_version)
+    return models
+
+
+class EnsembleModel(BackendModel):
+    """Stands in for the backend model of an ensemble version: it owns no instances."""
+
+    def create_instance(self, spec: InstanceSpec) -> ModelInstance:
+        raise unsupported(f"an ensemble has no instances (instance '{spec.name}' was asked for)")
+
+
+# -- checks of the config alone (when it is read) -------------------------------------------------
+
+
+def validate_ensemble_config(config: ModelConfig) -> None:
+    """Reject an ensemble config that cannot work whatever its composing models are.
+
+    Follows Triton's ``ValidateEnsembleSchedulingConfig``; messages name the ensemble, the
+    step and the field.
+    """
+    name = config.name
+    if config.platform != ENSEMBLE_PLATFORM:
+        raise invalid_arg(
+            f"ensemble scheduling cannot be set for model '{name}' whose platform is not "
+            f"{ENSEMBLE_PLATFORM}"
+        )
+    if not config.HasField("ensemble_scheduling"):
+        raise invalid_arg(f"ensemble scheduling must be set for ensemble '{name}'")
+    for field_name, present in (
+        ("instance_group", bool(config.instance_group)),
+        ("model_warmup", bool(config.model_warmup)),
+        ("dynamic_batching", config.HasField("dynamic_batching")),
+        ("sequence_batching", config.HasField("sequence_batching")),
+    ):
+        if present:
+            raise invalid_arg(f"'{field_name}' should not be specified for ensemble '{name}'")
+    if config.model_transaction_policy.decoupled:
+        raise unsupported(
+            f"ensemble '{name}': 'model_transaction_policy.decoupled' is not supported for "
+            "ensembles"
+        )
+    if not config.input or not config.output:
+        raise invalid_arg(f"ensemble '{name}' must specify 'input' and 'output' in its config")
+    steps = config.ensemble_scheduling.step
+    if not steps:
+        raise invalid_arg(f"must specify 'step' for ensemble '{name}'")
+    inputs = {tensor.name for tensor in config.input}
+    producers = _check_steps(config, inputs)
+    _check_data_flow(config, inputs, producers)
+
+
+def _check_steps(config: ModelConfig, inputs: set[str]) -> dict[str, int]:
+    """Every step's fields are set; returns the step that writes each ensemble tensor."""
+    name = config.name
+    producers: dict[str, int] = {}
+    for index, step in enumerate(config.ensemble_scheduling.step):
+        where = f"step {index} of ensemble '{name}'"
+        for field_name in ("model_name", "input_map", "output_map"):
+            if not getattr(step, field_name):
+                raise invalid_arg(f"must specify '{field_name}' in {where}")
+        if step.model_version < -1:
+            raise invalid_arg(
+                f"'model_version' {step.model_version} in {where} must be -1 (latest) or a "
+                "version number"
+            )
+        for output_name, tensor in step.output_map.items():
+            if tensor in inputs:
+                raise invalid_arg(
+                    f"ensemble tensor '{tensor}' is an ensemble input, so output "
+                    f"'{output_name}' of model '{step.model_name}' cannot be mapped to it in "
+                    f"'output_map' of {where}"
+                )
+            if tensor in producers:
+                raise invalid_arg(
+                    f"ensemble tensor '{tensor}' can appear in an 'output_map' only once for "
+                    f"ensemble '{name}': steps {producers[tensor]} and {index} both write it"
+                )
+            producers[tensor] = index
+    return producers
+
+
+def _check_data_flow(config: ModelConfig, inputs: set[str], producers: dict[str, int]) -> None:
+    name = config.name
+    steps = config.ensemble_scheduling.step
+    read = {tensor for step in steps for tensor in step.input_map.values()}
+    for tensor in config.input:
+        if tensor.name not in read:
+            raise invalid_arg(
+                f"ensemble input '{tensor.name}' for ensemble '{name}' is not used: no step's "
+                "'input_map' reads it"
+            )
+    for index, step in enumerate(steps):
+        for input_name, tensor in step.input_map.items():
+            if tensor not in inputs and tensor not in producers:
+                raise invalid_arg(
+                    f"in ensemble '{name}', step {index} (model '{step.model_name}') maps input "
+                    f"'{input_name}' to ensemble tensor '{tensor}', which is neither an ensemble "
+                    "input nor in any step's 'output_map'"
+                )
+    never = _steps_that_never_run(config, inputs)
+    if never:
+        models = ", ".join(f"{i} ('{steps[i].model_name}')" for i in never)
+        raise invalid_arg(
+            f"in ensemble '{name}', step(s) {models} can never run: their 'input_map' and "
+            "'output_map' form a cycle"
+        )
+    outputs = {tensor.name for tensor in config.output}
+    for output in config.output:
+        if output.name not in producers:
+            raise invalid_arg(
+                f"ensemble output '{output.name}' for ensemble '{name}' is not written: no "
+                "step's 'output_map' maps to it"
+            )
+    for tensor, index in producers.items():
+        if tensor not in read and tensor not in outputs:
+            raise invalid_arg(
+                f"ensemble tensor '{tensor}' is unused in ensemble '{name}': step {index} "
+                f"(model '{steps[index].model_name}') writes it but no step reads it and it "
+                "is not an ensemble output"
+            )
+
+
+def _steps_that_never_run(config: ModelConfig, inputs: set[str]) -> list[int]:
+    steps = config.ensemble_scheduling.step
+    available = set(inputs)
+    pending = list(range(len(steps)))
+    progress = True
+    while pending and progress:
+        progress = False
+        for index in list(pending):
+            if all(tensor in available for tensor in steps[index].input_map.values()):
+                available.update(steps[index].output_map.values())
+                pending.remove(index)
+                progress = True
+    return pending
+
+
+# -- ensembles that use ensembles (before loading) ------------------------------------------------
+
+
+def ensemble_load_order(
+    dependencies: Mapping[str, Iterable[str]],
+) -> tuple[list[str], dict[str, TritonError]]:
+    """Order ensembles so each loads after the ensembles it uses.
+
+    ``dependencies`` maps every ensemble to the models its steps call (models that are not
+    ensembles are ignored here). Returns the load order of the ensembles on no cycle, and an
+    error for each ensemble on a cycle ("circular dependency between ensembles").
+    """
+    order: list[str] = []
+    errors: dict[str, TritonError] = {}
+    done: set[str] = set()
+
+    def visit(name: str, path: list[str]) -> None:
+        if name in done or name in errors:
+            return
+        if name in path:
+            cycle = [*path[path.index(name) :], name]
+            error = invalid_arg(f"circular dependency between ensembles: {' -> '.join(cycle)}")
+            for member in cycle:
+                errors.setdefault(member, error)
+            return
+        path.append(name)
+        for used in sorted(dependencies[name]):
+            if used in dependencies:
+                visit(used, path)
+        path.pop()
+        if name not in errors:
+            done.add(name)
+            order.append(name)
+
+    for name in sorted(dependencies):
+        visit(name, [])
+    # an ensemble that uses one on a cycle is left in the order: its load fails on that member
+    return order, errors
+
+
+# -- the plan of a loaded version (checks against the composing models) ---------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class EnsembleStep:
+    """One step, resolved at load."""
+
+    index: int
+    model_name: str
+    model_version: int
+    #: (composing model's input, ensemble tensor) pairs
+    inputs: tuple[tuple[str, str], ...]
+    #: (composing model's output, ensemble tensor) pairs
+    outputs: tuple[tuple[str, str], ...]
+    #: how many distinct ensemble tensors the step waits for
+    needs: int
+    #: the outputs the step asks its model for: only the mapped ones
+    requested: tuple[RequestedOutput, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class EnsemblePlan:
+    """The DAG of a loaded ensemble version, ready to run requests without more checks."""
+
+    steps: tuple[EnsembleStep, ...]
+    #: ensemble tensor -> indices of the steps that read it
+    consumers: Mapping[str, tuple[int, ...]]
+    input_names: tuple[str, ...]
+    output_names: tuple[str, ...]
+
+
+@dataclass(slots=True)
+class _TensorSource:
+    """Where an ensemble tensor's datatype and shape were first inferred from (for messages)."""
+
+    datatype: int
+    dims: tuple[int, ...]
+    full_dims: tuple[int, ...]
+    origin: str
+
+
+def _source(origin: str, batching: bool, datatype: int, dims: Sequence[int]) -> _TensorSource:
+    dims = tuple(dims)
+    return _TensorSource(datatype, dims, ((-1,) if batching else ()) + dims, origin)
+
+
+def _dims_match(left: Sequence[int], right: Sequence[int]) -> bool:
+    return len(left) == len(right) and all(
+        a == b or a == -1 or b == -1 for a, b in zip(left, right, strict=True)
+    )
+
+
+def _format_dims(dims: Sequence[int]) -> str:
+    return "[" + ",".join(str(d) for d in dims) + "]"
+
+
+def _check_consistent(ensemble: str, tensor: str, known: _TensorSource, new: _TensorSource) -> None:
+    """Triton's ``ValidateTensorConsistency``: same datatype, shapes equal up to -1 (compared
+    with and without the batch dimension, so batching and non-batching models can mix)."""
+    if known.datatype != new.datatype:
+        raise invalid_arg(
+            f"in ensemble '{ensemble}', ensemble tensor '{tensor}' has inconsistent "
+            f"'data_type': {DataType.Name(known.datatype)} from {known.origin}, but "
+            f"{DataType.Name(new.datatype)} from {new.origin}"
+        )
+    if not _dims_match(known.dims, new.dims) and not _dims_match(known.full_dims, new.full_dims):
+        raise invalid_arg(
+            f"in ensemble '{ensemble}', ensemble tensor '{tensor}' has inconsistent 'dims': "
+            f"{_format_dims(known.full_dims)} from {known.origin}, but "
+            f"{_format_dims(new.full_dims)} from {new.origin}"
+        )
+
+
+def build_plan(config: ModelConfig, lookup: ConfigLookup) -> EnsemblePlan:
+    """Resolve and check an ensemble's steps against its composing models' configs.
+
+    Called when an ensemble version loads (its composing models are loaded by then). Raises
+    :class:`TritonError` naming the ensemble, the step's model and the tensor or field.
+    """
+    name = config.name
+    batching = config.max_batch_size > 0
+    tensors: dict[str, _TensorSource] = {}
+    for kind, declared in (("input", config.input), ("output", config.output)):
+        for tensor in declared:
+            dims = tensor.reshape.shape if tensor.HasField("reshape") else tensor.dims
+            source = _source(
+                f"ensemble '{name}' {kind} '{tensor.name}'", batching, tensor.data_type, dims
+            )
+            tensors.setdefault(tensor.name, source)
+    steps = []
+    consumers: dict[str, list[int]] = {}
+    for index, step in enumerate(config.ensemble_scheduling.step):
+        where = f"in ensemble '{name}', step {index} (model '{step.model_name}')"
+        try:
+            member = lookup(step.model_name, step.model_version)
+        except TritonError as error:
+            raise TritonError(
+                error.status,
+                f"{where} 'model_name' names a model that is not available: {error.message}",
+            ) from None
+        _check_member(config, index, step.model_name, member)
+        _check_mapping(name, index, step, member, tensors)
+        read = tuple(dict.fromkeys(step.input_map.values()))
+        for tensor in read:
+            consumers.setdefault(tensor, []).append(index)
+        outputs = tuple(sorted(step.output_map.items()))
+        steps.append(
+            EnsembleStep(
+                index,
+                step.model_name,
+                step.model_version,
+                tuple(sorted(step.input_map.items())),
+                outputs,
+                len(read),
+                tuple(RequestedOutput(output) for output, _ in outputs),
+            )
+        )
+    return EnsemblePlan(
+        tuple(steps),
+        {tensor: tuple(indices) for tensor, indices in consumers.items()},
+        tuple(tensor.name for tensor in config.input),
+        tuple(tensor.name for tensor in config.output),
+    )
+
+
+def _check_member(config: ModelConfig, index: int, model: str, member: ModelConfig) -> None:
+    name = config.name
+    if member.model_transaction_policy.decoupled:
+        raise unsupported(
+            f"in ensemble '{name}', step {index} uses decoupled model '{model}'; ensembles "
+            "with decoupled steps are not supported"
+        )
+    if 0 < member.max_batch_size < config.max_batch_size:
+        raise invalid_arg(
+            f"ensemble '{name}' allows maximum batch size {config.max_batch_size} "
+            f"('max_batch_size'), but it contains model '{model}' (step {index}) which only "
+            f"allows maximum batch size to be {member.max_batch_size}"
+        )
+
+
+def _check_mapping(
+    name: str,
+    index: int,
+    step: ModelEnsembling.Step,
+    member: ModelConfig,
+    tensors: dict[str, _TensorSource],
+) -> None:
+    """Triton's ``ValidateTensorMapping`` for one step: names exist, types and shapes agree."""
+    model = step.model_name
+    where = f"in ensemble '{name}', step {index} (model '{model}')"
+    batching = member.max_batch_size > 0
+    for field_name, declared, mapping in (
+        ("input_map", member.input, step.input_map),
+        ("output_map", member.output, step.output_map),
+    ):
+        kind = "input" if field_name == "input_map" else "output"
+        by_name = {tensor.name: tensor for tensor in declared}
+        for tensor_name in sorted(mapping):
+            if tensor_name not in by_name:
+                raise invalid_arg(
+                    f"{where} '{field_name}' maps {kind} '{tensor_name}', which model '{model}' "
+                    f"does not have (its {kind}s: {', '.join(by_name) or 'none'})"
+                )
+        for tensor_name, ensemble_tensor in sorted(mapping.items()):
+            spec = by_name[tensor_name]
+            origin = f"model '{model}' {kind} '{tensor_name}' (step {index} '{field_name}')"
+            source = _source(origin, batching, spec.data_type, spec.dims)
+            known = tensors.get(ensemble_tensor)
+            if known is None:
+                tensors[ensemble_tensor] = source
+            else:
+                _check_consistent(name, ensemble_tensor, known, source)
+    for spec in member.input:
+        if spec.name not in step.input_map and not spec.optional:
+            raise invalid_arg(
+                f"{where}: input '{spec.name}' of model '{model}' is not mapped to any ensemble "
+                "tensor in 'input_map'"
+            )
+
+
+# -- running requests -------------------------------------------------------------------------
+
+
+class EnsembleScheduler(Scheduler):
+    """``ensemble_scheduling``: runs each request through the steps' models, as a DAG.
+
+    Steps call :meth:`Server.infer`, so each composing model's own scheduler (and batching)
+    serves them. With ``max_inflight_requests`` > 0, each step has at most that many requests
+    of this ensemble in flight; the others wait for a slot (``pending_count``).
+    """
+
+    def __init__(self, context: SchedulerContext) -> None:
+        server = context.server
+        if server is None:
+            raise internal(f"ensemble '{context.model_name}' needs the server to call its steps")
+        self._server: Server = server
+        self.loop = context.loop
+        self.name = context.model_name
+        self._version = context.model_version
+        self._signature = ModelSignature(context.config)
+
+        def lookup(model: str, version: int) -> ModelConfig:
+            return server.models.get(model, version).config
+
+        self.plan = build_plan(context.config, lookup)
+        limit = context.config.ensemble_scheduling.max_inflight_requests
+        self._slots: tuple[asyncio.Semaphore | None, ...] = tuple(
+            asyncio.Semaphore(limit) if limit else None for _ in self.plan.steps
+        )
+        self._waiting_for_slot = 0
+        self._active = 0
+        self._idle: asyncio.Event | None = None
+
+    def enqueue(self, request: InferenceRequest) -> asyncio.Future[InferenceResponse]:
+        future: asyncio.Future[InferenceResponse] = self.loop.create_future()
+        self._active += 1
+        future.add_done_callback(self._request_done)
+        _EnsembleRun(self, request, future).start()
+        return future
+
+    def _request_done(self, _future: asyncio.Future[InferenceResponse]) -> None:
+        self._active -= 1
+        if self._idle is not None and not self._active:
+            self._idle.set()
+
+    async def call_step(
+        self, step: EnsembleStep, values: dict[str, Tensor], request: InferenceRequest
+    ) -> InferenceResponse:
+        """Run one step for one request; errors name the ensemble and the step's model."""
+        inputs = {}
+        for input_name, tensor_name in step.inputs:
+            tensor = values.get(tensor_name)
+            if tensor is not None:  # an optional ensemble input the request left out
+                # a new Tensor around the same array: the step's model may rename or reshape
+                inputs[input_name] = Tensor(input_name, tensor.datatype, tensor.data)
+        step_request = InferenceRequest(
+            step.model_name,
+            inputs,
+            step.model_version,
+            id=request.id,
+            outputs=list(step.requested),
+            parameters=dict(request.parameters),
+            priority=request.priority,
+            timeout_us=request.timeout_us,
+            correlation_id=request.correlation_id,
+            flags=request.flags,
+        )
+        try:
+            slot = self._slots[step.index]
+            if slot is None:
+                return await self._server.infer(step_request, nested=True)
+            self._waiting_for_slot += 1
+            try:
+                await slot.acquire()
+            finally:
+                self._waiting_for_slot -= 1
+            try:
+                return await self._server.infer(step_request, nested=True)
+            finally:
+                slot.release()
+        except TritonError as error:
+            reason = "CANCELED" if error.status is Status.CANCELLED else "OTHER"
+            raise TritonError(
+                error.status,
+                f"in ensemble '{self.name}', step {step.index} (model '{step.model_name}') "
+                f"failed: {error.message}",
+                reason=reason,
+            ) from None
+
+    def respond(self, request: InferenceRequest, values: dict[str, Tensor]) -> InferenceResponse:
+        """The ensemble's response: its outputs (the requested ones), named and numbered."""
+        outputs = []
+        for name in self.plan.output_names:
+            tensor = values.get(name)
+            if tensor is None:
+                raise internal(f"ensemble '{self.name}' did not produce output '{name}'")
+            outputs.append(tensor)
+        result = self._signature.finish_one(request, InferenceResponse(outputs), self._version)
+        if isinstance(result, TritonError):
+            raise result
+        return result
+
+    @property
+    def pending_count(self) -> int:
+        return self._waiting_for_slot
+
+    async def stop(self) -> None:
+        """Let the requests already accepted finish (the server unloads models after that)."""
+        while self._active:
+            self._idle = asyncio.Event()
+            await self._idle.wait()
+
+
+class _EnsembleRun:
+    """One request on its way through the steps; lives on the event loop only."""
+
+    __slots__ = ("future", "plan", "request", "running", "scheduler", "values", "waiting")
+
+    def __init__(
+        self,
+        scheduler: EnsembleScheduler,
+        request: InferenceRequest,
+        future: asyncio.Future[InferenceResponse],
+    ) -> None:
+        self.scheduler = scheduler
+        self.plan = scheduler.plan
+        self.request = request
+        self.future = future
+        #: ensemble tensor name -> tensor, as they become available
+        self.values: dict[str, Tensor] = dict(request.inputs)
+        self.waiting = [step.needs for step in self.plan.steps]
+        self.running: set[asyncio.Task[InferenceResponse]] = set()
+        future.add_done_callback(self._cancel_if_abandoned)
+
+    def start(self) -> None:
+        # An optional input left out counts as available: the steps that read it run without.
+        for name in self.plan.input_names:
+            self._available(name)
+
+    def _available(self, tensor: str) -> None:
+        for index in self.plan.consumers.get(tensor, ()):
+            self.waiting[index] -= 1
+            if not self.waiting[index]:
+                self._launch(self.plan.steps[index])
+
+    def _launch(self, step: EnsembleStep) -> None:
+        task = self.scheduler.loop.create_task(
+            self.scheduler.call_step(step, self.values, self.request)
+        )
+        self.running.add(task)
+        task.add_done_callback(lambda done: self._step_done(step, done))
+
+    def _step_done(self, step: EnsembleStep, task: asyncio.Task[InferenceResponse]) -> None:
+        self.running.discard(task)
+        if task.cancelled():
+            return
+        error = task.exception()  # retrieved even when no longer needed, so asyncio stays quiet
+        if self.future.done():
+            return
+        if error is not None:
+            self._fail(error)
+            return
+        response = task.result()
+        for output_name, tensor_name in step.outputs:
+            try:
+                produced = response.output(output_name)
+            except KeyError:
+                self._fail(
+                    internal(
+                        f"in ensemble '{self.scheduler.name}', step {step.index} (model "
+                        f"'{step.model_name}') did not return output '{output_name}'"
+                    )
+                )
+                return
+            self.values[tensor_name] = Tensor(tensor_name, produced.datatype, produced.data)
+            self._available(tensor_name)
+        if not self.running:
+            try:
+                self.future.set_result(self.scheduler.respond(self.request, self.values))
+            except TritonError as failure:
+                self._fail(failure)
+
+    def _fail(self, error: BaseException) -> None:
+        if not self.future.done():
+            self.future.set_exception(error)
+        self._cancel_running()
+
+    def _cancel_if_abandoned(self, future: asyncio.Future[InferenceResponse]) -> None:
+        if future.cancelled():  # the caller stopped waiting: stop the steps still running
+            self._cancel_running()
+
+    def _cancel_running(self) -> None:
+        for task in list(self.running):
+            task.cancel()
+
+
+@hookimpl
+def triton_register_schedulers(registry: SchedulerRegistry) -> None:
+    registry.add("ensemble_scheduling", EnsembleScheduler)
