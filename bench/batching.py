@@ -38,11 +38,11 @@ from bench.common import (
 from bench.loadgen import summarize
 from triton_core import InferenceRequest, Server, ServerOptions, Tensor
 
-#: the model: FP32 MLP FEATURES -> HIDDEN -> FEATURES (bench --features/--hidden override)
-FEATURES = 512
-HIDDEN = 1024
+#: FP32 MLPs FEATURES -> HIDDEN -> FEATURES: one batch-32 run takes about 1 ms on one core
+#: of the reference machine, then a heavier one where compute outweighs per-request work
+MODELS = ("1024x2048", "2048x8192")
 MAX_BATCH = 64
-RAW_BATCH_SIZES = (1, 8, 16, 32, 64)
+RAW_BATCH_SIZES = (1, 8, 16, 32, 64, 128)
 DELAYS_US = (0, 100, 500, 1000, 2000, 5000)
 HEADLINE_CONCURRENCY = 64
 TABLE_CONCURRENCY = (8, 64)
@@ -57,11 +57,13 @@ dynamic_batching {{ max_queue_delay_microseconds: {delay} }}
 """
 
 
-def build_repository(root: Path, features: int, hidden: int, instances: int) -> Path:
-    """One model per queue delay (``mlp_d<us>``), all on the same ONNX file's copies."""
+def build_repository(
+    root: Path, features: int, hidden: int, instances: int, delays: tuple[int, ...]
+) -> Path:
+    """One model per queue delay (``mlp_d<us>``), each with its own copy of the ONNX file."""
     from triton_core_onnx.model_builders import wide_mlp
 
-    for delay in DELAYS_US:
+    for delay in delays:
         model = root / f"mlp_d{delay}"
         wide_mlp(model / "1" / "model.onnx", features=features, hidden=hidden, layers=2)
         (model / "config.pbtxt").write_text(
@@ -156,39 +158,29 @@ def cell(result: dict) -> str:
     )
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seconds", type=float, default=3.0, help="per measurement")
-    parser.add_argument("--quick", action="store_true", help="1.5 s cells, fewer delays")
-    parser.add_argument("--features", type=int, default=FEATURES)
-    parser.add_argument("--hidden", type=int, default=HIDDEN)
-    parser.add_argument("--instances", type=int, default=2)
-    parser.add_argument("--output", type=Path, default=ROOT / "docs" / "benchmarks.md")
-    args = parser.parse_args()
-    seconds = 1.5 if args.quick else args.seconds
-    delays = (0, 1000) if args.quick else DELAYS_US
-    features = args.features
-
+def run_model(features: int, hidden: int, instances: int, seconds: float,
+              delays: tuple[int, ...]) -> tuple[list[list[str]], list[list[str]], str]:  # fmt: skip
+    """Raw onnxruntime, the server at c=64 and (when ``delays``) the delay table for one MLP."""
+    label = f"MLP {features}->{hidden}->{features}"
     with tempfile.TemporaryDirectory() as tmp:
-        repo = build_repository(Path(tmp), features, args.hidden, args.instances)
+        repo = build_repository(Path(tmp), features, hidden, instances, delays or (0,))
         raw = raw_onnxruntime(repo / "mlp_d0" / "1" / "model.onnx", features, seconds)
         best_batch = max(raw, key=lambda b: raw[b]["rows_per_s"])
         best = raw[best_batch]["rows_per_s"]
         batch32_ms = raw[32]["mean_us"] / 1000
-        print(f"raw onnxruntime: best batch {best_batch}: {best:,.0f} rows/s; "
-              f"batch 32 takes {batch32_ms:.2f} ms")  # fmt: skip
-
-        server = ServerUnderTest(triton_core_command(repo), "batching")
-        headline: list[list[str]] = []
+        print(f"{label}: raw best batch {best_batch}: {best:,.0f} rows/s; "
+              f"batch 32 takes {batch32_ms:.2f} ms", flush=True)  # fmt: skip
+        rows: list[list[str]] = []
         table: list[list[str]] = []
+        server = ServerUnderTest(triton_core_command(repo), "batching")
         try:
             server.wait_ready()
             for protocol in ("grpc", "http-binary"):
                 result = measure(server, protocol, "mlp_d0", features, HEADLINE_CONCURRENCY,
                                  seconds)  # fmt: skip
-                headline.append([f"server, {protocol}, c={HEADLINE_CONCURRENCY}, delay 0",
-                                 cell(result), f"{result['throughput'] / best:.2f}"])  # fmt: skip
-                print(headline[-1])
+                rows.append([label, f"server, {protocol}, c={HEADLINE_CONCURRENCY}",
+                             cell(result), f"{result['throughput'] / best:.2f}"])  # fmt: skip
+                print(rows[-1], flush=True)
             for delay in delays:
                 row = [f"{delay}"]
                 for concurrency in TABLE_CONCURRENCY:
@@ -196,35 +188,66 @@ def main() -> None:
                                      seconds)  # fmt: skip
                     row.append(cell(result))
                 table.append(row)
-                print(row)
+                print(row, flush=True)
         finally:
             server.stop()
         result = asyncio.run(in_process(repo, "mlp_d0", features, HEADLINE_CONCURRENCY, seconds))
-        headline.append([f"in-process `Server.infer`, c={HEADLINE_CONCURRENCY}, delay 0",
-                         cell(result), f"{result['throughput'] / best:.2f}"])  # fmt: skip
-        print(headline[-1])
-
-    raw_rows = [
-        [f"raw onnxruntime, batch {batch}",
-         f"{r['rows_per_s']:,.0f} rows/s, {r['mean_us'] / 1000:,.2f} ms per run",
-         f"{r['rows_per_s'] / best:.2f}"]
-        for batch, r in raw.items()
-    ]  # fmt: skip
+        rows.append([label, f"in-process `Server.infer`, c={HEADLINE_CONCURRENCY}", cell(result),
+                     f"{result['throughput'] / best:.2f}"])  # fmt: skip
+        print(rows[-1], flush=True)
+    for batch, r in raw.items():
+        rows.append([label, f"raw onnxruntime, batch {batch}",
+                     f"{r['rows_per_s']:,.0f} rows/s, {r['mean_us'] / 1000:,.2f} ms per run",
+                     f"{r['rows_per_s'] / best:.2f}"])  # fmt: skip
     note = (
-        f"FP32 MLP {features} -> {args.hidden} -> {features} (`wide_mlp`), one batch-32 "
-        f"`session.run` takes {batch32_ms:.2f} ms here. Server: {args.instances} ORT "
-        f"instance(s), max_batch_size {MAX_BATCH}, dynamic batching; requests of batch 1 from "
+        f"{label}: one batch-32 `session.run` takes {batch32_ms:.2f} ms; "
+        f"raw onnxruntime is best at batch {best_batch}"
+    )
+    return rows, table, note
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=3.0, help="per measurement")
+    parser.add_argument("--quick", action="store_true", help="1.5 s cells, fewer delays")
+    parser.add_argument(
+        "--model", action="append", metavar="FEATURESxHIDDEN",
+        help=f"MLP sizes (repeatable); the first gets the delay table (default {MODELS})",
+    )  # fmt: skip
+    parser.add_argument("--instances", type=int, default=2)
+    parser.add_argument("--output", type=Path, default=ROOT / "docs" / "benchmarks.md")
+    args = parser.parse_args()
+    seconds = 1.5 if args.quick else args.seconds
+    delays = (0, 1000) if args.quick else DELAYS_US
+    models = [tuple(int(v) for v in m.split("x")) for m in (args.model or MODELS)]
+
+    rows: list[list[str]] = []
+    notes: list[str] = []
+    table: list[list[str]] = []
+    for index, (features, hidden) in enumerate(models):
+        model_rows, model_table, note = run_model(
+            features, hidden, args.instances, seconds, delays if index == 0 else ()
+        )
+        rows += model_rows
+        notes.append(note)
+        table = table or model_table
+    first = f"MLP {models[0][0]}->{models[0][1]}->{models[0][0]}"
+    note = (
+        "FP32 two-layer MLPs (`wide_mlp`: features -> hidden -> features), batch-1 requests. "
+        f"Server: {args.instances} ORT instance(s) (ORT threads split between them), "
+        f"max_batch_size {MAX_BATCH}, dynamic batching with no queue delay; clients are "
         "bench/loadgen.py in another process on the same host, or in-process. Raw onnxruntime: "
-        "one session with every core, `session.run` in a loop. "
-        f"{seconds:g} s per cell after 1 s warm-up; {os.cpu_count()} CPUs, "
-        f"{platform.processor() or platform.machine()}, Python {platform.python_version()}. "
-        "ratio = throughput / raw onnxruntime at its best batch size "
-        f"({best_batch}) in the same run; batch = mean executed batch size."
+        "one session using every core, `session.run` in a loop. ratio = throughput / raw "
+        "onnxruntime at its best batch size, measured in the same run. batch = mean executed "
+        f"batch size. {seconds:g} s per cell after 1 s warm-up; {os.cpu_count()} CPUs, "
+        f"{platform.processor() or platform.machine()}, Python {platform.python_version()}.\n\n"
+        + "\n".join(f"- {n}" for n in notes)
     )
     content = (
         f"## Dynamic batching\n\n{note}\n\n"
-        + format_table(["what", "throughput", "ratio"], headline + raw_rows)
-        + "\n\nQueue delay against latency and throughput (gRPC, batch-1 requests):\n\n"
+        + format_table(["model", "what", "throughput", "ratio"], rows)
+        + f"\n\nQueue delay against latency and throughput ({first}, gRPC, batch-1 requests):"
+        "\n\n"
         + format_table(
             ["max_queue_delay_microseconds", *[f"c={c}" for c in TABLE_CONCURRENCY]], table
         )

@@ -198,6 +198,10 @@ def _matches(shape: Sequence[int], dims: Sequence[int]) -> bool:
     return all(dim == -1 or dim == actual for actual, dim in zip(shape, dims, strict=True))
 
 
+class ModelRetired(Exception):
+    """The model version was swapped out or unloaded between lookup and submission."""
+
+
 class LoadedModel:
     """A model version that is ready to serve: signature, instances and scheduler."""
 
@@ -221,6 +225,8 @@ class LoadedModel:
         self.statistics = statistics
         self.platform = config.platform or config.backend
         self.decoupled = config.model_transaction_policy.decoupled
+        #: set when a reload or unload takes this version out of service
+        self.retired = False
         #: Triton caches only non-decoupled models with the default or dynamic scheduler
         self.cacheable = (
             config.response_cache.enable
@@ -234,11 +240,18 @@ class LoadedModel:
         return self.submit(request)
 
     def submit(self, request: InferenceRequest) -> asyncio.Future[InferenceResponse]:
-        """Hand an already validated request to the scheduler."""
+        """Hand an already validated request to the scheduler.
+
+        Raises :class:`ModelRetired` once a reload or unload retired this version: the caller
+        looks the model up again, so a swap never fails a request.
+        """
+        if self.retired:
+            raise ModelRetired(self.name)
         request.queued_ns = time.monotonic_ns()
         return self.scheduler.enqueue(request)
 
     async def unload(self) -> None:
         """Finish the requests already accepted, then release the instances and the model."""
+        self.retired = True
         await self.scheduler.stop()
         await asyncio.to_thread(self.backend_model.finalize)

@@ -19,9 +19,11 @@ from triton_core.cache.base import ResponseCache, request_key
 from triton_core.config import ModelConfig, config_to_json
 from triton_core.devices import gpu_count
 from triton_core.errors import TritonError, internal, invalid_arg, unavailable, unsupported
+from triton_core.model import ModelRetired
 from triton_core.plugins import PluginManager, create_plugin_manager
 from triton_core.repository.loader import LoaderOptions, ModelLoader
-from triton_core.repository.manager import ModelRepositoryManager
+from triton_core.repository.manager import ControlMode, ModelRepositoryManager
+from triton_core.repository.sources import open_source
 from triton_core.streaming import StreamSender
 from triton_core.types import (
     InferenceRequest,
@@ -51,7 +53,8 @@ EXTENSIONS = (
 class ServerOptions:
     """Server settings; the CLI flags of ``triton-core serve`` map onto these."""
 
-    model_repositories: list[Path]
+    #: local folders and ``s3://``, ``gs://``, ``as://`` locations
+    model_repositories: list[Path | str]
     id: str = "triton"
     strict_readiness: bool = True
     exit_on_error: bool = True
@@ -63,6 +66,14 @@ class ServerOptions:
     latency_buckets_ms: tuple[float, ...] | None = None
     #: ``--cache-config``: the response cache's name and its settings
     cache: tuple[str, dict[str, str]] | None = None
+    #: ``--model-control-mode``: none, poll or explicit
+    model_control_mode: str = "none"
+    #: ``--load-model``: models to load at start in explicit mode ("*": all)
+    load_models: list[str] = field(default_factory=list)
+    #: ``--repository-poll-secs``
+    repository_poll_secs: float = 15.0
+    #: where cloud repositories' models are copied (default: a temporary folder)
+    repository_cache_dir: Path | None = None
 
 
 class Server:
@@ -80,6 +91,8 @@ class Server:
         self._metadata = ServerMetadata(options.id, __version__, EXTENSIONS)
         #: the response cache, when ``--cache-config`` names one
         self.cache: ResponseCache | None = None
+        self._mode = ControlMode.NONE
+        self._poller: asyncio.Task[None] | None = None
 
     @property
     def models(self) -> ModelRepositoryManager:
@@ -106,13 +119,33 @@ class Server:
             batch_strategies=self.plugins.register_batch_strategies(),
             server=self,
         )
+        try:
+            mode = ControlMode(self.options.model_control_mode)
+        except ValueError:
+            raise invalid_arg(
+                f"unknown --model-control-mode '{self.options.model_control_mode}' "
+                "(expected none, poll or explicit)"
+            ) from None
+        if self.options.load_models and mode is not ControlMode.EXPLICIT:
+            raise invalid_arg("--load-model needs --model-control-mode=explicit")
+        if "*" in self.options.load_models and len(self.options.load_models) > 1:
+            raise invalid_arg("--load-model=* must be the only --load-model")
+        self._mode = mode
+        sources = [
+            open_source(location, self.options.repository_cache_dir)
+            for location in self.options.model_repositories
+        ]
         self._models = ModelRepositoryManager(
-            self.options.model_repositories, self._loader, self.options.model_load_thread_count
+            sources,
+            self._loader,
+            self.options.model_load_thread_count,
+            self.plugins.register_repository_agents(),
         )
         self._live = True
-        errors = await self._models.load_all()
+        errors = await self._models.start(mode, list(self.options.load_models))
         if errors and self.options.exit_on_error:
             await self._models.unload_all()
+            self._models.close()
             self._live = False
             raise TritonError(
                 errors[0].status,
@@ -120,7 +153,18 @@ class Server:
                 f"{errors[0].message}",
             )
         self._accepting = True
+        if mode is ControlMode.POLL:
+            self._poller = asyncio.create_task(self._poll_forever())
         await self.plugins.server_started(self)
+
+    async def _poll_forever(self) -> None:
+        interval = max(0.1, self.options.repository_poll_secs)
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await self.models.poll()
+            except Exception:  # a bad poll must not end polling
+                logger.exception("polling the model repository failed")
 
     def _create_cache(self) -> ResponseCache | None:
         if self.options.cache is None:
@@ -141,6 +185,9 @@ class Server:
         if self._models is None:
             return
         self._accepting = False
+        if self._poller is not None:
+            self._poller.cancel()
+            self._poller = None
         await self.plugins.server_stopping(self)
         if self._inflight:
             self._idle = asyncio.Event()
@@ -149,6 +196,7 @@ class Server:
             except TimeoutError:
                 logger.warning("%d request(s) still running at shutdown", self._inflight)
         await self._models.unload_all()
+        self._models.close()
         if self.cache is not None:
             await self.cache.close()
         for backend in self._loader.backends() if self._loader else ():
@@ -228,6 +276,26 @@ class Server:
         except TritonError:
             return False
 
+    # -- model repository extension -----------------------------------------------------------
+
+    def _check_explicit(self) -> None:
+        if self._mode is not ControlMode.EXPLICIT:
+            raise unavailable("explicit model load / unload is not allowed if polling is enabled")
+
+    async def load_model(
+        self, name: str, config: str | None = None, files: dict[str, bytes] | None = None
+    ) -> None:
+        """Load or reload a model (explicit mode). ``config`` is a JSON ModelConfig that
+        replaces the repository's; ``files`` (``<version>/<path>`` -> bytes) build the model
+        from uploaded files. A failed reload leaves the loaded versions serving."""
+        self._check_explicit()
+        await self.models.load(name, config, files)
+
+    async def unload_model(self, name: str, unload_dependents: bool = False) -> None:
+        """Unload a model (explicit mode); requests it accepted finish first."""
+        self._check_explicit()
+        await self.models.unload(name, unload_dependents)
+
     def repository_index(self, ready_only: bool = False) -> list[ModelIndexEntry]:
         return self.models.index(ready_only)
 
@@ -286,7 +354,13 @@ class Server:
         if cached is not None:
             model.statistics.record_cache_hit(looked_up - received)
             return replace(cached, id=request.id, outputs=list(cached.outputs))
-        response = await model.submit(request)
+        try:
+            future = model.submit(request)
+        except ModelRetired:  # reloaded while we looked in the cache: use the new version
+            model = self.models.get(request.model_name, request.model_version)
+            model.signature.validate(request)
+            future = model.submit(request)
+        response = await future
         inserting = monotonic_ns()
         await cache.insert(key, replace(response, id="", outputs=list(response.outputs)))
         model.statistics.record_cache_miss(looked_up - received + monotonic_ns() - inserting)

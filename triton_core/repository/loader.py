@@ -77,17 +77,27 @@ class ModelLoader:
 
     # -- config --------------------------------------------------------------------------------
 
-    def prepare(self, name: str, model_dir: Path, root: Path) -> PreparedModel:
-        """Read, auto-complete, normalise and validate a model's config (blocking I/O)."""
+    def prepare(
+        self, name: str, model_dir: Path, root: Path, config: ModelConfig | None = None
+    ) -> PreparedModel:
+        """Auto-complete, normalise and validate a model's config (blocking I/O).
+
+        ``config`` is the config as written (see :func:`read_model_config`) or a load
+        request's override; None reads it from ``model_dir``.
+        """
         if not is_within(model_dir, root):
             raise invalid_arg(f"model '{name}' resolves outside the model repository {root}")
-        config_path = model_dir / CONFIG_FILENAME
-        config = read_config_file(config_path) if config_path.is_file() else ModelConfig()
-        if config.name and config.name != name:
-            raise invalid_arg(
-                f"model name '{config.name}' in {config_path} does not match its folder "
-                f"name '{name}'"
-            )
+        if config is None:
+            config = read_model_config(name, model_dir)
+        else:
+            copy = ModelConfig()
+            copy.CopyFrom(config)
+            config = copy
+            if config.name and config.name != name:
+                raise invalid_arg(
+                    f"model name '{config.name}' in the config override does not match the "
+                    f"model name '{name}'"
+                )
         config.name = name
         available = version_folders(model_dir, root)
         if is_ensemble(config):
@@ -305,6 +315,17 @@ class ModelLoader:
                     f"'{config.name}': {exc}"
                 ) from None
         return labels
+
+
+def read_model_config(name: str, model_dir: Path) -> ModelConfig:
+    """The config as written in ``config.pbtxt`` (an empty one when there is none)."""
+    config_path = model_dir / CONFIG_FILENAME
+    config = read_config_file(config_path) if config_path.is_file() else ModelConfig()
+    if config.name and config.name != name:
+        raise invalid_arg(
+            f"model name '{config.name}' in {config_path} does not match its folder name '{name}'"
+        )
+    return config
 
 
 def instance_specs(config: ModelConfig) -> list[InstanceSpec]:

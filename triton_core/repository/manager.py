@@ -1,16 +1,35 @@
-"""The model repository manager: which models exist, their versions, and their states."""
+"""The model repository manager: which models exist, their versions, their states, and
+loading, reloading and unloading them while the server serves.
+
+A reload loads the new versions beside the serving ones and swaps them in when they are
+ready; the old versions finish the requests they accepted and then unload. A failed reload
+leaves the old versions serving. Every change to one model is serialised by that model's
+lock; lookups (the hot path) never wait for it.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import enum
 import logging
+import shutil
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from triton_core.errors import TritonError, invalid_arg, unavailable
+from triton_core.config import ModelConfig, config_from_json
+from triton_core.errors import TritonError, internal, invalid_arg, unavailable
 from triton_core.model import LoadedModel
-from triton_core.repository.layout import safe_model_name, scan_models
-from triton_core.repository.loader import ModelLoader, PreparedModel, load_error
+from triton_core.registry import RepositoryAgentRegistry
+from triton_core.repository.agents import AgentAction, AgentModel, RepositoryAgent
+from triton_core.repository.loader import (
+    ModelLoader,
+    PreparedModel,
+    load_error,
+    read_model_config,
+)
+from triton_core.repository.remote import check_relative_key
+from triton_core.repository.sources import ModelSource, check_name
 from triton_core.scheduling.ensemble import ensemble_load_order, is_ensemble, step_models
 from triton_core.types import ModelIndexEntry
 
@@ -20,6 +39,15 @@ READY = "READY"
 UNAVAILABLE = "UNAVAILABLE"
 LOADING = "LOADING"
 UNLOADING = "UNLOADING"
+UNLOADED_REASON = "unloaded"
+
+
+class ControlMode(enum.Enum):
+    """``--model-control-mode``."""
+
+    NONE = "none"
+    POLL = "poll"
+    EXPLICIT = "explicit"
 
 
 @dataclass(slots=True)
@@ -30,12 +58,20 @@ class VersionState:
 
 
 @dataclass(slots=True)
+class LoadOverride:
+    """A load request's config (and files) replacing what the repository holds."""
+
+    config: ModelConfig
+    #: a folder built from ``file:<version>/<path>`` parameters, or None
+    folder: Path | None = None
+
+
+@dataclass(slots=True)
 class ModelRecord:
     """A model found in a repository, with the state of each version."""
 
     name: str
-    path: Path
-    root: Path
+    source: ModelSource | None
     versions: dict[int, VersionState] = field(default_factory=dict)
     #: why the model as a whole could not load (bad config, unknown backend ...)
     error: TritonError | None = None
@@ -43,90 +79,226 @@ class ModelRecord:
     latest: LoadedModel | None = None
     #: for an ensemble: the models its steps call, with the versions asked for (-1: latest)
     dependencies: dict[str, set[int]] = field(default_factory=dict)
+    #: whether a load was asked for (start-up, API, poll); an unload clears it
+    wanted: bool = False
+    #: ensembles that loaded this model along with them ("" stands for a direct request)
+    loaded_by: set[str] = field(default_factory=set)
+    #: the files as they were when last loaded (poll mode compares against it)
+    fingerprint: object = None
+    override: LoadOverride | None = None
+    #: agents that saw this version set's LOAD, for UNLOAD later
+    agents: list[tuple[RepositoryAgent, AgentModel]] = field(default_factory=list)
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     def refresh_latest(self) -> None:
         ready = [v for v, s in self.versions.items() if s.model is not None and s.state == READY]
         self.latest = self.versions[max(ready)].model if ready else None
 
+    @property
+    def serving(self) -> bool:
+        return any(state.model is not None for state in self.versions.values())
+
 
 class ModelRepositoryManager:
-    """Scans repositories, loads models, and answers lookups by name and version."""
+    """Finds models in the repositories, loads them, and answers lookups."""
 
-    def __init__(self, repositories: list[Path], loader: ModelLoader, load_threads: int = 4):
-        self.repositories = [Path(path) for path in repositories]
+    def __init__(
+        self,
+        sources: list[ModelSource],
+        loader: ModelLoader,
+        load_threads: int = 4,
+        agents: RepositoryAgentRegistry | None = None,
+    ) -> None:
+        self.sources = sources
         self._loader = loader
+        self._agents = agents or RepositoryAgentRegistry()
+        self._agent_objects: dict[str, RepositoryAgent] = {}
         self._load_slots = asyncio.Semaphore(max(1, load_threads))
         self._models: dict[str, ModelRecord] = {}
+        self._retiring: set[asyncio.Task[None]] = set()
+        self._override_root = Path(tempfile.mkdtemp(prefix="triton-core-overrides-"))
 
-    # -- loading -------------------------------------------------------------------------------
+    # -- discovery -----------------------------------------------------------------------------
 
-    def scan(self) -> dict[str, ModelRecord]:
-        """Find model folders; a name found in two repositories cannot be served."""
-        found: dict[str, ModelRecord] = {}
-        duplicates: dict[str, list[Path]] = {}
-        for root in self.repositories:
-            if not root.is_dir():
-                raise invalid_arg(f"model repository {root} is not a directory")
-            for name, path in scan_models(root).items():
-                if name in found:
-                    duplicates.setdefault(name, [found[name].path]).append(path)
-                    continue
-                found[name] = ModelRecord(name, path, root)
-        for name, paths in duplicates.items():
-            found[name].error = invalid_arg(
-                f"model '{name}' appears in more than one model repository: "
-                f"{', '.join(str(p) for p in paths)}"
-            )
-        return found
+    def discover(self) -> dict[str, ModelRecord]:
+        """Model names across the repositories; a name in two repositories cannot be served.
 
-    async def load_all(self) -> list[TritonError]:
-        """Load every model found; returns the load errors (the others keep serving).
-
-        Ensembles load last, each after the models and ensembles its steps call.
+        Blocking I/O. Records that exist keep their state; new names get new records.
         """
-        self._models = self.scan()
-        records = list(self._models.values())
+        found: dict[str, ModelSource] = {}
+        duplicates: dict[str, list[str]] = {}
+        for source in self.sources:
+            for name in source.model_names():
+                if name in found:
+                    duplicates.setdefault(name, [found[name].location]).append(source.location)
+                    continue
+                found[name] = source
+        records = {}
+        for name, source in found.items():
+            record = self._models.get(name) or ModelRecord(name, source)
+            record.source = source
+            if name in duplicates:
+                record.error = invalid_arg(
+                    f"model '{name}' appears in more than one model repository: "
+                    f"{', '.join(duplicates[name])}"
+                )
+            records[name] = record
+        return records
+
+    async def start(self, mode: ControlMode, load_models: list[str]) -> list[TritonError]:
+        """Load what the control mode loads at start-up; returns the load errors."""
+        self._models = await asyncio.to_thread(self.discover)
+        if mode is ControlMode.EXPLICIT and "*" not in load_models:
+            names = load_models
+        else:
+            names = list(self._models)
+        for name in names:
+            check_name(name, self._describe_sources())
+            if name not in self._models:
+                self._models[name] = ModelRecord(name, None)
+                self._models[name].error = invalid_arg(
+                    f"failed to load '{name}': no model named '{name}' in the model repository"
+                )
+        return await self._load_many([self._models[name] for name in names])
+
+    def _describe_sources(self) -> str:
+        return ", ".join(source.location for source in self.sources)
+
+    async def _load_many(self, records: list[ModelRecord]) -> list[TritonError]:
+        """Load models at once; ensembles after the models they use."""
+        for record in records:
+            record.wanted = True
+            record.loaded_by.add("")
         prepared = await asyncio.gather(*(self._prepare(record) for record in records))
         plain = []
         ensembles: dict[str, tuple[ModelRecord, PreparedModel]] = {}
+        errors: list[TritonError | None] = []
         for record, ready in zip(records, prepared, strict=True):
-            if ready is not None and is_ensemble(ready.config):
+            if isinstance(ready, TritonError):
+                errors.append(ready)
+            elif is_ensemble(ready.config):
                 ensembles[record.name] = (record, ready)
-            elif ready is not None:
-                plain.append(self._load_versions(record, ready))
-        errors = [
-            record.error for record, ready in zip(records, prepared, strict=True) if ready is None
-        ]
+            else:
+                plain.append(self._swap_in(record, ready))
         errors += await asyncio.gather(*plain)
         errors += await self._load_ensembles(ensembles)
         return [error for error in errors if error is not None]
 
-    async def _prepare(self, record: ModelRecord) -> PreparedModel | None:
-        """The model's complete config, or None with ``record.error`` set."""
-        if record.error is not None:
+    # -- loading one model -----------------------------------------------------------------------
+
+    async def _prepare(self, record: ModelRecord) -> PreparedModel | TritonError:
+        """Agents' LOAD, then the complete config; or the error, kept as the model's reason
+        unless older versions are serving (a failed reload leaves them serving)."""
+        if record.error is not None and (
+            record.source is None or "more than one model repository" in record.error.message
+        ):
             logger.error("%s", record.error.message)
-            return None
+            return record.error
         async with self._load_slots:
             try:
-                prepared = await asyncio.to_thread(
-                    self._loader.prepare, record.name, record.path, record.root
-                )
+                prepared = await asyncio.to_thread(self._prepare_blocking, record)
             except Exception as exc:
-                record.error = load_error(exc, record.name)
-                logger.error("failed to load '%s': %s", record.name, record.error.message)
-                return None
-        if is_ensemble(prepared.config):
-            record.dependencies = step_models(prepared.config)
+                error = load_error(exc, record.name)
+                logger.error("failed to load '%s': %s", record.name, error.message)
+                if not record.serving:
+                    record.error = error
+                    record.versions.clear()
+                return error
+        record.error = None
+        record.dependencies = step_models(prepared.config) if is_ensemble(prepared.config) else {}
         return prepared
 
-    async def _load_versions(
-        self, record: ModelRecord, prepared: PreparedModel
-    ) -> TritonError | None:
+    def _prepare_blocking(self, record: ModelRecord) -> PreparedModel:
+        assert record.source is not None or record.override is not None
+        name = record.name
+        if record.override is not None and record.override.folder is not None:
+            folder, root = record.override.folder, record.override.folder.parent
+        else:
+            assert record.source is not None
+            folder, root = record.source.materialize(name)
+            record.fingerprint = record.source.fingerprint(name)
+        raw = (
+            record.override.config
+            if record.override is not None
+            else read_model_config(name, folder)
+        )
+        location, agents = self._agents_load(record, raw, folder)
+        try:
+            if location != folder:
+                folder, root = location, location.parent
+            prepared = self._loader.prepare(name, folder, root, raw)
+        except Exception:
+            self._agents_notify(agents, AgentAction.LOAD_FAIL)
+            raise
+        record.agents = agents
+        return prepared
+
+    def _agents_load(
+        self, record: ModelRecord, raw: ModelConfig, folder: Path
+    ) -> tuple[Path, list[tuple[RepositoryAgent, AgentModel]]]:
+        """LOAD to each agent the config lists, in order; an agent may move the model."""
+        location = folder
+        active: list[tuple[RepositoryAgent, AgentModel]] = []
+        for entry in raw.model_repository_agents.agents:
+            agent = self._agent(entry.name, record.name)
+            seen = AgentModel(record.name, location, raw, dict(entry.parameters), folder)
+            try:
+                moved = agent.act(AgentAction.LOAD, seen)
+            except Exception as exc:
+                self._agents_notify(active, AgentAction.LOAD_FAIL)
+                if isinstance(exc, TritonError):
+                    raise TritonError(
+                        exc.status,
+                        f"repository agent '{entry.name}' failed to load model "
+                        f"'{record.name}': {exc.message}",
+                    ) from None
+                raise internal(
+                    f"repository agent '{entry.name}' failed for model '{record.name}': {exc}"
+                ) from None
+            active.append((agent, seen))
+            if moved is not None:
+                location = Path(moved)
+        return location, active
+
+    def _agent(self, name: str, model: str) -> RepositoryAgent:
+        agent = self._agent_objects.get(name)
+        if agent is None:
+            registration = self._agents.get(name)
+            if registration is None:
+                raise invalid_arg(
+                    f"model '{model}' lists repository agent '{name}' in "
+                    "'model_repository_agents', which no installed plugin provides "
+                    f"(available: {', '.join(self._agents.names()) or 'none'})"
+                )
+            agent = self._agent_objects[name] = registration.value()
+        return agent
+
+    @staticmethod
+    def _agents_notify(
+        agents: list[tuple[RepositoryAgent, AgentModel]], action: AgentAction
+    ) -> None:
+        """LOAD_COMPLETE/LOAD_FAIL/UNLOAD_COMPLETE go in reverse order; UNLOAD in order."""
+        ordered = agents if action is AgentAction.UNLOAD else list(reversed(agents))
+        for agent, model in ordered:
+            try:
+                agent.act(action, model)
+            except Exception:
+                logger.exception("repository agent failed on %s of '%s'", action.value, model.name)
+
+    async def _swap_in(self, record: ModelRecord, prepared: PreparedModel) -> TritonError | None:
+        """Load the selected versions beside the serving ones, then swap and retire the old.
+
+        A first load keeps the versions that loaded; a reload keeps the old versions unless
+        every new one loaded.
+        """
+        reloading = record.serving
+        new_states: dict[int, VersionState] = {}
+        errors: list[TritonError] = []
+        if not reloading:
+            record.versions = {version: VersionState(LOADING) for version in prepared.versions}
         async with self._load_slots:
-            first_error = None
             for version in prepared.versions:
                 state = VersionState(LOADING)
-                record.versions[version] = state
                 try:
                     state.model = await asyncio.to_thread(
                         self._loader.load_version, prepared, version
@@ -139,9 +311,40 @@ class ModelRepositoryManager:
                     logger.error(
                         "failed to load '%s' version %d: %s", record.name, version, error.message
                     )
-                    first_error = first_error or error
-            record.refresh_latest()
-            return first_error
+                    errors.append(error)
+                new_states[version] = state
+                if not reloading:
+                    record.versions[version] = state
+        action = AgentAction.LOAD_FAIL if errors else AgentAction.LOAD_COMPLETE
+        await asyncio.to_thread(self._agents_notify, record.agents, action)
+        if reloading and errors:
+            for state in new_states.values():
+                if state.model is not None:
+                    self._retire(state.model)
+            logger.error("reload of '%s' failed; the loaded versions keep serving", record.name)
+            return errors[0]
+        old = [state.model for state in record.versions.values() if state.model is not None]
+        record.versions = new_states
+        record.refresh_latest()
+        for model in old:
+            if model not in (state.model for state in new_states.values()):
+                self._retire(model)
+        return errors[0] if errors else None
+
+    def _retire(self, model: LoadedModel) -> None:
+        """Stop routing to ``model``; let it finish what it accepted, then unload it."""
+        model.retired = True
+
+        async def drain() -> None:
+            try:
+                await model.unload()
+                logger.info("successfully unloaded '%s' version %d", model.name, model.version)
+            except Exception:
+                logger.exception("unloading '%s' version %d failed", model.name, model.version)
+
+        task = asyncio.create_task(drain())
+        self._retiring.add(task)
+        task.add_done_callback(self._retiring.discard)
 
     # -- ensembles: they load after what they use, and are ready while their members are ------
 
@@ -167,17 +370,18 @@ class ModelRepositoryManager:
         """Load a prepared model whose ensemble members (if any) are already loaded."""
         error = self._members_error(record)
         if error is not None:
-            record.error = error
+            if not record.serving:
+                record.error = error
             logger.error("failed to load '%s': %s", record.name, error.message)
             return error
-        return await self._load_versions(record, prepared)
+        return await self._swap_in(record, prepared)
 
     def _members_error(self, record: ModelRecord) -> TritonError | None:
         """Why an ensemble cannot load now: a composing model missing or not loaded."""
         name = record.name
         for member, versions in sorted(record.dependencies.items()):
             found = self._models.get(member)
-            if found is None:
+            if found is None or found.source is None:
                 return invalid_arg(
                     f"ensemble '{name}' step 'model_name' names '{member}', which is not in "
                     "the model repository"
@@ -216,27 +420,194 @@ class ModelRepositoryManager:
         state = record.versions.get(version)
         return state is not None and state.state == READY and state.model is not None
 
-    async def unload_all(self) -> None:
-        """Unload every loaded version; requests already accepted finish first."""
-        tasks = []
-        for record in self._models.values():
-            record.latest = None
-            for state in record.versions.values():
-                if state.model is not None:
-                    state.state = UNLOADING
-                    tasks.append(self._unload(record.name, state))
-        await asyncio.gather(*tasks)
+    # -- the repository API: load, unload, poll ------------------------------------------------
 
-    async def _unload(self, name: str, state: VersionState) -> None:
-        model = state.model
-        assert model is not None
+    async def load(
+        self,
+        name: str,
+        config: str | None = None,
+        files: dict[str, bytes] | None = None,
+        _loaded_by: str = "",
+        _visiting: frozenset[str] = frozenset(),
+    ) -> None:
+        """Load or reload a model (and, for an ensemble, the models it uses).
+
+        ``config`` (JSON) replaces the repository's config; ``files`` (``<version>/<path>`` ->
+        bytes) build the model from uploaded files and need ``config``. Raises the load error;
+        a failed reload leaves the serving versions serving.
+        """
+        check_name(name, self._describe_sources())
+        if files and config is None:
+            raise invalid_arg(
+                f"failed to load '{name}': file overrides need a 'config' parameter as well"
+            )
+        record = await self._record_for_load(name)
+        async with record.lock:
+            record.override = (
+                self._build_override(name, config, files or {}) if config is not None else None
+            )
+            record.wanted = True
+            record.loaded_by.add(_loaded_by)
+            prepared = await self._prepare(record)
+            if isinstance(prepared, TritonError):
+                raise prepared
+        if record.dependencies:
+            for member in sorted(record.dependencies):
+                if member in _visiting or member == name:
+                    raise invalid_arg(f"circular dependency between ensembles: {name} -> {member}")
+                member_record = self._models.get(member)
+                if member_record is None or member_record.latest is None:
+                    await self.load(member, _loaded_by=name, _visiting=_visiting | {name})
+                else:
+                    member_record.loaded_by.add(name)
+        async with record.lock:
+            error = (
+                await self._load_checked(record, prepared)
+                if record.dependencies
+                else await self._swap_in(record, prepared)
+            )
+        if error is not None:
+            raise error
+
+    async def _record_for_load(self, name: str) -> ModelRecord:
+        record = self._models.get(name)
+        if record is None or record.source is None:
+            records = await asyncio.to_thread(self.discover)
+            for found_name, found in records.items():
+                self._models.setdefault(found_name, found)
+            record = self._models.get(name)
+        if record is None or record.source is None:
+            raise invalid_arg(
+                f"failed to load '{name}': no model named '{name}' in the model repository"
+            )
+        return record
+
+    def _build_override(self, name: str, config: str, files: dict[str, bytes]) -> LoadOverride:
+        parsed = config_from_json(
+            config, f"the 'config' parameter of the load request for '{name}'"
+        )
+        if not files:
+            return LoadOverride(parsed)
+        folder = self._override_root / name
+        shutil.rmtree(folder, ignore_errors=True)
+        folder.mkdir(parents=True)
+        for key, content in files.items():
+            relative = check_relative_key(key, f"file override of model '{name}'")
+            if not relative.parts[0].isdigit():
+                raise invalid_arg(
+                    f"file override '{key}' of model '{name}' must start with a version folder"
+                )
+            target = folder.joinpath(*relative.parts)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(content)
+        return LoadOverride(parsed, folder)
+
+    async def unload(self, name: str, unload_dependents: bool = False) -> None:
+        """Stop serving a model: requests it accepted finish first. Unloading a model that is
+        not loaded does nothing. ``unload_dependents`` also unloads the models that an
+        ensemble loaded along with it."""
+        check_name(name, self._describe_sources())
+        record = self._models.get(name)
+        if record is None:
+            raise invalid_arg(f"failed to unload '{name}': no model named '{name}' is known")
+        async with record.lock:
+            await self._unload_record(record)
+        if unload_dependents:
+            for member in sorted(record.dependencies):
+                member_record = self._models.get(member)
+                if member_record is None:
+                    continue
+                member_record.loaded_by.discard(name)
+                if not member_record.loaded_by:
+                    await self.unload(member, unload_dependents=True)
+
+    async def _unload_record(self, record: ModelRecord) -> None:
+        record.wanted = False
+        record.loaded_by.clear()
+        record.error = None
+        models = [state.model for state in record.versions.values() if state.model is not None]
+        await asyncio.to_thread(self._agents_notify, record.agents, AgentAction.UNLOAD)
+        record.latest = None
+        for state in record.versions.values():
+            if state.model is not None:
+                state.state = UNLOADING
+        for model in models:
+            model.retired = True
+        await asyncio.gather(*(self._unload_model(model) for model in models))
+        for state in record.versions.values():
+            state.model = None
+            state.state, state.reason = UNAVAILABLE, UNLOADED_REASON
+        await asyncio.to_thread(self._agents_notify, record.agents, AgentAction.UNLOAD_COMPLETE)
+        record.agents = []
+        if record.override is not None and record.override.folder is not None:
+            shutil.rmtree(record.override.folder, ignore_errors=True)
+        record.override = None
+        if record.source is not None:
+            await asyncio.to_thread(record.source.release, record.name)
+
+    @staticmethod
+    async def _unload_model(model: LoadedModel) -> None:
         try:
             await model.unload()
+            logger.info("successfully unloaded '%s' version %d", model.name, model.version)
         except Exception:
-            logger.exception("unloading '%s' version %d failed", name, model.version)
-        state.model = None
-        state.state, state.reason = UNAVAILABLE, "unloaded"
-        logger.info("successfully unloaded '%s' version %d", name, model.version)
+            logger.exception("unloading '%s' version %d failed", model.name, model.version)
+
+    async def poll(self) -> None:
+        """One pass of poll mode: load added models, unload removed ones, reload changed ones.
+
+        A failure to read a repository is logged and leaves every model as it is.
+        """
+        try:
+            found = await asyncio.to_thread(self.discover)
+        except TritonError as error:
+            logger.error("%s", error.message)
+            return
+        for name in sorted(set(self._models) - set(found)):
+            record = self._models[name]
+            if record.serving or record.wanted:
+                logger.info("model '%s' was removed from the repository: unloading it", name)
+                async with record.lock:
+                    await self._unload_record(record)
+            record.source = None
+        changed = []
+        for name, record in found.items():
+            self._models.setdefault(name, record)
+            record = self._models[name]
+            if not record.wanted:
+                changed.append(record)
+                continue
+            if record.source is None:
+                continue
+            try:
+                fingerprint = await asyncio.to_thread(record.source.fingerprint, name)
+            except Exception as exc:
+                logger.error("failed to poll model '%s': %s", name, exc)
+                continue
+            if fingerprint != record.fingerprint:
+                logger.info("model '%s' changed in the repository: reloading it", name)
+                changed.append(record)
+        if changed:
+            await self._load_many(changed)
+
+    # -- shutdown --------------------------------------------------------------------------------
+
+    async def unload_all(self) -> None:
+        """Unload every loaded version; requests already accepted finish first."""
+        records = [record for record in self._models.values() if record.serving]
+        await asyncio.gather(*(self._unload_locked(record) for record in records))
+        if self._retiring:
+            await asyncio.gather(*list(self._retiring), return_exceptions=True)
+
+    async def _unload_locked(self, record: ModelRecord) -> None:
+        async with record.lock:
+            await self._unload_record(record)
+
+    def close(self) -> None:
+        """Remove local copies of cloud models and uploaded overrides."""
+        for source in self.sources:
+            source.close()
+        shutil.rmtree(self._override_root, ignore_errors=True)
 
     # -- lookups (hot path) --------------------------------------------------------------------
 
@@ -259,7 +630,7 @@ class ModelRepositoryManager:
         return state.model
 
     def record(self, name: str) -> ModelRecord:
-        record = self._models.get(name) if safe_model_name(name) else None
+        record = self._models.get(name)
         if record is None:
             raise invalid_arg(f"Request for unknown model: '{name}' is not found")
         return record
@@ -274,15 +645,26 @@ class ModelRepositoryManager:
         return sorted(v for v, s in record.versions.items() if s.state == READY)
 
     def all_ready(self) -> bool:
-        """Every model found has a ready version and no version failed."""
+        """Strict readiness: every model asked for serves, and at least one model does.
+
+        Models that are loading for the first time or unloading do not count against it, so
+        loading or unloading one model never makes the server unready; a model that failed to
+        load does, and so does serving no model at all.
+        """
+        serving = False
         for record in self._models.values():
-            if record.error is not None or record.latest is None:
+            if not record.wanted:
+                continue
+            if record.latest is None:
+                if any(state.state == LOADING for state in record.versions.values()):
+                    continue
                 return False
-            if any(state.state != READY for state in record.versions.values()):
+            serving = True
+            if any(state.state == UNAVAILABLE for state in record.versions.values()):
                 return False
             if record.dependencies and self.unready_member(record) is not None:
                 return False
-        return True
+        return serving
 
     def ready_models(self) -> list[LoadedModel]:
         """Every ready model version, by name then version."""
@@ -299,6 +681,8 @@ class ModelRepositoryManager:
         entries: list[ModelIndexEntry] = []
         for name in sorted(self._models):
             record = self._models[name]
+            if record.source is None and not record.serving:
+                continue
             if record.error is not None and not record.versions:
                 if not ready_only:
                     entries.append(ModelIndexEntry(name, -1, UNAVAILABLE, record.error.message))
