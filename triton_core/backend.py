@@ -20,7 +20,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
 if TYPE_CHECKING:
+    import asyncio
+
     from triton_core.protos.model_config_pb2 import ModelConfig
+    from triton_core.server import Server
     from triton_core.types import InferenceRequest, InferenceResponse
 
 
@@ -40,6 +43,10 @@ class ModelContext:
     model_path: Path
     #: ``--backend-config=<backend>,<key>=<value>`` settings for this backend
     backend_options: dict[str, str] = field(default_factory=dict)
+    #: the server, for models that call other models (Python BLS); None outside a server
+    server: Server | None = None
+    #: the event loop the server runs on: await ``server``'s coroutines there
+    loop: asyncio.AbstractEventLoop | None = None
 
 
 @dataclass(frozen=True, slots=True)

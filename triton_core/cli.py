@@ -11,7 +11,6 @@ import asyncio
 import logging
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 
 from triton_core import __version__
 from triton_core.frontends.runner import FrontendOptions, serve
@@ -70,11 +69,24 @@ def build_parser() -> argparse.ArgumentParser:
         "--model-store",
         action="append",
         required=True,
-        type=Path,
         dest="model_repository",
         metavar="PATH",
-        help="model repository folder (repeatable)",
+        help="model repository: a folder, or s3://, gs://, as:// (repeatable)",
     )
+    serve_cmd.add_argument(
+        "--model-control-mode",
+        choices=["none", "poll", "explicit"],
+        default="none",
+        help="none: load all at start; poll: follow repository changes; explicit: load/unload API",
+    )
+    serve_cmd.add_argument(
+        "--load-model",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="model to load at start in explicit mode (repeatable; '*' loads all)",
+    )
+    serve_cmd.add_argument("--repository-poll-secs", type=float, default=15.0)
     serve_cmd.add_argument("--id", default="triton", help="server name in server metadata")
     _add_bool(serve_cmd, "--strict-readiness", True, "ready only when every model is ready")
     _add_bool(serve_cmd, "--exit-on-error", True, "exit when a model fails to load at start-up")
@@ -172,6 +184,9 @@ def _run_serve(args: argparse.Namespace) -> int:
         model_load_thread_count=args.model_load_thread_count,
         latency_buckets_ms=DEFAULT_LATENCY_BUCKETS_MS if metrics.histogram_latencies else None,
         cache=cache,
+        model_control_mode=args.model_control_mode,
+        load_models=args.load_model,
+        repository_poll_secs=args.repository_poll_secs,
     )
     frontends = FrontendOptions(
         allow_http=args.allow_http,

@@ -42,6 +42,10 @@ logger = logging.getLogger(__name__)
 #: protocol extensions this server implements, in Triton's order
 EXTENSIONS = (
     "classification",
+    "sequence",
+    "model_repository",
+    "model_repository(unload_dependents)",
+    "schedule_policy",
     "model_configuration",
     "binary_tensor_data",
     "parameters",

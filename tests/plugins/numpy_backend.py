@@ -176,6 +176,11 @@ class NumpyBackend(Backend):
     def load_model(self, context: ModelContext) -> BackendModel:
         if not context.model_path.exists():
             raise internal(f"model file {context.model_path} is missing")
+        parameters = context.config.parameters
+        if "load_sleep_ms" in parameters:  # a slow load, for readiness-during-load tests
+            time.sleep(float(parameters["load_sleep_ms"].string_value) / 1000)
+        if "fail_load" in parameters:
+            raise internal(f"numpy backend was told to fail loading '{context.name}'")
         return NumpyModel(context)
 
 

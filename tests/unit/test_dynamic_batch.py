@@ -524,6 +524,30 @@ async def test_preserve_ordering_does_not_hold_responses_behind_a_cancelled_requ
         assert tracker.finished.index("first") < tracker.finished.index("after")
 
 
+async def test_preserve_ordering_releases_held_responses_when_a_waiting_request_goes(tmp_path):
+    repo = tmp_path / "models"
+    write_sleepy_model(
+        repo,
+        "ordered",
+        "preserve_ordering: true preferred_batch_size: [ 2 ] max_queue_delay_microseconds: 1000000",
+        max_batch=4,
+        count=1,
+    )
+    async with sleepy_server(repo) as server:
+        tracker = Tracker(server)
+        tracker.start("busy", sleep_request("ordered", 100))
+        await tracker.queued()
+        a = tracker.start("a", sleep_request("ordered", 0))
+        b = tracker.start("b", sleep_request("ordered", 0, width=2))  # another shape
+        c = tracker.start("c", sleep_request("ordered", 0))
+        # a and c make a preferred batch; b, older than c, then waits for the delay alone
+        await asyncio.wait_for(a, 30)
+        assert not c.done()  # held behind b
+        b.cancel()
+        await asyncio.wait_for(c, 3)  # released once b left, not when more traffic came
+        assert tracker.finished.index("a") < tracker.finished.index("c")
+
+
 # -- custom batch strategies ---------------------------------------------------------------------
 
 

@@ -454,9 +454,6 @@ async def test_typed_contents_over_the_wire(stub: pb_grpc.GRPCInferenceServiceSt
 @pytest.mark.parametrize(
     ("call", "feature"),
     [
-        (lambda c: c.get_model_repository_index(), "model repository"),
-        (lambda c: c.load_model("echo"), "model repository"),
-        (lambda c: c.unload_model("echo"), "model repository"),
         (lambda c: c.get_system_shared_memory_status(), "system shared memory"),
         (lambda c: c.register_system_shared_memory("r", "/k", 8), "system shared memory"),
         (lambda c: c.unregister_system_shared_memory(), "system shared memory"),

@@ -259,11 +259,6 @@ def test_wrong_methods_are_405(client: falcon.testing.TestClient, method: str, p
 @pytest.mark.parametrize(
     ("method", "path", "feature"),
     [
-        ("POST", "/v2/models/simple/generate", "generate"),
-        ("POST", "/v2/models/simple/versions/1/generate_stream", "generate_stream"),
-        ("POST", "/v2/repository/index", "model repository"),
-        ("POST", "/v2/repository/models/simple/load", "model repository"),
-        ("POST", "/v2/repository/models/simple/unload", "model repository"),
         ("POST", "/v2/repository/other/index", "'repository_name' specification"),
         ("POST", "/v2/repository/other/models/simple/load", "'repository_name' specification"),
         ("GET", "/v2/systemsharedmemory/status", "system shared memory"),

@@ -184,6 +184,8 @@ class ModelLoader:
             version_dir=version_dir,
             model_path=version_dir / config.default_model_filename,
             backend_options=dict(prepared.backend.options),
+            server=self._server,
+            loop=self._loop,
         )
         choice = scheduling_choice(config)
         factory = self._schedulers.get(choice)

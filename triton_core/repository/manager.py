@@ -86,6 +86,8 @@ class ModelRecord:
     #: the files as they were when last loaded (poll mode compares against it)
     fingerprint: object = None
     override: LoadOverride | None = None
+    #: a load or reload is under way
+    loading: bool = False
     #: agents that saw this version set's LOAD, for UNLOAD later
     agents: list[tuple[RepositoryAgent, AgentModel]] = field(default_factory=list)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
@@ -168,7 +170,15 @@ class ModelRepositoryManager:
         """Load models at once; ensembles after the models they use."""
         for record in records:
             record.wanted = True
+            record.loading = True
             record.loaded_by.add("")
+        try:
+            return await self._load_prepared(records)
+        finally:
+            for record in records:
+                record.loading = False
+
+    async def _load_prepared(self, records: list[ModelRecord]) -> list[TritonError]:
         prepared = await asyncio.gather(*(self._prepare(record) for record in records))
         plain = []
         ensembles: dict[str, tuple[ModelRecord, PreparedModel]] = {}
@@ -258,6 +268,8 @@ class ModelRepositoryManager:
             active.append((agent, seen))
             if moved is not None:
                 location = Path(moved)
+        for _, seen in active:  # later actions see where the model now is
+            seen.location = location
         return location, active
 
     def _agent(self, name: str, model: str) -> RepositoryAgent:
@@ -441,23 +453,38 @@ class ModelRepositoryManager:
             raise invalid_arg(
                 f"failed to load '{name}': file overrides need a 'config' parameter as well"
             )
-        record = await self._record_for_load(name)
+        record = await self._record_for_load(name, uploaded=bool(files))
+        record.loading = True
+        try:
+            await self._load_record(record, config, files, _loaded_by, _visiting)
+        finally:
+            record.loading = False
+
+    async def _load_record(
+        self,
+        record: ModelRecord,
+        config: str | None,
+        files: dict[str, bytes] | None,
+        loaded_by: str,
+        visiting: frozenset[str],
+    ) -> None:
+        name = record.name
         async with record.lock:
             record.override = (
                 self._build_override(name, config, files or {}) if config is not None else None
             )
             record.wanted = True
-            record.loaded_by.add(_loaded_by)
+            record.loaded_by.add(loaded_by)
             prepared = await self._prepare(record)
             if isinstance(prepared, TritonError):
                 raise prepared
         if record.dependencies:
             for member in sorted(record.dependencies):
-                if member in _visiting or member == name:
+                if member in visiting or member == name:
                     raise invalid_arg(f"circular dependency between ensembles: {name} -> {member}")
                 member_record = self._models.get(member)
                 if member_record is None or member_record.latest is None:
-                    await self.load(member, _loaded_by=name, _visiting=_visiting | {name})
+                    await self.load(member, _loaded_by=name, _visiting=visiting | {name})
                 else:
                     member_record.loaded_by.add(name)
         async with record.lock:
@@ -469,14 +496,17 @@ class ModelRepositoryManager:
         if error is not None:
             raise error
 
-    async def _record_for_load(self, name: str) -> ModelRecord:
+    async def _record_for_load(self, name: str, uploaded: bool) -> ModelRecord:
+        """The model's record; a model built from uploaded files needs no repository folder."""
         record = self._models.get(name)
         if record is None or record.source is None:
             records = await asyncio.to_thread(self.discover)
             for found_name, found in records.items():
                 self._models.setdefault(found_name, found)
             record = self._models.get(name)
-        if record is None or record.source is None:
+        if record is None and uploaded:
+            record = self._models[name] = ModelRecord(name, None)
+        if record is None or (record.source is None and not uploaded):
             raise invalid_arg(
                 f"failed to load '{name}': no model named '{name}' in the model repository"
             )
@@ -656,7 +686,7 @@ class ModelRepositoryManager:
             if not record.wanted:
                 continue
             if record.latest is None:
-                if any(state.state == LOADING for state in record.versions.values()):
+                if record.loading:
                     continue
                 return False
             serving = True
@@ -681,7 +711,7 @@ class ModelRepositoryManager:
         entries: list[ModelIndexEntry] = []
         for name in sorted(self._models):
             record = self._models[name]
-            if record.source is None and not record.serving:
+            if record.source is None and not record.serving and record.override is None:
                 continue
             if record.error is not None and not record.versions:
                 if not ready_only:

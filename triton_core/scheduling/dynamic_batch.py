@@ -457,10 +457,11 @@ class DynamicBatcher(Scheduler):
     def _release(self) -> None:
         """Answer finished requests in arrival order, up to the first one still running.
 
-        Called when a batch finishes and after rejections. The oldest live request is always
-        the next one batched (only DELAY and priority levels reorder, and neither goes with
-        preserve_ordering), so a request that holds others back is executing: its batch's
-        end calls this again, even if its client went away meanwhile.
+        Called when a batch finishes, after rejections and when the delay timer fires. The
+        oldest waiting request is always the head of the next batch (only DELAY and priority
+        levels reorder, and neither goes with preserve_ordering), so a request that holds
+        others back is executing, or waits for a free instance or for the delay: each of
+        those ends in a call here, even if its client went away meanwhile.
         """
         order = self._order
         while order:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Final, NoReturn, Protocol
 
 import grpc
 
-from triton_core.errors import Status, TritonError, internal, unsupported
+from triton_core.errors import Status, TritonError, internal, invalid_arg, unsupported
 from triton_core.frontends.common import parse_version
 from triton_core.frontends.grpc.codec import (
     decode_infer_request,
@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from triton_core.types import (
         InferenceRequest,
         InferenceResponse,
+        ModelIndexEntry,
         ModelMetadata,
         ServerMetadata,
     )
@@ -66,6 +67,11 @@ class ServerAPI(Protocol):
     async def infer(self, request: InferenceRequest) -> InferenceResponse: ...
     def infer_stream(self, request: InferenceRequest) -> AsyncIterator[InferenceResponse]: ...
     def statistics(self, name: str = "", version: int = -1) -> list[ModelStatistics]: ...
+    def repository_index(self, ready_only: bool = False) -> list[ModelIndexEntry]: ...
+    async def load_model(
+        self, name: str, config: str | None = None, files: dict[str, bytes] | None = None
+    ) -> None: ...
+    async def unload_model(self, name: str, unload_dependents: bool = False) -> None: ...
 
 
 async def _abort(context: grpc.aio.ServicerContext, error: TritonError) -> NoReturn:
@@ -205,6 +211,76 @@ class GRPCInferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
             error = _unexpected(exc)
         await _abort(context, error)
 
+    # -- model repository -----------------------------------------------------------------
+
+    async def RepositoryIndex(
+        self, request: pb.RepositoryIndexRequest, context: grpc.aio.ServicerContext
+    ) -> pb.RepositoryIndexResponse:
+        """Models in the repository with their versions' states."""
+        try:
+            _check_repository_name(request.repository_name)
+            response = pb.RepositoryIndexResponse()
+            for entry in self._server.repository_index(request.ready):
+                item = response.models.add(name=entry.name, state=entry.state)
+                if entry.version >= 0:
+                    item.version = str(entry.version)
+                item.reason = entry.reason
+            return response
+        except TritonError as exc:
+            error = exc
+        except Exception as exc:
+            error = _unexpected(exc)
+        await _abort(context, error)
+
+    async def RepositoryModelLoad(
+        self, request: pb.RepositoryModelLoadRequest, context: grpc.aio.ServicerContext
+    ) -> pb.RepositoryModelLoadResponse:
+        """Load or reload a model, with an optional config and file overrides."""
+        try:
+            _check_repository_name(request.repository_name)
+            config = None
+            files: dict[str, bytes] = {}
+            for key, parameter in request.parameters.items():
+                choice = parameter.WhichOneof("parameter_choice")
+                if key == "config" and choice == "string_param":
+                    config = parameter.string_param
+                elif key.startswith("file:") and choice == "bytes_param":
+                    files[key[5:]] = parameter.bytes_param
+                elif key == "config" or key.startswith("file:"):
+                    raise invalid_arg(
+                        f"load parameter '{key}' must be a "
+                        f"{'string' if key == 'config' else 'bytes'} parameter"
+                    )
+                else:
+                    raise internal(f"unrecognized load parameter '{key}'")
+            await self._server.load_model(request.model_name, config, files or None)
+            return pb.RepositoryModelLoadResponse()
+        except TritonError as exc:
+            error = exc
+        except Exception as exc:
+            error = _unexpected(exc)
+        await _abort(context, error)
+
+    async def RepositoryModelUnload(
+        self, request: pb.RepositoryModelUnloadRequest, context: grpc.aio.ServicerContext
+    ) -> pb.RepositoryModelUnloadResponse:
+        """Unload a model (and with unload_dependents, what an ensemble loaded with it)."""
+        try:
+            _check_repository_name(request.repository_name)
+            dependents = False
+            parameter = request.parameters.get("unload_dependents")
+            if parameter is not None:
+                if parameter.WhichOneof("parameter_choice") != "bool_param":
+                    raise invalid_arg("unload parameter 'unload_dependents' must be a boolean")
+                dependents = parameter.bool_param
+            await self._server.unload_model(request.model_name, dependents)
+            return pb.RepositoryModelUnloadResponse()
+        except TritonError as exc:
+            error = exc
+        except Exception as exc:
+            error = _unexpected(exc)
+        await _abort(context, error)
+
     # -- inference ------------------------------------------------------------------------
 
     async def ModelInfer(
@@ -298,13 +374,6 @@ class GRPCInferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
 
     # -- everything else: not supported, with a message naming the feature ----------------
 
-    RepositoryIndex = _unimplemented("RepositoryIndex", "the model repository extension")
-    RepositoryModelLoad = _unimplemented(
-        "RepositoryModelLoad", "the model repository extension (explicit model load)"
-    )
-    RepositoryModelUnload = _unimplemented(
-        "RepositoryModelUnload", "the model repository extension (explicit model unload)"
-    )
     SystemSharedMemoryStatus = _unimplemented(
         "SystemSharedMemoryStatus", "the system shared memory extension"
     )
@@ -356,6 +425,11 @@ class _End:
 
 _END: Final = _End()
 _StreamItem = pb.ModelStreamInferResponse | TritonError | _End
+
+
+def _check_repository_name(name: str) -> None:
+    if name:
+        raise unsupported("'repository_name' specification is not supported")
 
 
 def _wants_grpc_errors(context: grpc.aio.ServicerContext) -> bool:

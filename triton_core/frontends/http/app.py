@@ -7,6 +7,7 @@ error leaves as Triton's ``{"error": "<message>"}`` with the status of its error
 from __future__ import annotations
 
 import asyncio
+import base64
 import http
 import logging
 from typing import TYPE_CHECKING, Any, Final, Protocol
@@ -17,7 +18,7 @@ import falcon.asgi
 import orjson
 from falcon.routing import CompiledRouter
 
-from triton_core.errors import TritonError, invalid_arg, unsupported
+from triton_core.errors import TritonError, internal, invalid_arg, unsupported
 from triton_core.frontends.common import parse_version
 from triton_core.frontends.http import compression
 from triton_core.frontends.http.codec import (
@@ -27,12 +28,14 @@ from triton_core.frontends.http.codec import (
     encode_response,
     encode_statistics,
 )
+from triton_core.frontends.http.generate import GenerateResource
 
 if TYPE_CHECKING:
     from triton_core.statistics import ModelStatistics
     from triton_core.types import (
         InferenceRequest,
         InferenceResponse,
+        ModelIndexEntry,
         ModelMetadata,
         ServerMetadata,
         TensorMetadata,
@@ -58,6 +61,11 @@ class InferenceServerAPI(Protocol):
     def model_is_decoupled(self, name: str, version: int = -1) -> bool: ...
     async def infer(self, request: InferenceRequest) -> InferenceResponse: ...
     def statistics(self, name: str = "", version: int = -1) -> list[ModelStatistics]: ...
+    def repository_index(self, ready_only: bool = False) -> list[ModelIndexEntry]: ...
+    async def load_model(
+        self, name: str, config: str | None = None, files: dict[str, bytes] | None = None
+    ) -> None: ...
+    async def unload_model(self, name: str, unload_dependents: bool = False) -> None: ...
 
 
 def create_app(server: InferenceServerAPI, *, max_input_size: int = 1 << 26) -> falcon.asgi.App:
@@ -78,9 +86,9 @@ def create_app(server: InferenceServerAPI, *, max_input_size: int = 1 << 26) -> 
     app.add_route("/v2/health/ready", health, suffix="ready")
 
     model = _ModelResource(server, max_input_size)
-    unsupported_model_routes = {
-        "generate": _Unsupported("generate", "POST"),
-        "generate_stream": _Unsupported("generate_stream", "POST"),
+    generate_routes = {
+        "generate": GenerateResource(server, max_input_size, streaming=False),
+        "generate_stream": GenerateResource(server, max_input_size, streaming=True),
     }
     for prefix in ("/v2/models/{model_name}", "/v2/models/{model_name}/versions/{version:digits}"):
         app.add_route(prefix, model)
@@ -88,7 +96,7 @@ def create_app(server: InferenceServerAPI, *, max_input_size: int = 1 << 26) -> 
         app.add_route(prefix + "/config", model, suffix="config")
         app.add_route(prefix + "/infer", model, suffix="infer")
         app.add_route(prefix + "/stats", model, suffix="stats")
-        for kind, resource in unsupported_model_routes.items():
+        for kind, resource in generate_routes.items():
             app.add_route(f"{prefix}/{kind}", resource)
     # checked before the model routes by Triton: a model named 'stats' has no metadata URL
     app.add_route("/v2/models/stats", _AllStatisticsResource(server))
@@ -98,11 +106,11 @@ def create_app(server: InferenceServerAPI, *, max_input_size: int = 1 << 26) -> 
     app.add_route("/v2/models/{model_name}/trace/setting", trace)  # no version form (404)
     app.add_route("/v2/logging", _Unsupported("logging", "GET", "POST"))
 
-    repository = _Unsupported("model repository", "POST")
+    repository = _RepositoryResource(server, max_input_size)
     named_repository = _Unsupported("'repository_name' specification", "POST")
-    app.add_route("/v2/repository/index", repository)
-    app.add_route("/v2/repository/models/{model_name}/load", repository)
-    app.add_route("/v2/repository/models/{model_name}/unload", repository)
+    app.add_route("/v2/repository/index", repository, suffix="index")
+    app.add_route("/v2/repository/models/{model_name}/load", repository, suffix="load")
+    app.add_route("/v2/repository/models/{model_name}/unload", repository, suffix="unload")
     app.add_route("/v2/repository/{repository_name}/index", named_repository)
     app.add_route("/v2/repository/{repository_name}/models/{model_name}/load", named_repository)
     app.add_route("/v2/repository/{repository_name}/models/{model_name}/unload", named_repository)
@@ -277,21 +285,101 @@ class _ModelResource:
         resp.data = data
 
     async def _read_body(self, req: falcon.asgi.Request) -> bytes:
-        limit = self._max_input_size
-        length = req.content_length
-        if length is not None:
-            if length > limit:
-                raise compression.too_large("request body", length, limit)
-            return await req.stream.readall() if length else b""
-        # chunked transfer: count as we go
-        chunks = []
-        size = 0
-        async for chunk in req.stream:
-            size += len(chunk)
-            if size > limit:
-                raise compression.too_large("request body", None, limit)
-            chunks.append(chunk)
-        return b"".join(chunks)
+        return await _read_body(req, self._max_input_size)
+
+
+async def _read_body(req: falcon.asgi.Request, limit: int) -> bytes:
+    """The request body, refused when over ``limit`` bytes (declared or counted)."""
+    length = req.content_length
+    if length is not None:
+        if length > limit:
+            raise compression.too_large("request body", length, limit)
+        return await req.stream.readall() if length else b""
+    # chunked transfer: count as we go
+    chunks = []
+    size = 0
+    async for chunk in req.stream:
+        size += len(chunk)
+        if size > limit:
+            raise compression.too_large("request body", None, limit)
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+class _RepositoryResource:
+    """The model repository extension: index, load (with overrides), unload."""
+
+    def __init__(self, server: InferenceServerAPI, max_input_size: int) -> None:
+        self._server = server
+        self._max_input_size = max_input_size
+
+    async def _json_body(self, req: falcon.asgi.Request) -> dict[str, Any]:
+        body = await _read_body(req, self._max_input_size)
+        if not body.strip():
+            return {}
+        try:
+            parsed = orjson.loads(body)
+        except orjson.JSONDecodeError as exc:
+            raise invalid_arg(f"failed to parse the request JSON body: {exc}") from None
+        if not isinstance(parsed, dict):
+            raise invalid_arg("the request body must be a JSON object")
+        return parsed
+
+    async def on_post_index(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
+        body = await self._json_body(req)
+        ready = body.get("ready", False)
+        if not isinstance(ready, bool):
+            raise invalid_arg("'ready' must be a boolean in a repository index request")
+        entries = []
+        for entry in self._server.repository_index(ready):
+            item: dict[str, Any] = {"name": entry.name}
+            if entry.version >= 0:
+                item["version"] = str(entry.version)
+            if entry.state:
+                item["state"] = entry.state
+            if entry.reason:
+                item["reason"] = entry.reason
+            entries.append(item)
+        resp.content_type = _JSON
+        resp.data = orjson.dumps(entries)
+
+    async def on_post_load(
+        self, req: falcon.asgi.Request, resp: falcon.asgi.Response, model_name: str
+    ) -> None:
+        model_name = _model_name(req, model_name)
+        parameters = _parameters_of(await self._json_body(req))
+        config = None
+        files: dict[str, bytes] = {}
+        for key, value in parameters.items():
+            if not isinstance(value, str):
+                raise invalid_arg(f"load parameter '{key}' must be a string")
+            if key == "config":
+                config = value
+            elif key.startswith("file:"):
+                try:
+                    files[key[5:]] = base64.b64decode(value, validate=True)
+                except ValueError:
+                    raise invalid_arg(f"load parameter '{key}' is not valid base64") from None
+            else:
+                raise internal(f"unrecognized load parameter '{key}'")
+        await self._server.load_model(model_name, config, files or None)
+
+    async def on_post_unload(
+        self, req: falcon.asgi.Request, resp: falcon.asgi.Response, model_name: str
+    ) -> None:
+        model_name = _model_name(req, model_name)
+        parameters = _parameters_of(await self._json_body(req))
+        dependents = parameters.get("unload_dependents", False)
+        if not isinstance(dependents, bool):
+            raise invalid_arg("unload parameter 'unload_dependents' must be a boolean")
+        await self._server.unload_model(model_name, dependents)
+
+
+def _parameters_of(body: dict[str, Any]) -> dict[str, Any]:
+    parameters = body.get("parameters", {})
+    if not isinstance(parameters, dict):
+        raise invalid_arg("'parameters' must be a JSON object")
+    return parameters
 
 
 class _AllStatisticsResource:

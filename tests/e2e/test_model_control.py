@@ -1,0 +1,413 @@
+"""Model management while serving: control modes, the repository API over HTTP and gRPC,
+reloads without failed requests, readiness, repository agents and the traversal battery."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import http.client
+import json
+import shutil
+import threading
+import time
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
+
+from tests.support import ServerProcess, write_numpy_model
+
+PLUGINS = {"TRITON_CORE_PLUGINS": "tests.plugins.numpy_backend,tests.plugins.agent_plugin"}
+
+
+def inputs(value: int = 1, module=httpclient, rows: int = 1):
+    data = np.full((rows, 4), value, dtype=np.int32)
+    tensors = [module.InferInput(n, [rows, 4], "INT32") for n in ("INPUT0", "INPUT1")]
+    for tensor in tensors:
+        tensor.set_data_from_numpy(data)
+    return tensors
+
+
+def numpy_config(max_batch_size: int = 8, **parameters: str) -> str:
+    """An add_sub model of the numpy test backend, as a load request's JSON config."""
+    values = {"kind": "add_sub", **parameters}
+    return json.dumps(
+        {
+            "backend": "numpy",
+            "max_batch_size": max_batch_size,
+            "parameters": {key: {"string_value": value} for key, value in values.items()},
+            "input": [{"name": f"INPUT{i}", "data_type": "TYPE_INT32", "dims": [4]}
+                      for i in range(2)],
+            "output": [{"name": f"OUTPUT{i}", "data_type": "TYPE_INT32", "dims": [4]}
+                       for i in range(2)],
+        }
+    )  # fmt: skip
+
+
+def index_of(client) -> dict:
+    return {(e["name"], e.get("version")): e for e in client.get_model_repository_index()}
+
+
+def wait_for(predicate, timeout: float = 30.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def post(process, path: str, body: bytes = b"") -> tuple[int, bytes]:
+    connection = http.client.HTTPConnection("127.0.0.1", process.http_port, timeout=30)
+    try:
+        connection.request("POST", path, body=body)
+        reply = connection.getresponse()
+        return reply.status, reply.read()
+    finally:
+        connection.close()
+
+
+@pytest.fixture
+def repo(tmp_path):
+    repo = tmp_path / "models"
+    write_numpy_model(repo, "alpha", kind="add_sub")
+    write_numpy_model(repo, "beta", kind="add_sub")
+    return repo
+
+
+def test_mode_none_refuses_load_and_unload(repo):
+    with ServerProcess([repo], env=PLUGINS) as process:
+        process.wait_ready()
+        http_client = httpclient.InferenceServerClient(process.http_url)
+        with pytest.raises(InferenceServerException) as info:
+            http_client.load_model("alpha")
+        assert info.value.status() == "503"
+        assert "explicit model load / unload is not allowed" in info.value.message()
+        grpc_client = grpcclient.InferenceServerClient(process.grpc_url)
+        with pytest.raises(InferenceServerException) as info:
+            grpc_client.unload_model("alpha")
+        assert info.value.status() == "StatusCode.UNAVAILABLE"
+        assert http_client.is_model_ready("alpha")
+
+
+def test_explicit_mode_load_unload_and_index_over_both_protocols(repo):
+    with ServerProcess(
+        [repo], "--model-control-mode=explicit", "--load-model", "alpha", env=PLUGINS
+    ) as process:
+        process.wait_ready()
+        http_client = httpclient.InferenceServerClient(process.http_url)
+        grpc_client = grpcclient.InferenceServerClient(process.grpc_url)
+        index = index_of(http_client)
+        assert index[("alpha", "1")]["state"] == "READY"
+        assert index[("beta", None)] == {"name": "beta"}
+        assert not http_client.is_model_ready("beta")
+
+        grpc_client.load_model("beta")
+        assert http_client.is_model_ready("beta")
+        result = http_client.infer("beta", inputs(3))
+        np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), np.full((1, 4), 6))
+
+        http_client.unload_model("alpha")
+        assert not grpc_client.is_model_ready("alpha")
+        entries = {(m.name, m.version): m for m in grpc_client.get_model_repository_index().models}
+        assert entries[("alpha", "1")].state == "UNAVAILABLE"
+        assert entries[("alpha", "1")].reason == "unloaded"
+        ready = http_client.get_model_repository_index()
+        assert {e["name"] for e in ready if e.get("state") == "READY"} == {"beta"}
+        status, body = post(process, "/v2/repository/index", b'{"ready": true}')
+        assert status == 200 and [e["name"] for e in json.loads(body)] == ["beta"]
+        status, body = post(process, "/v2/repository/index", b'{"ready": "yes"}')
+        assert status == 400
+        assert http_client.is_server_ready()  # unloading alpha did not make it unready
+
+        with pytest.raises(InferenceServerException, match="no model named 'gamma'"):
+            http_client.load_model("gamma")
+        status, body = post(process, "/v2/repository/other/models/beta/load")
+        assert status == 501 and b"'repository_name' specification" in body
+
+
+def test_config_and_file_overrides(repo, tmp_path):
+    with ServerProcess([repo], "--model-control-mode=explicit", env=PLUGINS) as process:
+        process.wait_ready(path="/v2/health/live")
+        client = httpclient.InferenceServerClient(process.http_url)
+        override = {
+            "backend": "numpy",
+            "max_batch_size": 2,
+            "parameters": {"kind": {"string_value": "add_sub"}},
+            "input": [{"name": f"INPUT{i}", "data_type": "TYPE_INT32", "dims": [4]}
+                      for i in range(2)],
+            "output": [{"name": f"OUTPUT{i}", "data_type": "TYPE_INT32", "dims": [4]}
+                       for i in range(2)],
+        }  # fmt: skip
+        client.load_model("alpha", config=json.dumps(override))
+        assert client.get_model_config("alpha")["max_batch_size"] == 2
+        with pytest.raises(InferenceServerException, match="batch-size must be <= 2"):
+            client.infer("alpha", inputs(rows=3))
+
+        # a model built only from uploaded files
+        client.load_model("uploaded", config=json.dumps(override), files={"file:3/model.npy": b""})
+        metadata = client.get_model_metadata("uploaded")
+        assert metadata["versions"] == ["3"]
+        result = client.infer("uploaded", inputs(2))
+        np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), np.zeros((1, 4)))
+
+        status, body = post(
+            process,
+            "/v2/repository/models/alpha/load",
+            json.dumps({"parameters": {"file:1/model.npy": base64.b64encode(b"").decode()}})
+            .encode(),
+        )
+        assert status == 400 and b"need a 'config'" in body
+        status, body = post(
+            process, "/v2/repository/models/alpha/load", b'{"parameters": {"bogus": "x"}}'
+        )
+        assert status == 500 and b"unrecognized load parameter 'bogus'" in body
+
+
+def test_failed_reload_keeps_the_old_version_serving(repo):
+    with ServerProcess(
+        [repo], "--model-control-mode=explicit", "--load-model", "alpha", env=PLUGINS
+    ) as process:
+        process.wait_ready()
+        client = httpclient.InferenceServerClient(process.http_url)
+        with pytest.raises(InferenceServerException, match="told to fail loading 'alpha'"):
+            client.load_model("alpha", config=numpy_config(fail_load="x"))
+        assert client.is_model_ready("alpha")
+        result = client.infer("alpha", inputs(4))
+        np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), np.full((1, 4), 8))
+        with pytest.raises(InferenceServerException, match="failed to parse"):
+            client.load_model("alpha", config="{not json")
+        assert client.is_server_ready()
+
+
+def test_reload_under_continuous_load_fails_no_request(repo):
+    with ServerProcess(
+        [repo], "--model-control-mode=explicit", "--load-model", "alpha", env=PLUGINS
+    ) as process:
+        process.wait_ready()
+        stop = threading.Event()
+        outcome = {"ok": 0, "errors": []}
+
+        def hammer():
+            client = grpcclient.InferenceServerClient(process.grpc_url)
+            deadline = time.monotonic() + 60
+            while not stop.is_set() and time.monotonic() < deadline and outcome["ok"] < 100_000:
+                try:
+                    client.infer("alpha", inputs(1, grpcclient))
+                    outcome["ok"] += 1
+                except InferenceServerException as exc:
+                    outcome["errors"].append(exc.message())
+
+        threads = [threading.Thread(target=hammer) for _ in range(3)]
+        for thread in threads:
+            thread.start()
+        control = httpclient.InferenceServerClient(process.http_url)
+        wait_for(lambda: outcome["ok"] > 20, what="requests before the reloads")
+        for round_ in range(6):
+            control.load_model("alpha", config=numpy_config(sleep_ms=str(round_ % 3)))
+            time.sleep(0.1)
+        before = outcome["ok"]
+        wait_for(lambda: outcome["ok"] > before + 20, what="requests after the reloads")
+        stop.set()
+        for thread in threads:
+            thread.join(30)
+        assert outcome["errors"] == []
+        assert outcome["ok"] > 40
+
+
+def test_readiness_never_flips_while_another_model_loads(repo):
+    write_numpy_model(
+        repo, "slow", extra='parameters { key: "load_sleep_ms" value { string_value: "3000" } }'
+    )
+    with ServerProcess(
+        [repo], "--model-control-mode=explicit", "--load-model", "alpha", env=PLUGINS
+    ) as process:
+        process.wait_ready()
+        client = httpclient.InferenceServerClient(process.http_url)
+        loader = threading.Thread(
+            target=lambda: httpclient.InferenceServerClient(
+                process.http_url, network_timeout=60
+            ).load_model("slow")
+        )
+        loader.start()
+        seen_loading = False
+        probes = 0
+        while loader.is_alive() and probes < 2000:
+            assert client.is_server_ready()
+            states = {e.get("state") for e in client.get_model_repository_index()
+                      if e["name"] == "slow"}  # fmt: skip
+            seen_loading = seen_loading or "LOADING" in states
+            probes += 1
+            time.sleep(0.02)
+        loader.join(60)
+        assert seen_loading
+        assert client.is_model_ready("slow") and client.is_server_ready()
+
+
+def test_readiness_with_no_model_follows_strict_readiness(repo):
+    with ServerProcess([repo], "--model-control-mode=explicit", env=PLUGINS) as process:
+        process.wait_ready(path="/v2/health/live")
+        assert not httpclient.InferenceServerClient(process.http_url).is_server_ready()
+    with ServerProcess(
+        [repo], "--model-control-mode=explicit", "--strict-readiness=false", env=PLUGINS
+    ) as process:
+        process.wait_ready()
+
+
+def test_poll_mode_follows_the_repository(repo):
+    with ServerProcess(
+        [repo], "--model-control-mode=poll", "--repository-poll-secs", "0.2", env=PLUGINS
+    ) as process:
+        process.wait_ready()
+        client = httpclient.InferenceServerClient(process.http_url)
+        write_numpy_model(repo, "gamma", kind="add_sub")
+        wait_for(lambda: _ready(client, "gamma"), what="gamma to load")
+
+        write_numpy_model(repo, "alpha", kind="add_sub", versions=(1, 2))
+        wait_for(lambda: client.get_model_metadata("alpha")["versions"] == ["2"],
+                 what="version 2 to replace version 1")  # fmt: skip
+
+        text = (repo / "beta" / "config.pbtxt").read_text().replace(
+            "max_batch_size: 8", "max_batch_size: 3"
+        )
+        (repo / "beta" / "config.pbtxt").write_text(text)
+        wait_for(lambda: client.get_model_config("beta")["max_batch_size"] == 3,
+                 what="beta's new config")  # fmt: skip
+
+        (repo / "beta" / "config.pbtxt").write_text("max_batch_size: broken")
+        time.sleep(1.0)  # several polls: the broken config must not take beta down
+        assert client.is_model_ready("beta")
+
+        shutil.rmtree(repo / "gamma")
+        wait_for(lambda: not _ready(client, "gamma"), what="gamma to unload")
+        assert client.is_model_ready("alpha")
+
+
+def _ready(client, name: str) -> bool:
+    try:
+        return client.is_model_ready(name)
+    except InferenceServerException:
+        return False
+
+
+def test_repository_agents_order_relocation_and_failure(repo, tmp_path):
+    log = tmp_path / "agents.log"
+    write_numpy_model(
+        repo,
+        "watched",
+        kind="add_sub",
+        extra=f"""model_repository_agents {{ agents [
+  {{ name: "recorder_a" parameters {{ key: "log" value: "{log}" }} }},
+  {{ name: "recorder_b" parameters [ {{ key: "log" value: "{log}" }},
+                                     {{ key: "relocate" value: "true" }} ] }}
+] }}""",
+    )
+    write_numpy_model(
+        repo,
+        "refused",
+        extra='model_repository_agents { agents [ { name: "recorder_a" '
+        'parameters { key: "fail" value: "true" } } ] }',
+    )
+    with ServerProcess(
+        [repo], "--model-control-mode=explicit", "--load-model", "watched", env=PLUGINS
+    ) as process:
+        process.wait_ready()
+        client = httpclient.InferenceServerClient(process.http_url)
+        client.infer("watched", inputs(1))
+        client.unload_model("watched")
+        actions = [line.split()[:3] for line in log.read_text().splitlines()]
+        assert actions == [
+            ["A", "LOAD", "watched"],
+            ["B", "LOAD", "watched"],
+            ["B", "LOAD_COMPLETE", "watched"],
+            ["A", "LOAD_COMPLETE", "watched"],
+            ["A", "UNLOAD", "watched"],
+            ["B", "UNLOAD", "watched"],
+            ["B", "UNLOAD_COMPLETE", "watched"],
+            ["A", "UNLOAD_COMPLETE", "watched"],
+        ]
+        locations = [line.split()[3] for line in log.read_text().splitlines()]
+        assert "relocated-" not in locations[0] and "relocated-" not in locations[1]
+        assert all("relocated-" in location for location in locations[2:])
+        with pytest.raises(InferenceServerException, match="agent A refuses model 'refused'"):
+            client.load_model("refused")
+        assert not _ready(client, "refused")
+
+
+def test_checksum_agent_passes_and_refuses(repo):
+    digest = hashlib.md5(b"").hexdigest()
+    write_numpy_model(
+        repo,
+        "verified",
+        kind="add_sub",
+        extra='model_repository_agents { agents [ { name: "checksum" parameters '
+        f'{{ key: "MD5:1/model.npy" value: "{digest}" }} }} ] }}',
+    )
+    write_numpy_model(
+        repo,
+        "tampered",
+        extra='model_repository_agents { agents [ { name: "checksum" parameters '
+        f'{{ key: "MD5:1/model.npy" value: "{"0" * 32}" }} }} ] }}',
+    )
+    with ServerProcess([repo], "--exit-on-error=false", env=PLUGINS) as process:
+        process.wait_ready(path="/v2/health/live")
+        client = httpclient.InferenceServerClient(process.http_url)
+        assert client.is_model_ready("verified")
+        assert not client.is_model_ready("tampered")
+        reason = next(e.get("reason", "") for e in client.get_model_repository_index()
+                      if e["name"] == "tampered")  # fmt: skip
+        assert "Mismatched MD5 hash for file 1/model.npy" in reason
+
+
+@pytest.mark.parametrize(
+    ("name", "status", "fragment"),
+    [
+        ("..", "400", "unknown model"),
+        ("%2E%2E", "400", "unknown model"),
+        ("..%2F..%2Fetc", "400", "unknown model"),
+        ("%2Fetc", "400", "unknown model"),
+        ("a" * 300, "500", "failed to poll from model repository"),
+    ],
+)
+def test_names_cannot_leave_the_repository(repo, name, status, fragment):
+    with ServerProcess([repo], "--model-control-mode=explicit", env=PLUGINS) as process:
+        process.wait_ready(path="/v2/health/live")
+        code, body = post(process, f"/v2/repository/models/{name}/load")
+        assert str(code) == status, body
+        assert fragment in json.loads(body)["error"]
+        client = httpclient.InferenceServerClient(process.http_url)
+        client.load_model("alpha")
+        assert client.is_model_ready("alpha")
+
+
+def test_file_override_paths_and_ensemble_steps_cannot_escape(repo):
+    override = numpy_config()
+    ensemble = json.dumps(
+        {
+            "platform": "ensemble",
+            "max_batch_size": 8,
+            "input": [{"name": "X", "data_type": "TYPE_INT32", "dims": [4]}],
+            "output": [{"name": "Y", "data_type": "TYPE_INT32", "dims": [4]}],
+            "ensemble_scheduling": {
+                "step": [
+                    {
+                        "model_name": "../alpha",
+                        "model_version": -1,
+                        "input_map": {"INPUT0": "X"},
+                        "output_map": {"OUTPUT0": "Y"},
+                    }
+                ]
+            },
+        }
+    )
+    with ServerProcess([repo], "--model-control-mode=explicit", env=PLUGINS) as process:
+        process.wait_ready(path="/v2/health/live")
+        client = httpclient.InferenceServerClient(process.http_url)
+        for key in ("file:../../escape.npy", "file:/etc/passwd", "file:1/../../x"):
+            with pytest.raises(InferenceServerException, match="not a relative path inside"):
+                client.load_model("alpha", config=override, files={key: b""})
+        with pytest.raises(InferenceServerException) as info:
+            client.load_model("beta", config=ensemble)
+        assert "../alpha" in info.value.message()
+        client.load_model("alpha")
+        assert client.is_model_ready("alpha")
