@@ -411,3 +411,32 @@ def test_file_override_paths_and_ensemble_steps_cannot_escape(repo):
         assert "../alpha" in info.value.message()
         client.load_model("alpha")
         assert client.is_model_ready("alpha")
+
+
+def test_loading_an_ensemble_loads_its_members_and_unload_dependents_unloads_them(repo):
+    from tests.unit.test_ensemble import both, outs, write_ensemble
+
+    write_ensemble(repo, "chain", [("alpha", both("A", "B"), outs("S", "D")),
+                                   ("beta", both("S", "D"), outs("OUT0", "OUT1"))])  # fmt: skip
+    with ServerProcess([repo], "--model-control-mode=explicit", env=PLUGINS) as process:
+        process.wait_ready(path="/v2/health/live")
+        client = httpclient.InferenceServerClient(process.http_url)
+        client.load_model("chain")
+        assert client.is_model_ready("alpha") and client.is_model_ready("beta")
+        data = np.full((1, 4), 3, dtype=np.int32)
+        tensors = [httpclient.InferInput(n, [1, 4], "INT32") for n in ("A", "B")]
+        for tensor in tensors:
+            tensor.set_data_from_numpy(data)
+        result = client.infer("chain", tensors)
+        np.testing.assert_array_equal(result.as_numpy("OUT0"), np.full((1, 4), 6))
+
+        client.unload_model("chain")
+        assert client.is_model_ready("alpha")  # members stay without unload_dependents
+        client.load_model("chain")
+        client.unload_model("chain", unload_dependents=True)
+        assert not client.is_model_ready("alpha") and not client.is_model_ready("beta")
+
+        client.load_model("alpha")  # loaded by the user: an ensemble's unload leaves it
+        client.load_model("chain")
+        client.unload_model("chain", unload_dependents=True)
+        assert client.is_model_ready("alpha") and not client.is_model_ready("beta")
