@@ -1,0 +1,911 @@
+"""The torch side of the backend: load model files, read their signatures, run them.
+
+Imported by :mod:`triton_core_torch.backend` only when the first PyTorch model is completed
+or loaded, so that a server without PyTorch models never imports torch.
+
+Execution follows Triton's PyTorch backend: inputs are wrapped as tensors without a copy
+(``torch.from_numpy``), a batch of requests runs as one ``forward`` under
+``torch.inference_mode()``, outputs come back as numpy views of the output tensors and are
+split per request without a copy.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import warnings
+import zipfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final
+
+import numpy as np
+import torch
+
+from triton_core.backend import BackendModel, InstanceSpec, ModelContext, ModelInstance
+from triton_core.dtypes import CONFIG_TO_WIRE
+from triton_core.errors import Status, TritonError
+from triton_core.protos import model_config_pb2
+from triton_core.types import InferenceRequest, InferenceResponse, Tensor
+from triton_core_torch.settings import TorchSettings, count_instances, parse_settings
+from triton_core_torch.signature import (
+    EXPORT,
+    OTHER,
+    RETURNS_DICT,
+    RETURNS_SEQUENCE,
+    RETURNS_STRINGS,
+    RETURNS_TENSOR,
+    RETURNS_UNKNOWN,
+    STRINGS,
+    TENSOR,
+    TORCHSCRIPT,
+    Binding,
+    Signature,
+    TensorSpec,
+    check_config,
+)
+
+if TYPE_CHECKING:
+    pass
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_MODEL_FILENAME: Final = "model.pt"
+EXPORT_MODEL_FILENAME: Final = "model.pt2"
+
+# The frontends hand the backend read-only numpy views of request bodies. torch.from_numpy
+# wraps them without a copy but warns that the tensor is not writable; models read their
+# inputs and never write them (Triton's backend wraps request buffers the same way), so this
+# one warning is silenced instead of paying for a copy of every input.
+warnings.filterwarnings(
+    "ignore", message="The given NumPy array is not writable", category=UserWarning
+)
+
+#: config datatype -> torch dtype (TYPE_STRING has none: BYTES travel as List[str])
+CONFIG_TO_TORCH: Final[dict[str, torch.dtype]] = {
+    "TYPE_BOOL": torch.bool,
+    "TYPE_UINT8": torch.uint8,
+    "TYPE_UINT16": torch.uint16,
+    "TYPE_UINT32": torch.uint32,
+    "TYPE_UINT64": torch.uint64,
+    "TYPE_INT8": torch.int8,
+    "TYPE_INT16": torch.int16,
+    "TYPE_INT32": torch.int32,
+    "TYPE_INT64": torch.int64,
+    "TYPE_FP16": torch.float16,
+    "TYPE_FP32": torch.float32,
+    "TYPE_FP64": torch.float64,
+    "TYPE_BF16": torch.bfloat16,
+}
+TORCH_TO_CONFIG: Final[dict[torch.dtype, str]] = {v: k for k, v in CONFIG_TO_TORCH.items()}
+
+#: how the input checks of a torch.export program's module word their failures
+_GUARD_FAILURES: Final = ("Guard failed", "Expected input at")
+
+
+def _type_name(data_type: int) -> str:
+    return model_config_pb2.DataType.Name(data_type)
+
+
+# -- files ----------------------------------------------------------------------------------------
+
+
+def resolve_model_file(model_path: Path, model: str) -> Path:
+    """``model_path``, or ``model.pt2`` beside it when the default ``model.pt`` is missing."""
+    if model_path.is_file():
+        return model_path
+    if model_path.name == DEFAULT_MODEL_FILENAME:
+        exported = model_path.with_name(EXPORT_MODEL_FILENAME)
+        if exported.is_file():
+            return exported
+        raise TritonError(
+            Status.UNAVAILABLE,
+            f"unable to find '{model_path}' (or '{EXPORT_MODEL_FILENAME}') for model '{model}'",
+        )
+    raise TritonError(Status.UNAVAILABLE, f"unable to find '{model_path}' for model '{model}'")
+
+
+def is_exported_program(path: Path) -> bool:
+    """True for a ``torch.export.save`` archive: a ``.pt2`` name, or its marker file inside."""
+    if path.suffix == ".pt2":
+        return True
+    try:
+        with zipfile.ZipFile(path) as archive:
+            return any(name.rsplit("/", 1)[-1] == "archive_format" for name in archive.namelist())
+    except (OSError, zipfile.BadZipFile):
+        return False
+
+
+def _load_error(path: Path, model: str, exc: Exception) -> TritonError:
+    return TritonError(
+        Status.INVALID_ARG, f"PyTorch could not load '{path}' for model '{model}': {exc}"
+    )
+
+
+def load_torchscript(path: Path, model: str, device: torch.device | None) -> Any:
+    """``torch.jit.load`` onto ``device`` (None: where the file says), in eval mode."""
+    try:
+        module = torch.jit.load(str(path), map_location=device)
+    except Exception as exc:
+        raise _load_error(path, model, exc) from exc
+    module.eval()
+    return module
+
+
+#: torch.export's (de)serialisation keeps global state ("_CURRENT_DESERIALIZER is already
+#: set" when two loads overlap): models loading on parallel load threads take turns.
+EXPORT_LOCK: Final = threading.RLock()
+
+
+def load_exported(path: Path, model: str) -> Any:
+    """``torch.export.load``: an ``ExportedProgram``."""
+    try:
+        with EXPORT_LOCK:
+            return torch.export.load(str(path))
+    except Exception as exc:
+        raise _load_error(path, model, exc) from exc
+
+
+# -- signatures -----------------------------------------------------------------------------------
+
+
+def _script_spec(name: str, type_: Any) -> TensorSpec:
+    kind = type_.kind()
+    text = str(type_)
+    if kind == "TensorType":
+        return TensorSpec(name, TENSOR, "Tensor")
+    if kind == "ListType" and type_.getElementType().kind() == "StringType":
+        return TensorSpec(name, STRINGS, "List[str]")
+    return TensorSpec(name, OTHER, text)
+
+
+def torchscript_signature(module: Any, model: str) -> Signature:
+    """Argument names and kinds of ``forward``, and the shape of what it returns."""
+    try:
+        schema = module.forward.schema
+    except AttributeError as exc:
+        raise TritonError(
+            Status.INVALID_ARG, f"TorchScript model '{model}' has no forward method"
+        ) from exc
+    arguments = list(schema.arguments)
+    if arguments and arguments[0].type.kind() == "ClassType":
+        arguments = arguments[1:]  # self
+    inputs = tuple(_script_spec(arg.name, arg.type) for arg in arguments)
+    dict_input = len(arguments) == 1 and arguments[0].type.kind() == "DictType"
+    if not dict_input:
+        for arg in arguments[1:]:
+            if arg.type.kind() == "DictType":
+                raise TritonError(
+                    Status.UNSUPPORTED,
+                    f"TorchScript model '{model}': forward takes a Dict argument '{arg.name}' "
+                    f"among others; only a single Dict[str, Tensor] argument, or Tensor and "
+                    f"List[str] arguments, are supported",
+                )
+    returned = schema.returns[0].type if schema.returns else None
+    returns, outputs = RETURNS_UNKNOWN, None
+    if returned is not None:
+        kind = returned.kind()
+        if kind == "TensorType":
+            returns, outputs = RETURNS_TENSOR, (TensorSpec("", TENSOR, "Tensor"),)
+        elif kind == "TupleType":
+            returns = RETURNS_SEQUENCE
+            outputs = tuple(_script_spec("", element) for element in returned.elements())
+        elif kind == "ListType":
+            element = returned.getElementType().kind()
+            returns = RETURNS_STRINGS if element == "StringType" else RETURNS_SEQUENCE
+        elif kind == "DictType":
+            returns = RETURNS_DICT
+    return Signature(
+        format=TORCHSCRIPT,
+        inputs=inputs,
+        dict_input=dict_input,
+        returns=returns,
+        outputs=outputs,
+        returns_name=str(returned) if returned is not None else "",
+    )
+
+
+def _fake_spec(name: str, value: Any) -> TensorSpec:
+    """A spec from a graph node's ``meta['val']`` (a FakeTensor with symbolic dims)."""
+    if not isinstance(value, torch.Tensor):
+        return TensorSpec(name, OTHER, type(value).__name__)
+    config_type = TORCH_TO_CONFIG.get(value.dtype, "")
+    shape = tuple(d if isinstance(d, int) else -1 for d in value.shape)
+    if not config_type:
+        return TensorSpec(name, OTHER, f"Tensor[{value.dtype}]", shape=shape)
+    return TensorSpec(name, TENSOR, "Tensor", config_type, shape)
+
+
+def _upper_bound(program: Any, dim: Any) -> int | None:
+    """The largest value a symbolic dim may take in ``program``, or None if unbounded."""
+    try:
+        bound = program.range_constraints[dim.node.expr].upper
+        return int(bound) if bound.is_finite else None
+    except (AttributeError, KeyError, TypeError, ValueError, OverflowError):
+        return None
+
+
+def exported_signature(program: Any, model: str) -> Signature:
+    """Names, datatypes and shapes of a program's user inputs and outputs."""
+    from torch.export.graph_signature import InputKind, OutputKind, TensorArgument
+
+    nodes = {node.name: node for node in program.graph.nodes}
+    in_spec = program.call_spec.in_spec
+    args_spec, kwargs_spec = _children(in_spec) if in_spec is not None else (None, None)
+    if (args_spec is not None and any(not c.is_leaf() for c in _children(args_spec))) or (
+        kwargs_spec is not None and kwargs_spec.num_children
+    ):
+        raise TritonError(
+            Status.UNSUPPORTED,
+            f"torch.export model '{model}': forward takes nested or keyword-only arguments; "
+            f"only positional tensor arguments are supported",
+        )
+    names = _forward_arg_names(program)
+    inputs = []
+    user_inputs = [s for s in program.graph_signature.input_specs if s.kind == InputKind.USER_INPUT]
+    for i, spec in enumerate(user_inputs):
+        name = names[i] if i < len(names) else getattr(spec.arg, "name", f"arg{i}")
+        if isinstance(spec.arg, TensorArgument):
+            inputs.append(_fake_spec(name, nodes[spec.arg.name].meta.get("val")))
+        else:
+            inputs.append(TensorSpec(name, OTHER, type(spec.arg).__name__))
+
+    output_node = next(n for n in reversed(program.graph.nodes) if n.op == "output")
+    returned = list(output_node.args[0])
+    outputs = []
+    for spec, node in zip(program.graph_signature.output_specs, returned, strict=True):
+        if spec.kind != OutputKind.USER_OUTPUT:
+            continue  # buffer mutations and the like
+        value = node.meta.get("val") if hasattr(node, "meta") else node
+        outputs.append(_fake_spec("", value))
+    out_spec = program.call_spec.out_spec
+    if out_spec is None or out_spec.is_leaf():
+        returns = RETURNS_TENSOR
+    elif any(not c.is_leaf() for c in _children(out_spec)):
+        raise TritonError(
+            Status.UNSUPPORTED,
+            f"torch.export model '{model}' returns nested containers; only a tensor, a "
+            f"tuple/list of tensors or a dict of tensors is supported",
+        )
+    elif out_spec.type is dict:
+        returns = RETURNS_DICT
+        outputs = [
+            TensorSpec(str(k), o.kind, o.type_name, o.config_type, o.shape)
+            for k, o in zip(out_spec.context, outputs, strict=True)
+        ]
+    else:
+        returns = RETURNS_SEQUENCE
+
+    max_batch = None
+    for node_name in (s.arg.name for s in user_inputs if isinstance(s.arg, TensorArgument)):
+        value = nodes[node_name].meta.get("val")
+        if isinstance(value, torch.Tensor) and value.ndim and not isinstance(value.shape[0], int):
+            bound = _upper_bound(program, value.shape[0])
+            if bound is not None:
+                max_batch = bound if max_batch is None else min(max_batch, bound)
+    return Signature(
+        format=EXPORT,
+        inputs=tuple(inputs),
+        returns=returns,
+        outputs=tuple(outputs),
+        max_batch=max_batch,
+    )
+
+
+def _children(spec: Any) -> list[Any]:
+    """A pytree spec's child specs (``children()`` in newer torch, a field before)."""
+    children = getattr(spec, "children", None)
+    return list(children()) if callable(children) else list(spec.children_specs)
+
+
+def _forward_arg_names(program: Any) -> list[str]:
+    """The original forward's argument names, where the program records them."""
+    try:
+        names = program.module_call_graph[0].signature.forward_arg_names
+        if names:
+            return list(names)
+    except (AttributeError, IndexError):
+        pass
+    from torch.export.graph_signature import InputKind
+
+    return [
+        getattr(spec.arg, "name", "")
+        for spec in program.graph_signature.input_specs
+        if spec.kind == InputKind.USER_INPUT
+    ]
+
+
+def read_signature(path: Path, model: str) -> Signature:
+    """Load a model file on the CPU just to read its signature (for auto-complete)."""
+    if is_exported_program(path):
+        with EXPORT_LOCK:
+            return exported_signature(load_exported(path, model), model)
+    return torchscript_signature(load_torchscript(path, model, torch.device("cpu")), model)
+
+
+# -- process-wide settings ----------------------------------------------------------------------
+
+_global_lock = threading.Lock()
+
+
+def apply_process_settings(settings: TorchSettings, model: str, exported: bool) -> None:
+    """Apply the settings PyTorch keeps per process (the last model to load one wins)."""
+    with _global_lock:
+        if settings.inter_op_threads is not None:
+            current = torch.get_num_interop_threads()
+            if current != settings.inter_op_threads:
+                try:
+                    torch.set_num_interop_threads(settings.inter_op_threads)
+                except RuntimeError:
+                    # PyTorch fixes the inter-op pool once it has started (or been set).
+                    logger.warning(
+                        "model '%s': INTER_OP_THREAD_COUNT %d not applied: the process-wide "
+                        "inter-op pool already has %d threads",
+                        model,
+                        settings.inter_op_threads,
+                        current,
+                    )
+        if settings.deterministic is not None:
+            torch.use_deterministic_algorithms(settings.deterministic)
+        if settings.cudnn is not None:
+            torch.backends.cudnn.enabled = settings.cudnn
+        if exported:
+            return
+        switches = (
+            ("ENABLE_TENSOR_FUSER", settings.tensor_fuser, "_jit_set_texpr_fuser_enabled"),
+            ("ENABLE_JIT_PROFILING", settings.jit_profiling, "_jit_set_profiling_mode"),
+            ("ENABLE_JIT_EXECUTOR", settings.jit_executor, "_jit_set_profiling_executor"),
+        )
+        for key, value, setter in switches:
+            if value is None:
+                continue
+            function = getattr(torch._C, setter, None)
+            if function is None:
+                logger.warning(
+                    "model '%s': parameter '%s' is not supported by torch %s; ignored",
+                    model,
+                    key,
+                    torch.__version__,
+                )
+            else:
+                function(value)
+
+
+# -- the model ------------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class Loaded:
+    """A model file loaded for one device: what to call and what it looks like."""
+
+    #: ``forward`` of a ScriptModule, or the program's module (which checks input shapes)
+    forward: Callable[..., Any]
+    signature: Signature
+    #: the object that owns the weights (kept alive with the instance)
+    owner: Any
+
+
+def _reshaper(shape: tuple[int, ...], batched: bool) -> Callable[[np.ndarray], np.ndarray] | None:
+    """A function viewing an array as ``[batch] + shape`` (or ``shape``), or None if ambiguous."""
+    if list(shape).count(-1) > 1:
+        return None
+
+    if batched:
+
+        def reshape(array: np.ndarray) -> np.ndarray:
+            target = (array.shape[0], *shape)
+            return array if array.shape == target else array.reshape(target)
+
+    else:
+
+        def reshape(array: np.ndarray) -> np.ndarray:
+            return array if array.shape == shape else array.reshape(shape)
+
+    return reshape
+
+
+class PyTorchModel(BackendModel):
+    """One loaded version of a PyTorch model; everything request-independent is done here."""
+
+    def __init__(self, context: ModelContext, default_cpu_instance_count: int = 1) -> None:
+        config = context.config
+        self.name = context.name
+        self.config = config
+        self.model_file = resolve_model_file(context.model_path, self.name)
+        self.exported = is_exported_program(self.model_file)
+        self.max_batch_size = config.max_batch_size
+        self.instance_count = count_instances(config, default_cpu_instance_count)
+        self.settings = parse_settings(
+            config, self.name, exported=self.exported, instances=self.instance_count
+        )
+        apply_process_settings(self.settings, self.name, self.exported)
+
+        self.output_datatypes = {t.name: self._wire_type(t, "output") for t in config.output}
+        self.input_datatypes = {t.name: self._wire_type(t, "input") for t in config.input}
+        self.output_dtypes: dict[str, torch.dtype | None] = {
+            t.name: CONFIG_TO_TORCH.get(_type_name(t.data_type)) for t in config.output
+        }
+        batched = self.max_batch_size > 0
+        self.output_reshapes = {
+            t.name: fn
+            for t in config.output
+            if t.HasField("reshape") and (fn := _reshaper(tuple(t.dims), batched))
+        }
+        self.binding: Binding | None = None
+        self._shared: dict[str, Loaded] = {}
+        self._lock = threading.Lock()
+        self._program: Any = None
+
+    def _wire_type(self, tensor: Any, kind: str) -> str:
+        wire = CONFIG_TO_WIRE.get(_type_name(tensor.data_type))
+        if wire is None:
+            raise TritonError(
+                Status.INVALID_ARG,
+                f"model '{self.name}': {kind} '{tensor.name}' has data_type "
+                f"{_type_name(tensor.data_type)}",
+            )
+        return wire
+
+    def device_for(self, spec: InstanceSpec) -> torch.device | None:
+        """``cuda:<id>`` for GPU instances, the CPU for CPU ones, None (as saved) for MODEL."""
+        kind = spec.kind.upper()
+        if kind == "CPU":
+            return torch.device("cpu")
+        if kind == "MODEL":
+            return None
+        if not torch.cuda.is_available():
+            raise TritonError(
+                Status.INVALID_ARG,
+                f"unable to load model '{self.name}' instance '{spec.name}' (KIND_GPU, device "
+                f"{spec.device_id}): this torch {torch.__version__} "
+                + ("is a CPU-only build" if torch.version.cuda is None else "sees no CUDA device")
+                + "; install a CUDA build of torch or use KIND_CPU",
+            )
+        if spec.device_id >= torch.cuda.device_count():
+            raise TritonError(
+                Status.INVALID_ARG,
+                f"unable to load model '{self.name}' instance '{spec.name}': GPU "
+                f"{spec.device_id} does not exist (torch sees {torch.cuda.device_count()})",
+            )
+        return torch.device("cuda", spec.device_id)
+
+    def load(self, device: torch.device | None) -> Loaded:
+        """Load the file for ``device`` (shared between instances with weight sharing)."""
+        key = str(device)
+        with self._lock:
+            if self.settings.weight_sharing and key in self._shared:
+                return self._shared[key]
+            loaded = self._load(device)
+            if self.settings.weight_sharing:
+                self._shared[key] = loaded
+            return loaded
+
+    def _load(self, device: torch.device | None) -> Loaded:
+        if not self.exported:
+            # As Triton's backend: TorchScript weights are loaded as inference tensors.
+            with torch.inference_mode(self.settings.inference_mode):
+                module = load_torchscript(self.model_file, self.name, device)
+            return Loaded(module.forward, torchscript_signature(module, self.name), module)
+        with EXPORT_LOCK:
+            if self._program is None:
+                self._program = load_exported(self.model_file, self.name)
+            program = self._program
+            signature = exported_signature(program, self.name)
+            if device is not None and device.type != "cpu":
+                program = _move_program(program, device, self.name)
+            try:
+                module = program.module()
+            except Exception as exc:
+                raise _load_error(self.model_file, self.name, exc) from exc
+        return Loaded(_CheckedOnce(module), signature, module)
+
+    def create_instance(self, spec: InstanceSpec) -> PyTorchInstance:
+        """Load the module for the instance's device; the first load is checked."""
+        device = self.device_for(spec)
+        loaded = self.load(device)
+        if self.binding is None:
+            self.binding = check_config(self.config, loaded.signature, self.name, complete=True)
+            logger.info(
+                "model '%s': %s %s, inputs bound by %s",
+                self.name,
+                loaded.signature.format,
+                loaded.signature.forward_text(),
+                self.binding.convention,
+            )
+        return PyTorchInstance(self, loaded, device, spec)
+
+    def finalize(self) -> None:
+        """Drop the shared modules and the program."""
+        self._shared.clear()
+        self._program = None
+
+
+def _move_program(program: Any, device: torch.device, model: str) -> Any:
+    """The program with its weights, buffers, constants and device arguments on ``device``."""
+    try:
+        from torch.export.passes import move_to_device_pass
+    except ImportError:  # older torch: move the module's state afterwards instead
+        return _ModuleOnDevice(program, device)
+    try:
+        return move_to_device_pass(program, device)
+    except Exception as exc:
+        raise TritonError(
+            Status.INVALID_ARG,
+            f"model '{model}': could not move the torch.export program to {device}: {exc}",
+        ) from exc
+
+
+class _CheckedOnce:
+    """Calls a program's module, running its input checks once per distinct input shapes.
+
+    ``program.module()`` checks every call's shapes against the program's guards in forward
+    pre-hooks (about 20 us, more than a small model's forward). Serving sees few distinct
+    shapes (one per batch size), so a shape combination that passed once skips them.
+    """
+
+    __slots__ = ("_checked", "_forward", "_module")
+
+    #: bound on remembered combinations (a model with free dims sees many)
+    LIMIT: Final = 4096
+
+    def __init__(self, module: Any) -> None:
+        self._module = module
+        self._forward = module.forward
+        self._checked: set[tuple[Any, ...]] = set()
+
+    def __call__(self, *args: Any) -> Any:
+        key = tuple(arg.shape for arg in args)
+        if key in self._checked:
+            return self._forward(*args)
+        result = self._module(*args)  # with the pre-hooks: raises on shapes the guards refuse
+        if len(self._checked) < self.LIMIT:
+            self._checked.add(key)
+        return result
+
+
+class _ModuleOnDevice:
+    """Stands in for a program whose ``module()`` is moved with ``.to(device)``."""
+
+    def __init__(self, program: Any, device: torch.device) -> None:
+        self._program = program
+        self._device = device
+
+    def module(self) -> Any:
+        return self._program.module().to(self._device)
+
+
+# -- the instance ---------------------------------------------------------------------------------
+
+
+def _from_numpy(array: np.ndarray) -> torch.Tensor:
+    """A tensor sharing the array's memory (copying only what torch cannot view)."""
+    try:
+        return torch.from_numpy(array)
+    except (TypeError, ValueError):  # negative strides, non-native byte order
+        return torch.from_numpy(np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("=")))
+
+
+def _input_converter(
+    model: str, name: str, wire: str, device: torch.device | None
+) -> Callable[[np.ndarray], Any]:
+    """numpy array -> what ``forward`` takes for one input, picked once at load."""
+    if wire == "BYTES":
+
+        def strings(array: np.ndarray) -> list[str]:
+            try:
+                return [
+                    item.decode("utf-8") if isinstance(item, bytes | bytearray) else str(item)
+                    for item in array.ravel().tolist()
+                ]
+            except UnicodeDecodeError as exc:
+                raise TritonError(
+                    Status.INVALID_ARG,
+                    f"model '{model}': BYTES input '{name}' holds an element that is not UTF-8 "
+                    f"({exc.reason}); a TorchScript List[str] takes UTF-8 text only",
+                ) from None
+
+        return strings
+    if device is None or device.type == "cpu":
+        if wire == "BF16":
+            return lambda array: _from_numpy(array).view(torch.bfloat16)
+        return _from_numpy
+    # One host-to-device copy per input per batch (the batch is concatenated on the host).
+    if wire == "BF16":
+        return lambda array: _from_numpy(array).view(torch.bfloat16).to(device)
+    return lambda array: _from_numpy(array).to(device)
+
+
+class PyTorchInstance(ModelInstance):
+    """One module on one device; ``execute`` runs a whole batch as one ``forward``."""
+
+    def __init__(
+        self,
+        model: PyTorchModel,
+        loaded: Loaded,
+        device: torch.device | None,
+        spec: InstanceSpec,
+    ) -> None:
+        assert model.binding is not None
+        binding = model.binding
+        self.spec = spec
+        self.device = device
+        self._loaded: Loaded | None = loaded
+        self._forward = loaded.forward
+        self._model_name = model.name
+        self._settings = model.settings
+        self._torchscript = not model.exported
+        self._batching = model.max_batch_size > 0
+        self._dict_input = loaded.signature.dict_input
+        self._arguments = binding.arguments
+        self._output_keys = binding.outputs
+        self._all_outputs = list(model.output_datatypes)
+        self._known_outputs = frozenset(self._all_outputs)
+        self._wire = model.output_datatypes
+        self._dtypes = model.output_dtypes
+        self._output_reshapes = model.output_reshapes
+        bytes_outputs = [n for n, d in model.output_datatypes.items() if d == "BYTES"]
+        # A model returning a bare List[str] as its only output (Triton allows it).
+        self._single_strings = len(self._all_outputs) == 1 and len(bytes_outputs) == 1
+        self._converters = {
+            name: _input_converter(model.name, name, wire, device)
+            for name, wire in model.input_datatypes.items()
+        }
+        self._gpu = device is not None and device.type == "cuda"
+        self._stream: Any = torch.cuda.Stream(device) if self._gpu else None
+        self._grad_mode: Callable[[], Any] = (
+            torch.inference_mode if self._settings.inference_mode else torch.no_grad
+        )
+        self._thread: int | None = None
+
+    def _enter_thread(self) -> None:
+        """Per-thread PyTorch state, set on the worker thread before its first forward.
+
+        The intra-op thread count, the TorchScript executor switch, the current CUDA device
+        and stream are all per calling thread in PyTorch, so each instance sets its own.
+        """
+        self._thread = threading.get_ident()
+        # A thread's first parallel call copies the process-wide count into its OpenMP
+        # state, overwriting what set_num_threads gave it before: trigger that copy first.
+        torch.get_num_threads()
+        torch.set_num_threads(self._settings.intra_op_threads)
+        if self._torchscript:
+            torch._C._set_graph_executor_optimize(self._settings.optimized_execution)
+        if self._gpu:
+            assert self.device is not None
+            torch.cuda.set_device(self.device)
+            torch.cuda.set_stream(self._stream)
+
+    def execute(self, requests: list[InferenceRequest]) -> list[InferenceResponse]:
+        """Run the batch as one ``forward`` (models with max_batch_size > 0)."""
+        if self._thread != threading.get_ident():
+            self._enter_thread()
+        try:
+            if len(requests) == 1:
+                request = requests[0]
+                names = self._output_names(request)
+                result = self._run({n: t.data for n, t in request.inputs.items()})
+                arrays = self._outputs(result, names)
+                return [InferenceResponse(outputs=self._tensors(names, arrays))]
+            if not self._batching or not requests:
+                return [self._execute_alone(request) for request in requests]
+            return self._execute_batch(requests)
+        finally:
+            if self._gpu and self._settings.cache_cleaning:
+                torch.cuda.empty_cache()
+
+    def finalize(self) -> None:
+        """Drop the module, which frees its memory (and the GPU's cached blocks)."""
+        self._loaded = None
+        self._forward = _unloaded(self._model_name)
+        if self._gpu:
+            torch.cuda.empty_cache()
+
+    # -- helpers ----------------------------------------------------------------------------
+
+    def _output_names(self, request: InferenceRequest) -> list[str]:
+        names = request.output_names()
+        if names is None:
+            return self._all_outputs
+        if not self._known_outputs.issuperset(names):
+            unknown = [n for n in names if n not in self._known_outputs]
+            raise TritonError(
+                Status.INVALID_ARG,
+                f"model '{self._model_name}' has no output(s) {', '.join(unknown)} "
+                f"(outputs: {', '.join(self._all_outputs)})",
+            )
+        return names
+
+    def _run(self, arrays: dict[str, np.ndarray]) -> Any:
+        """Convert the inputs and call ``forward``; errors become TritonErrors."""
+        converters = self._converters
+        try:
+            args = [converters[name](arrays[name]) for name in self._arguments]
+        except KeyError as exc:
+            raise TritonError(
+                Status.INVALID_ARG,
+                f"model '{self._model_name}' needs input '{exc.args[0]}': forward takes every "
+                f"input (got {', '.join(arrays) or 'none'})",
+            ) from None
+        try:
+            with self._grad_mode():
+                if self._dict_input:
+                    return self._forward(dict(zip(self._arguments, args, strict=True)))
+                return self._forward(*args)
+        except TritonError:
+            raise
+        except Exception as exc:
+            message = _client_message(exc)
+            if not self._torchscript and message.startswith(_GUARD_FAILURES):
+                # The program's input checks rejected the request's shapes: a client error.
+                raise TritonError(
+                    Status.INVALID_ARG,
+                    f"model '{self._model_name}' rejected the input shapes: {message}",
+                ) from exc
+            raise TritonError(
+                Status.INTERNAL, f"PyTorch execute failure in model '{self._model_name}': {message}"
+            ) from exc
+
+    def _outputs(self, result: Any, names: list[str]) -> list[np.ndarray]:
+        """The requested outputs of a forward's result, as numpy arrays."""
+        if isinstance(result, torch.Tensor):
+            values: Any = (result,)
+        elif isinstance(result, tuple | list):
+            strings = self._single_strings and (not result or isinstance(result[0], str))
+            values = (result,) if strings else result
+        elif isinstance(result, dict):
+            values = result
+        else:
+            raise TritonError(
+                Status.INTERNAL,
+                f"model '{self._model_name}' returned {type(result).__name__}; expected a "
+                f"Tensor, a tuple/list of Tensors, a dict of Tensors or a List[str]",
+            )
+        arrays = []
+        for name in names:
+            key = self._output_keys[name]
+            try:
+                value = values[key]
+            except (KeyError, IndexError, TypeError):
+                raise TritonError(
+                    Status.INTERNAL, self._missing_output(name, key, values)
+                ) from None
+            array = self._to_numpy(name, value)
+            reshape = self._output_reshapes.get(name)
+            arrays.append(array if reshape is None else reshape(array))
+        return arrays
+
+    def _missing_output(self, name: str, key: int | str, values: Any) -> str:
+        if isinstance(values, dict):
+            got = f"a dict with keys {', '.join(map(str, values)) or 'none'}"
+            if isinstance(key, int):
+                got += " (dict outputs are bound by name: name config outputs after the keys)"
+        else:
+            got = f"{len(values)} output(s)"
+        return (
+            f"model '{self._model_name}': config output '{name}' refers to "
+            f"{'key' if isinstance(key, str) else 'output'} {key!r} but the model returned {got}"
+        )
+
+    def _to_numpy(self, name: str, value: Any) -> np.ndarray:
+        if isinstance(value, torch.Tensor):
+            expected = self._dtypes[name]
+            if value.dtype != expected:
+                model_type = TORCH_TO_CONFIG.get(value.dtype, str(value.dtype))
+                config_type = "TYPE_STRING" if expected is None else TORCH_TO_CONFIG[expected]
+                raise TritonError(
+                    Status.INVALID_ARG,
+                    f"model '{self._model_name}': configuration expects datatype "
+                    f"{config_type} for output '{name}', model provides {model_type}",
+                )
+            if self._gpu and value.device.type != "cpu":
+                value = value.cpu()  # one device-to-host copy per output per batch
+            if value.requires_grad:
+                value = value.detach()
+            if expected is torch.bfloat16:
+                # numpy has no bfloat16: the server carries BF16 as uint16 bit patterns.
+                return value.view(torch.int16).numpy().view(np.uint16)
+            return value.numpy()
+        if isinstance(value, list) and self._dtypes[name] is None:
+            array = np.empty(len(value), dtype=object)
+            array[:] = [v.encode("utf-8") if isinstance(v, str) else bytes(v) for v in value]
+            return array
+        raise TritonError(
+            Status.INTERNAL,
+            f"model '{self._model_name}': output '{name}' is a {type(value).__name__}; "
+            f"expected a Tensor" + (" or a List[str]" if self._dtypes[name] is None else ""),
+        )
+
+    def _tensors(self, names: list[str], arrays: Sequence[np.ndarray]) -> list[Tensor]:
+        wire = self._wire
+        return [Tensor(name, wire[name], array) for name, array in zip(names, arrays, strict=True)]
+
+    def _execute_alone(self, request: InferenceRequest) -> InferenceResponse:
+        try:
+            names = self._output_names(request)
+            arrays = self._outputs(self._run({n: t.data for n, t in request.inputs.items()}), names)
+        except TritonError as exc:
+            return InferenceResponse(error=exc)
+        return InferenceResponse(outputs=self._tensors(names, arrays))
+
+    def _execute_batch(self, requests: list[InferenceRequest]) -> list[InferenceResponse]:
+        # Requests asking for unknown outputs fail alone; the rest run as one forward.
+        responses: list[InferenceResponse | None] = [None] * len(requests)
+        wanted: list[list[str]] = []
+        batch: list[int] = []
+        union: set[str] = set()
+        all_outputs = False
+        for i, request in enumerate(requests):
+            try:
+                names = self._output_names(request)
+            except TritonError as exc:
+                responses[i] = InferenceResponse(error=exc)
+                continue
+            if names is self._all_outputs:
+                all_outputs = True
+            else:
+                union.update(names)
+            wanted.append(names)
+            batch.append(i)
+        if not batch:
+            return responses  # type: ignore[return-value]
+        members = [requests[i] for i in batch]
+        first = members[0].inputs
+        input_names = list(first)
+        if not input_names or any(r.inputs.keys() != first.keys() for r in members):
+            for i in batch:
+                responses[i] = self._execute_alone(requests[i])
+            return responses  # type: ignore[return-value]
+        sizes = [r.inputs[input_names[0]].data.shape[0] for r in members]
+        try:
+            arrays = {
+                name: np.concatenate([r.inputs[name].data for r in members], axis=0)
+                for name in input_names
+            }
+        except ValueError:
+            # Different non-batch dims: the batcher should not have combined them; run alone.
+            for i in batch:
+                responses[i] = self._execute_alone(requests[i])
+            return responses  # type: ignore[return-value]
+        names = self._all_outputs if all_outputs else [n for n in self._all_outputs if n in union]
+        outputs = self._outputs(self._run(arrays), names)
+        total = sum(sizes)
+        results: dict[str, np.ndarray] = {}
+        for name, array in zip(names, outputs, strict=True):
+            if array.ndim == 0 or array.shape[0] != total:
+                raise TritonError(
+                    Status.INTERNAL,
+                    f"model '{self._model_name}' returned output '{name}' with shape "
+                    f"{list(array.shape)} for a batch of {total}",
+                )
+            results[name] = array
+        wire = self._wire
+        start = 0
+        for i, names_i, size in zip(batch, wanted, sizes, strict=True):
+            stop = start + size
+            # Basic slices are views: no copy per request.
+            responses[i] = InferenceResponse(
+                outputs=[Tensor(n, wire[n], results[n][start:stop]) for n in names_i]
+            )
+            start = stop
+        return responses  # type: ignore[return-value]
+
+
+def _unloaded(model: str) -> Callable[..., Any]:
+    def forward(*args: Any) -> Any:
+        raise TritonError(Status.UNAVAILABLE, f"model '{model}' is unloaded")
+
+    return forward
+
+
+def _client_message(exc: Exception, limit: int = 2000) -> str:
+    """What a client is told about an exception from ``forward``.
+
+    TorchScript errors carry the model's source and traceback, with server paths: clients get
+    their last line (``builtins.RuntimeError: ...``), the log (``--log-verbose 1``) the rest.
+    """
+    text = str(exc).strip() or type(exc).__name__
+    if isinstance(exc, torch.jit.Error) and "\n" in text:
+        logger.debug("TorchScript error: %s", text)
+        text = text.rsplit("\n", 1)[-1].strip()
+    return text if len(text) <= limit else text[:limit] + " ..."
