@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 if TYPE_CHECKING:
     import asyncio
+    from collections.abc import Callable, Sequence
 
     from triton_core.protos.model_config_pb2 import ModelConfig
     from triton_core.server import Server
@@ -65,6 +66,11 @@ class InstanceSpec:
 class ModelInstance(ABC):
     """An execution context of a model (a session, an engine, a process)."""
 
+    #: True for an instance that executes in another process and implements
+    #: :meth:`begin_execute`: the server then drives it from the event loop, with no worker
+    #: thread (an instance may set it per object, e.g. only when it has a loop to run on)
+    event_driven: ClassVar[bool] = False
+
     @abstractmethod
     def execute(self, requests: list[InferenceRequest]) -> list[InferenceResponse]:
         """Run a batch of validated requests; return one response per request, in order.
@@ -74,6 +80,19 @@ class ModelInstance(ABC):
         ``error`` to fail just its request; raising fails the whole batch with the exception's
         message (a :class:`~triton_core.errors.TritonError` keeps its status).
         """
+
+    def begin_execute(
+        self,
+        requests: list[InferenceRequest],
+        done: Callable[[Sequence[InferenceResponse] | BaseException | None], None],
+    ) -> None:
+        """Start a batch and return at once (``event_driven`` instances only).
+
+        Called on the event loop, one batch at a time per instance. Call ``done`` exactly
+        once, on the event loop and not from within this call, with what :meth:`execute`
+        would return, or with the exception that fails the batch.
+        """
+        raise NotImplementedError
 
     def finalize(self) -> None:  # noqa: B027 - optional hook
         """Release what the instance holds. Called once, after its last ``execute``."""

@@ -3,6 +3,11 @@
 Each instance owns one thread that takes batches from a queue shared by the model's
 instances, so a free instance picks up the next batch. The event loop is woken once per
 finished batch, not once per request.
+
+Instances that execute in another process (``ModelInstance.event_driven``, e.g. Python
+models) get no thread: the pool hands them batches on the event loop with
+``begin_execute`` and they answer through a callback on the loop, so a batch costs no
+thread hop and no GIL hand-over.
 """
 
 from __future__ import annotations
@@ -10,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+from collections import deque
 from collections.abc import Callable, Sequence
 from queue import SimpleQueue
 from time import monotonic_ns
@@ -63,6 +69,16 @@ class InstancePool:
         #: called on the event loop after each batch's futures are resolved (an instance
         #: has become free): schedulers that form batches on demand hook in here
         self.on_batch_done: Callable[[], None] | None = None
+        #: event-driven instances: no threads; batches wait here for a free instance
+        self._event_driven = bool(self.instances) and all(
+            getattr(instance, "event_driven", False) for instance in self.instances
+        )
+        self._busy = [False] * len(self.instances)
+        self._waiting: deque[Batch] = deque()
+        self._waiting_for: list[deque[Batch]] | None = None
+        if self._event_driven:
+            self._threads: list[threading.Thread] = []
+            return
         self._threads = [
             threading.Thread(
                 target=self._run, args=(index, instance), name=f"instance:{name}", daemon=True
@@ -86,6 +102,13 @@ class InstancePool:
     ) -> None:
         """Queue one batch; the next free instance executes it. Call on the event loop."""
         self._outstanding += 1
+        if self._event_driven:
+            for index, busy in enumerate(self._busy):
+                if not busy:
+                    self._begin(index, (requests, futures))
+                    return
+            self._waiting.append((requests, futures))
+            return
         self._queue.put((requests, futures))
 
     def pin(self) -> None:
@@ -95,7 +118,10 @@ class InstancePool:
         then submit with :meth:`submit_to` only. The sequence batcher does, so that a
         sequence stays on the instance (and thread) that holds its state.
         """
-        if self._pinned is not None:
+        if self._pinned is not None or self._waiting_for is not None:
+            return
+        if self._event_driven:
+            self._waiting_for = [deque() for _ in self.instances]
             return
         self._pinned = [SimpleQueue() for _ in self.instances]
         # Each thread takes exactly one _PIN: after taking it, it reads only its own queue.
@@ -109,6 +135,13 @@ class InstancePool:
         futures: list[asyncio.Future[InferenceResponse]],
     ) -> None:
         """Queue one batch for instance ``index`` (after :meth:`pin`). Call on the event loop."""
+        if self._waiting_for is not None:
+            self._outstanding += 1
+            if self._busy[index]:
+                self._waiting_for[index].append((requests, futures))
+            else:
+                self._begin(index, (requests, futures))
+            return
         assert self._pinned is not None, "pin() the pool before submit_to()"
         self._outstanding += 1
         self._pinned[index].put((requests, futures))
@@ -123,6 +156,45 @@ class InstancePool:
         while self._outstanding:
             self._drained = asyncio.Event()
             await self._drained.wait()
+
+    def _begin(self, index: int, batch: Batch) -> None:
+        """Hand a batch to event-driven instance ``index`` (on the event loop)."""
+        self._busy[index] = True
+        self._idle -= 1
+        requests, futures = batch
+        start = monotonic_ns()
+
+        def done(result: Sequence[InferenceResponse] | BaseException | None) -> None:
+            end = monotonic_ns()
+            if isinstance(result, BaseException):
+                results = self._failed(result, len(requests))
+            else:
+                try:
+                    results = self._finish(requests, result)  # type: ignore[arg-type]
+                except Exception as exc:  # fails the batch, as on a thread
+                    results = self._failed(exc, len(requests))
+            self._busy[index] = False
+            self._idle += 1
+            # the instance takes its next batch before the futures' callbacks submit more
+            queue = self._waiting if self._waiting_for is None else self._waiting_for[index]
+            if queue:
+                self._begin(index, queue.popleft())
+            self._resolve(requests, futures, results, ExecutionTimes(start, 0, end - start, 0))
+
+        try:
+            self.instances[index].begin_execute(requests, done)
+        except Exception as exc:  # reported through done, after this returns
+            self._loop.call_soon(done, exc)
+
+    def _failed(self, exc: BaseException, count: int) -> list[InferenceResponse | TritonError]:
+        if isinstance(exc, TritonError):
+            exc.reason = exc.reason or "BACKEND"
+            return [exc] * count
+        logger.error("model '%s' failed to execute a batch: %r", self._model_name, exc)
+        error = TritonError(
+            Status.INTERNAL, f"model '{self._model_name}' failed: {exc}", reason="BACKEND"
+        )
+        return [error] * count
 
     def _run(self, index: int, instance: ModelInstance) -> None:
         queue = self._queue

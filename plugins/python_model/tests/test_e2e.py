@@ -1,0 +1,281 @@
+"""Python models in a real ``triton-core serve`` process, driven by the stock tritonclient."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import queue
+import time
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
+
+pytestmark = pytest.mark.timeout(300)
+
+#: a decoupled "LLM": one response per word of text_input
+WORDS = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        for request in requests:
+            sender = request.get_response_sender()
+            text = pb_utils.get_input_tensor_by_name(request, "text_input").as_numpy()
+            for word in text.reshape(-1)[0].decode().split():
+                out = pb_utils.Tensor("text_output", np.array([word.encode()], dtype=np.object_))
+                sender.send(pb_utils.InferenceResponse([out]))
+            sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        return None
+"""
+
+WORDS_CONFIG = """
+backend: "python"
+max_batch_size: 0
+model_transaction_policy { decoupled: true }
+input [ { name: "text_input" data_type: TYPE_STRING dims: [ 1 ] } ]
+output [ { name: "text_output" data_type: TYPE_STRING dims: [ 1 ] } ]
+"""
+
+
+def _write_repository(root, sources) -> None:
+    from textwrap import dedent
+
+    for name, (source, config) in sources.items():
+        (root / name / "1").mkdir(parents=True)
+        (root / name / "1" / "model.py").write_text(dedent(source))
+        (root / name / "config.pbtxt").write_text(dedent(config))
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory, models):
+    from tests.support import ServerProcess
+
+    root = tmp_path_factory.mktemp("python_models")
+    _write_repository(
+        root,
+        {
+            "add_sub": (
+                models.ADD_SUB,
+                models.ADD_SUB_CONFIG.format(max_batch_size=8, dtype="TYPE_INT32", extra=""),
+            ),
+            "strings": (models.STRINGS, models.STRINGS_CONFIG),
+            "repeat": (models.REPEAT, models.REPEAT_CONFIG),
+            "failing": (models.FAILING, models.FAILING_CONFIG),
+            "proc": (models.PROCESS, models.PROCESS_CONFIG.replace("{count}", "2")),
+            "words": (WORDS, WORDS_CONFIG),
+        },
+    )
+    process = ServerProcess([root])
+    try:
+        process.wait_ready()
+        yield process
+    finally:
+        assert process.stop() == 0, process.log()[-3000:]
+
+
+def add_sub_inputs(module, a, b):
+    inputs = [
+        module.InferInput("INPUT0", list(a.shape), "INT32"),
+        module.InferInput("INPUT1", list(b.shape), "INT32"),
+    ]
+    inputs[0].set_data_from_numpy(a)
+    inputs[1].set_data_from_numpy(b)
+    return inputs
+
+
+@pytest.mark.parametrize("binary", [True, False])
+def test_http_add_sub(server, binary):
+    client = httpclient.InferenceServerClient(server.http_url)
+    a = np.arange(8, dtype=np.int32).reshape(2, 4)
+    b = np.full((2, 4), 5, dtype=np.int32)
+    inputs = add_sub_inputs(httpclient, a, b)
+    if not binary:
+        for tensor, value in zip(inputs, (a, b), strict=True):
+            tensor.set_data_from_numpy(value, binary_data=False)
+    outputs = [
+        httpclient.InferRequestedOutput(n, binary_data=binary) for n in ("OUTPUT0", "OUTPUT1")
+    ]
+    result = client.infer("add_sub", inputs, outputs=outputs)
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), a + b)
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), a - b)
+
+
+def test_grpc_add_sub_and_model_config(server):
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    a = np.arange(4, dtype=np.int32).reshape(1, 4)
+    result = client.infer("add_sub", add_sub_inputs(grpcclient, a, a))
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), a * 2)
+    config = client.get_model_config("add_sub", as_json=True)["config"]
+    assert config["backend"] == "python"
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_bytes_with_nul_bytes_over_the_wire(server, protocol):
+    module = httpclient if protocol == "http" else grpcclient
+    url = server.http_url if protocol == "http" else server.grpc_url
+    client = module.InferenceServerClient(url)
+    texts = np.array([b"a\x00b", b"", b"\x00\x00", b"plain"], dtype=np.object_)
+    tensor = module.InferInput("TEXT", [4], "BYTES")
+    tensor.set_data_from_numpy(texts)
+    result = client.infer("strings", [tensor])
+    assert result.as_numpy("WRAPPED").tolist() == [b"<" + t + b">" for t in texts]
+    assert result.as_numpy("LENGTH").tolist() == [3, 0, 2, 5]
+
+
+def mode_input(module, mode: int):
+    tensor = module.InferInput("MODE", [1], "INT32")
+    tensor.set_data_from_numpy(np.array([mode], dtype=np.int32))
+    return [tensor]
+
+
+def test_errors_over_http_and_grpc(server):
+    http_client = httpclient.InferenceServerClient(server.http_url)
+    with pytest.raises(InferenceServerException) as info:
+        http_client.infer("failing", mode_input(httpclient, 1))
+    assert info.value.status() == "500"
+    assert "ValueError: boom from the model" in info.value.message()
+    with pytest.raises(InferenceServerException) as info:
+        http_client.infer("failing", mode_input(httpclient, 2))
+    assert info.value.status() == "400" and "bad MODE" in info.value.message()
+    grpc_client = grpcclient.InferenceServerClient(server.grpc_url)
+    with pytest.raises(InferenceServerException) as info:
+        grpc_client.infer("failing", mode_input(grpcclient, 3))
+    assert info.value.status() == "StatusCode.UNAVAILABLE" and "try later" in info.value.message()
+    assert http_client.infer("failing", mode_input(httpclient, 0)).as_numpy("OUT").tolist() == [0]
+
+
+def count_input(count: int, delay_ms: int = 0):
+    tensors = [
+        grpcclient.InferInput("COUNT", [1], "INT32"),
+        grpcclient.InferInput("DELAY_MS", [1], "INT32"),
+    ]
+    tensors[0].set_data_from_numpy(np.array([count], dtype=np.int32))
+    tensors[1].set_data_from_numpy(np.array([delay_ms], dtype=np.int32))
+    return tensors
+
+
+def test_grpc_stream_delivers_every_response_and_the_final_flag(server):
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    results: queue.Queue = queue.Queue()
+    client.start_stream(callback=lambda result, error: results.put((result, error)))
+    try:
+        client.async_stream_infer(
+            "repeat", count_input(3), request_id="s1", enable_empty_final_response=True
+        )
+        received = [results.get(timeout=60) for _ in range(4)]
+    finally:
+        client.stop_stream()
+    assert all(error is None for _, error in received)
+    responses = [result.get_response() for result, _ in received]
+    finals = [r.parameters["triton_final_response"].bool_param for r in responses]
+    assert finals == [False, False, False, True]
+    assert [int(result.as_numpy("OUT")[0]) for result, _ in received[:3]] == [0, 1, 2]
+    assert responses[-1].id == "s1" and len(responses[-1].outputs) == 0
+
+
+def test_plain_infer_on_a_decoupled_model_is_refused(server):
+    client = httpclient.InferenceServerClient(server.http_url)
+    tensor = httpclient.InferInput("COUNT", [1], "INT32")
+    tensor.set_data_from_numpy(np.array([1], dtype=np.int32))
+    with pytest.raises(InferenceServerException) as info:
+        client.infer("repeat", [tensor])
+    assert info.value.status() == "501"
+    assert "decoupled transaction policy" in info.value.message()
+    with pytest.raises(InferenceServerException) as info:
+        grpcclient.InferenceServerClient(server.grpc_url).infer("repeat", count_input(1))
+    assert info.value.status() == "StatusCode.UNIMPLEMENTED"
+
+
+def test_closing_the_stream_reaches_is_cancelled(server):
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    results: queue.Queue = queue.Queue()
+    client.start_stream(callback=lambda result, error: results.put((result, error)))
+    client.async_stream_infer("repeat", count_input(1000, 20), request_id="cancel-me")
+    first, error = results.get(timeout=60)
+    assert error is None and first.get_response().id == "cancel-me"
+    client.stop_stream(cancel_requests=True)
+    deadline = time.monotonic() + 60
+    while "request 'cancel-me' was cancelled" not in server.log():
+        assert time.monotonic() < deadline, server.log()[-2000:]
+        time.sleep(0.05)
+
+
+def post(server, path: str, body: dict) -> http.client.HTTPResponse:
+    host, port = server.http_url.split(":")
+    connection = http.client.HTTPConnection(host, int(port), timeout=60)
+    connection.request("POST", path, json.dumps(body), {"Content-Type": "application/json"})
+    return connection.getresponse()
+
+
+def test_generate_stream_serves_a_decoupled_python_model(server):
+    reply = post(
+        server, "/v2/models/words/generate_stream", {"text_input": "the quick fox", "id": "g"}
+    )
+    assert reply.status == 200
+    assert reply.getheader("Content-Type") == "text/event-stream; charset=utf-8"
+    body = reply.read()
+    chunks = body.split(b"\n\n")
+    assert chunks[-1] == b"" and all(c.startswith(b"data: ") for c in chunks[:-1])
+    events = [json.loads(c[len(b"data: ") :]) for c in chunks[:-1]]
+    assert [e["text_output"] for e in events] == ["the", "quick", "fox"]
+    assert all(e["model_name"] == "words" and e["id"] == "g" for e in events)
+
+
+def test_generate_answers_a_single_response(server):
+    reply = post(server, "/v2/models/words/generate", {"text_input": "single"})
+    assert reply.status == 200
+    assert json.loads(reply.read()) == {
+        "model_name": "words",
+        "model_version": "1",
+        "text_output": "single",
+    }
+    reply = post(server, "/v2/models/words/generate", {"text_input": "two words"})
+    assert reply.status == 400
+    assert "exactly 1 response" in json.loads(reply.read())["error"]
+
+
+def action_input(module, value: int):
+    tensor = module.InferInput("ACTION", [1], "INT32")
+    tensor.set_data_from_numpy(np.array([value], dtype=np.int32))
+    return [tensor]
+
+
+def test_a_killed_instance_fails_its_request_and_is_restarted(server):
+    client = httpclient.InferenceServerClient(server.http_url)
+    with pytest.raises(InferenceServerException) as info:
+        client.infer("proc", action_input(httpclient, 1))
+    assert info.value.status() == "503"
+    assert "killed by signal 9 (SIGKILL)" in info.value.message()
+    for _ in range(4):
+        result = client.infer("proc", action_input(httpclient, 0))
+        assert int(result.as_numpy("INFO")[0]) > 0
+    assert client.is_model_ready("proc")
+
+
+def test_shutdown_leaves_no_processes_and_no_shared_memory(tmp_path, models, list_shm):
+    from tests.support import ServerProcess
+
+    _write_repository(
+        tmp_path / "repo",
+        {"proc": (models.PROCESS, models.PROCESS_CONFIG.replace("{count}", "2"))},
+    )
+    shm_before = list_shm()
+    process = ServerProcess([tmp_path / "repo"])
+    try:
+        process.wait_ready()
+        client = httpclient.InferenceServerClient(process.http_url, concurrency=2)
+        # two busy requests at once run on both instances (processes)
+        pending = [client.async_infer("proc", action_input(httpclient, 2)) for _ in range(2)]
+        pids = {int(p.get_result().as_numpy("INFO")[0]) for p in pending}
+        assert len(pids) == 2
+    finally:
+        assert process.stop() == 0, process.log()[-3000:]
+    for pid in pids:
+        assert not os.path.exists(f"/proc/{pid}"), f"stub {pid} outlived the server"
+    assert list_shm() - shm_before == set()

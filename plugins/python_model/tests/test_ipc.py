@@ -1,0 +1,182 @@
+"""Shared memory and messages between the server and a stub, in one process."""
+
+from __future__ import annotations
+
+import gc
+import os
+
+import numpy as np
+import pytest
+from triton_core_python import ipc
+from triton_core_python.shm import (
+    REUSE_LIMIT,
+    Arena,
+    Leases,
+    PeerSegments,
+    SharedMemoryError,
+    create_memory_file,
+)
+from triton_core_python.wire import Packer, block_owner, deserialize_bytes, serialize_bytes, unpack
+
+
+def test_a_steady_load_reuses_one_segment():
+    arena = Arena(1 << 16)
+    for _ in range(1000):
+        segment, offset = arena.alloc(300)
+        assert offset == 0  # freed before the next one: the segment starts over
+        arena.free(segment.id)
+    assert arena.stats() == (1, 1 << 16)
+    arena.close()
+
+
+def test_blocks_in_flight_grow_the_arena_and_it_settles_back():
+    arena = Arena(1 << 12)
+    held = [arena.alloc(1000) for _ in range(20)]  # 20 KiB in flight: more segments
+    assert arena.stats()[0] > 1
+    assert len({(segment.id, offset) for segment, offset in held}) == 20
+    for segment, _ in held:
+        arena.free(segment.id)
+    count, _ = arena.stats()
+    assert count <= 2  # the current segment and at most one spare stay
+    assert list(arena.dropped)  # the peer is told to forget the others
+    arena.close()
+
+
+def test_a_giant_block_gets_its_own_segment_which_goes_away_when_freed():
+    arena = Arena(1 << 16)
+    segment, offset = arena.alloc(REUSE_LIMIT + 4096)
+    assert offset == 0 and segment.size >= REUSE_LIMIT + 4096
+    arena.free(segment.id)
+    assert segment.id in arena.dropped
+    assert all(size <= REUSE_LIMIT for size in [arena.stats()[1]])
+    arena.close()
+
+
+def test_memory_files_have_no_names():
+    fd = create_memory_file(4096)
+    try:
+        assert os.readlink(f"/proc/self/fd/{fd}").startswith("/memfd:")
+    finally:
+        os.close(fd)
+
+
+def test_a_missing_directory_says_what_to_do(tmp_path):
+    with pytest.raises(SharedMemoryError) as info:
+        create_memory_file(4096, str(tmp_path / "missing"))
+    message = str(info.value)
+    assert "does not exist" in message and "shm-directory" in message
+
+
+def test_a_directory_leaves_no_files(tmp_path):
+    fd = create_memory_file(4096, str(tmp_path))
+    os.close(fd)
+    assert list(tmp_path.iterdir()) == []
+
+
+DATATYPES = {
+    "BOOL": np.array([[True, False]]),
+    "UINT8": np.arange(6, dtype=np.uint8).reshape(2, 3),
+    "INT64": np.array([-(2**62), 2**62]),
+    "FP16": np.array([1.5, -2.25], dtype=np.float16),
+    "FP32": np.arange(12, dtype=np.float32).reshape(3, 4)[:, ::2],  # not contiguous
+    "FP64": np.array([np.nan, np.inf]),
+    "BF16": np.array([0x3F80], dtype=np.uint16),
+    "BYTES": np.array([[b"a\x00b", b""], [b"\x00\x00", "é".encode()]], dtype=object),
+    "INT32": np.zeros((0, 4), dtype=np.int32),  # zero elements
+}
+
+
+def test_tensors_round_trip_through_one_block():
+    arena, peers = Arena(1 << 16), PeerSegments()
+    packer = Packer()
+    descriptors = [packer.add(name, name, array) for name, array in DATATYPES.items()]
+    block = packer.write(arena)
+    assert block is not None
+    segment = arena.segment(block[0])
+    peers.add(segment.id, os.dup(segment.fd), segment.size)
+    owner = block_owner(peers, block)
+    for descriptor, (name, array) in zip(descriptors, DATATYPES.items(), strict=True):
+        received = unpack(owner, descriptor)
+        assert received.shape == array.shape, name
+        assert received.tolist() == array.tolist() or name == "FP64", name
+        if name not in ("BYTES", "INT32"):
+            assert received.base is not None  # a view on shared memory, not a copy
+            assert received.ctypes.data % 64 == 0
+    arena.close()
+
+
+def test_bytes_encoding_is_tritons():
+    data = np.array([b"ab", b"", "c"], dtype=object)
+    encoded = serialize_bytes(data)
+    assert encoded == b"\x02\x00\x00\x00ab\x00\x00\x00\x00\x01\x00\x00\x00c"
+    assert deserialize_bytes(encoded, 3).tolist() == [b"ab", b"", b"c"]
+    with pytest.raises(ValueError, match="cut short"):
+        deserialize_bytes(encoded[:-1], 3)
+
+
+def test_leases_free_a_block_when_its_last_view_dies():
+    leases = Leases()
+    owner = np.zeros(64, dtype=np.uint8)
+    view = owner[8:16].view(np.float32)
+    leases.hold(owner, 5)
+    del owner
+    gc.collect()
+    assert leases.drain() == () and leases.held == 1  # the view keeps the block
+    del view
+    assert leases.drain() == (5,) and leases.held == 0
+
+
+@pytest.fixture
+def pair():
+    ours, theirs = ipc.channel_pair()
+    a_memory, b_memory = ipc.Memory(Arena(1 << 16)), ipc.Memory(Arena(1 << 16))
+    a, b = ipc.Channel(ours, a_memory, 0), ipc.Channel(theirs, b_memory, 0)
+    yield a, b
+    for channel, memory in ((a, a_memory), (b, b_memory)):
+        channel.close()
+        memory.close()
+
+
+def test_messages_carry_segments_tensors_and_frees(pair):
+    a, b = pair
+    packer = Packer()
+    descriptor = packer.add("X", "FP32", np.arange(4, dtype=np.float32))
+    block = packer.write(a.memory.arena)
+    a.send(ipc.EXECUTE, 3, [descriptor], block)
+    message = b.recv()
+    assert (message.kind, message.ident) == (ipc.EXECUTE, 3)
+    owner = block_owner(b.memory.peers, message.block)
+    b.memory.leases.hold(owner, message.block[0])
+    values = unpack(owner, message.body[0])
+    assert values.tolist() == [0, 1, 2, 3]
+    segment = a.memory.arena.segment(block[0])
+    assert segment.live == 1
+    del owner, values
+    b.send(ipc.EXECUTE_DONE, 3, None, None)  # carries the free back
+    assert a.recv().kind == ipc.EXECUTE_DONE
+    assert segment.live == 0
+    # a second message on the same channel does not resend the segment's descriptor
+    block = Packer()
+    block.add("Y", "INT8", np.ones(3, np.int8))
+    a.send(ipc.EXECUTE, 4, None, block.write(a.memory.arena))
+    assert b.recv().ident == 4
+
+
+def test_big_messages_go_through_shared_memory(pair):
+    a, b = pair
+    body = {"names": ["x" * 100] * 2000}  # ~200 KiB: more than a socket message
+    a.send(ipc.BLS_REQUEST, 9, body, None)
+    message = b.recv()
+    assert message.kind == ipc.BLS_REQUEST and message.body == body
+    b.send(ipc.FREE, 0, None, None)
+    a.recv()
+    assert all(segment.live == 0 for segment in a.memory.arena._segments.values())
+
+
+def test_a_closed_peer_is_reported(pair):
+    a, b = pair
+    b.sock.close()
+    with pytest.raises(ipc.PeerClosed):
+        a.recv()
+    with pytest.raises(ipc.PeerClosed):
+        a.send(ipc.LOG, 0, (20, "x"), None)

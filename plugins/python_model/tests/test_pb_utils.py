@@ -1,0 +1,157 @@
+"""triton_python_backend_utils on its own: tensors, requests, responses, helpers, ModelConfig."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import triton_python_backend_utils as pb_utils
+from triton_core_python.wire import NUMPY_DTYPES
+
+from triton_core.dtypes import NUMPY_DTYPES as CORE_DTYPES
+
+
+def test_the_stub_keeps_the_cores_datatype_table():
+    assert NUMPY_DTYPES == CORE_DTYPES
+
+
+@pytest.mark.parametrize(
+    ("array", "number"),
+    [
+        (np.array([True]), 1),
+        (np.array([1], np.uint8), 2),
+        (np.array([1], np.int32), 8),
+        (np.array([1], np.int64), 9),
+        (np.array([1], np.float16), 10),
+        (np.array([1], np.float32), 11),
+        (np.array([1], np.float64), 12),
+        (np.array([b"x"], np.object_), 13),
+        (np.array(["x"]), 13),
+        (np.array([b"x"]), 13),
+    ],
+)
+def test_tensor_datatypes(array, number):
+    tensor = pb_utils.Tensor("T", array)
+    assert tensor.name() == "T" and tensor.triton_dtype() == number
+    assert tensor.as_numpy() is array and tensor.shape() == [1] and tensor.is_cpu()
+
+
+def test_tensors_reject_what_triton_cannot_carry():
+    with pytest.raises(pb_utils.TritonModelException, match="complex"):
+        pb_utils.Tensor("T", np.array([1j]))
+    with pytest.raises(pb_utils.TritonModelException, match="string"):
+        pb_utils.Tensor(1, np.array([1]))  # type: ignore[arg-type]
+
+
+def test_dlpack_round_trip():
+    array = np.arange(6, dtype=np.float32).reshape(2, 3)
+    tensor = pb_utils.Tensor("T", array)
+    back = pb_utils.Tensor.from_dlpack("U", tensor.to_dlpack())
+    np.testing.assert_array_equal(back.as_numpy(), array)
+    assert np.from_dlpack(tensor).shape == (2, 3)  # __dlpack__ / __dlpack_device__
+    with pytest.raises(pb_utils.TritonModelException, match="DLPack"):
+        pb_utils.Tensor("S", np.array([b"x"], dtype=object)).to_dlpack()
+
+
+def test_received_request_accessors_and_helpers():
+    tensor = pb_utils.Tensor._of("IN", "INT32", np.array([1, 2], np.int32))
+    request = pb_utils.InferenceRequest._received(
+        7, "r1", 42, 1, {"k": "v"}, ["OUT"], [tensor], 100, "m", 2, False
+    )
+    assert request.request_id() == "r1" and request.correlation_id() == 42
+    assert request.flags() == pb_utils.TRITONSERVER_REQUEST_FLAG_SEQUENCE_START
+    assert json.loads(request.parameters()) == {"k": "v"}
+    assert request.requested_output_names() == ["OUT"] and request.timeout() == 100
+    assert pb_utils.get_input_tensor_by_name(request, "IN") is tensor
+    assert pb_utils.get_input_tensor_by_name(request, "NOPE") is None
+    assert request.is_cancelled() is False  # not decoupled: nothing to ask
+
+
+def test_response_parameters_and_errors():
+    out = pb_utils.Tensor("OUT", np.array([1.0]))
+    response = pb_utils.InferenceResponse([out], parameters={"a": 1, "b": True, "c": "x"})
+    assert json.loads(response.parameters()) == {"a": 1, "b": True, "c": "x"}
+    assert pb_utils.get_output_tensor_by_name(response, "OUT") is out
+    assert not response.has_error() and response.error() is None
+    failed = pb_utils.InferenceResponse(
+        error=pb_utils.TritonError("nope", pb_utils.TritonError.NOT_FOUND)
+    )
+    assert failed.has_error()
+    assert failed.error().message() == "nope" and failed.error().code() == 2
+    assert pb_utils.TritonError("x").code() == pb_utils.TritonError.INTERNAL
+    with pytest.raises(pb_utils.TritonModelException, match="must be a bool"):
+        pb_utils.InferenceResponse([], parameters={"bad": [1]})
+
+
+def test_a_non_decoupled_sender_captures_its_one_response():
+    request = pb_utils.InferenceRequest._received(0, "", 0, 0, None, [], [], 0, "m", 1, False)
+    sender = request.get_response_sender()
+    response = pb_utils.InferenceResponse([])
+    sender.send(response, pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+    assert sender._captured is response
+    with pytest.raises(pb_utils.TritonModelException, match="closed"):
+        sender.send(response)
+
+
+def test_bls_needs_a_server():
+    request = pb_utils.InferenceRequest(model_name="m", requested_output_names=[], inputs=[])
+    with pytest.raises(pb_utils.TritonModelException, match="only available"):
+        request.exec()
+
+
+def test_config_helpers():
+    config = {
+        "input": [{"name": "IN", "data_type": "TYPE_FP32"}],
+        "output": [{"name": "OUT", "data_type": "TYPE_STRING"}],
+        "model_transaction_policy": {"decoupled": True},
+    }
+    assert pb_utils.get_input_config_by_name(config, "IN")["data_type"] == "TYPE_FP32"
+    assert pb_utils.get_output_config_by_name(config, "OUT")["data_type"] == "TYPE_STRING"
+    assert pb_utils.get_output_config_by_name(config, "X") is None
+    assert pb_utils.using_decoupled_model_transaction_policy(config)
+    assert pb_utils.triton_string_to_numpy("TYPE_FP32") is np.float32
+    assert pb_utils.triton_string_to_numpy("TYPE_STRING") is np.object_
+    assert pb_utils.triton_to_numpy_type(11) is np.float32
+    assert pb_utils.numpy_to_triton_type(np.int64) == 9
+
+
+def test_bytes_serialization_helpers_keep_nul_bytes():
+    items = np.array([b"a\x00b", b"", b"\x00"], dtype=np.object_)
+    encoded = pb_utils.serialize_byte_tensor(items)
+    assert encoded.dtype == np.object_ and encoded.shape == ()
+    assert encoded.item() == b"\x03\x00\x00\x00a\x00b\x00\x00\x00\x00\x01\x00\x00\x00\x00"
+    assert pb_utils.deserialize_bytes_tensor(encoded.item()).tolist() == items.tolist()
+
+
+def test_model_config_auto_complete_api():
+    config = pb_utils.ModelConfig(
+        {"name": "m", "max_batch_size": 0, "input": [{"name": "IN", "data_type": "TYPE_INVALID",
+                                                      "dims": []}], "output": []}
+    )  # fmt: skip
+    config.add_input({"name": "IN", "data_type": "TYPE_FP32", "dims": [4]})
+    config.add_output({"name": "OUT", "data_type": "TYPE_FP32", "dims": [4]})
+    config.set_max_batch_size(8)
+    config.set_dynamic_batching()
+    config.set_model_transaction_policy({"decoupled": False})
+    result = config.as_dict()
+    assert result["input"] == [{"name": "IN", "data_type": "TYPE_FP32", "dims": [4]}]
+    assert result["output"][0]["name"] == "OUT" and result["max_batch_size"] == 8
+    assert result["dynamic_batching"] == {}
+    with pytest.raises(ValueError, match="configuration expects datatype TYPE_FP32"):
+        config.add_input({"name": "IN", "data_type": "TYPE_INT32", "dims": [4]})
+    with pytest.raises(ValueError, match="contains property other than"):
+        config.add_output({"name": "X", "data_type": "TYPE_FP32", "dims": [1], "optional": True})
+    with pytest.raises(ValueError, match="missing 'dims' property"):
+        config.add_input({"name": "Y", "data_type": "TYPE_FP32"})
+    with pytest.raises(ValueError, match="max_batch_size"):
+        config.set_max_batch_size(2)
+    sequence = pb_utils.ModelConfig({"name": "s", "sequence_batching": {"direct": {}}})
+    with pytest.raises(ValueError, match="sequence_batching"):
+        sequence.set_dynamic_batching()
+
+
+def test_logger_without_a_server_writes_to_stderr(capsys):
+    pb_utils.Logger.log_info("hello")
+    pb_utils.Logger.log("careful", pb_utils.LogLevel.WARNING)
+    assert "[INFO] hello" in capsys.readouterr().err

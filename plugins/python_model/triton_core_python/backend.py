@@ -1,0 +1,404 @@
+"""The ``python`` backend: Triton's ``model.py`` files, each instance in a process of its own.
+
+* :class:`PythonBackend` completes configs with the model's ``auto_complete_config`` (run
+  in a throwaway interpreter, as Triton does) and loads models.
+* :class:`PythonModel` holds what every instance of a model version shares.
+* :class:`PythonInstance` owns one stub process (:class:`~triton_core_python.process.StubProcess`)
+  and restarts it when it dies: the batch it was running fails with UNAVAILABLE, the next
+  one runs on the new process.
+
+Backend settings (``--backend-config=python,<key>=<value>``):
+
+* ``shm-default-byte-size``: first shared-memory segment per instance and side (1 MiB);
+  segments grow on demand, there is no upper bound but memory;
+* ``shm-directory``: put segments in this tmpfs directory instead of anonymous memory
+  (``memfd``), e.g. on hosts without ``memfd_create``;
+* ``stub-timeout-seconds``: how long ``finalize`` may take at unload (30);
+* ``instance-thread``: ``yes`` drives each instance from a worker thread, as other backends
+  are, instead of from the event loop (slower; for comparison).
+
+Triton's ``shm-growth-byte-size``, ``shm-region-prefix-name``, ``shm_message_queue_size``
+and ``thread-pool-size`` are accepted and have nothing to set here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from google.protobuf import json_format
+
+from triton_core.backend import Backend, BackendModel, InstanceSpec, ModelContext, ModelInstance
+from triton_core.config import config_to_json
+from triton_core.errors import TritonError, internal, invalid_arg, unavailable
+from triton_core.protos.model_config_pb2 import ModelConfig
+from triton_core_python.process import StubDied, StubProcess, StubSettings, stub_command
+
+if TYPE_CHECKING:
+    from triton_core.types import InferenceRequest, InferenceResponse
+
+logger = logging.getLogger("triton_core_python")
+
+#: seconds between restart attempts of an instance whose process keeps failing to start
+_RESTART_BACKOFF = 1.0
+#: seconds ``auto_complete_config`` may take (it imports the model's libraries)
+_AUTO_COMPLETE_TIMEOUT = 300.0
+
+
+def _int_option(options: dict[str, str], key: str, default: int) -> int:
+    value = options.get(key)
+    if value is None:
+        return default
+    try:
+        number = int(value)
+    except ValueError:
+        raise invalid_arg(f"--backend-config=python,{key}={value}: expected an integer") from None
+    if number <= 0:
+        raise invalid_arg(f"--backend-config=python,{key}={value}: expected a positive integer")
+    return number
+
+
+class PythonBackend(Backend):
+    """Backend ``python``: ``<version>/model.py`` with a class ``TritonPythonModel``."""
+
+    name: ClassVar[str] = "python"
+    default_model_filename: ClassVar[str] = "model.py"
+
+    def __init__(self, options: dict[str, str] | None = None) -> None:
+        super().__init__(options)
+        self.shm_size = _int_option(self.options, "shm-default-byte-size", 1 << 20)
+        self.shm_directory = self.options.get("shm-directory") or None
+        self.finalize_timeout = float(_int_option(self.options, "stub-timeout-seconds", 30))
+        #: run each instance on a worker thread (the core's default) instead of the loop
+        self.instance_thread = self.options.get("instance-thread", "no").lower() in (
+            "yes",
+            "true",
+            "1",
+            "on",
+        )
+
+    def auto_complete_config(self, config: ModelConfig, model_path: Path) -> None:
+        """Run the model's ``auto_complete_config`` (when it has one) on ``config``."""
+        if not model_path.is_file():
+            return  # the load reports the missing file
+        try:
+            source = model_path.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return
+        # Importing the model costs a process and its imports: skip models without the
+        # method (one defined only in a base class of another file is not seen).
+        if "auto_complete_config" not in source:
+            return
+        python = _interpreter(config, model_path.parent.parent)
+        completed = run_auto_complete(python, model_path, config_to_json(config))
+        updated = ModelConfig()
+        try:
+            json_format.ParseDict(completed, updated)
+        except json_format.ParseError as exc:
+            raise invalid_arg(
+                f"auto_complete_config of model '{config.name}' returned an invalid model "
+                f"configuration: {exc}"
+            ) from None
+        updated.name = config.name
+        config.CopyFrom(updated)
+
+    def load_model(self, context: ModelContext) -> BackendModel:
+        return PythonModel(self, context)
+
+
+def run_auto_complete(python: str, model_path: Path, config: dict) -> dict:
+    """``TritonPythonModel.auto_complete_config`` in a throwaway interpreter."""
+    read_fd, write_fd = os.pipe()
+    command, env = stub_command(
+        python, "--auto-complete", str(model_path), "--result-fd", str(write_fd)
+    )
+    try:
+        process = subprocess.Popen(
+            command,
+            stdin=subprocess.PIPE,
+            pass_fds=(write_fd,),
+            env=env,
+        )
+    except OSError as exc:
+        os.close(read_fd)
+        os.close(write_fd)
+        raise internal(f"cannot run auto_complete_config of {model_path}: {exc}") from None
+    os.close(write_fd)
+    try:
+        assert process.stdin is not None
+        try:
+            process.stdin.write(json.dumps(config).encode())
+            process.stdin.close()
+        except BrokenPipeError:
+            pass
+        with os.fdopen(read_fd, "rb") as result:
+            data = result.read()
+        process.wait(_AUTO_COMPLETE_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+        raise internal(
+            f"auto_complete_config of {model_path} did not finish in {_AUTO_COMPLETE_TIMEOUT:.0f} s"
+        ) from None
+    if not data:
+        raise internal(
+            f"auto_complete_config of {model_path} failed: its process exited with status "
+            f"{process.returncode}"
+        )
+    outcome = json.loads(data)
+    if "error" in outcome:
+        raise invalid_arg(f"auto_complete_config of {model_path} failed: {outcome['error']}")
+    return outcome["config"]
+
+
+def _interpreter(config: ModelConfig, model_dir: Path) -> str:
+    """The Python that runs the stubs: the server's, or ``EXECUTION_ENV_PATH``'s."""
+    if "EXECUTION_ENV_PATH" not in config.parameters:
+        return sys.executable
+    location = config.parameters["EXECUTION_ENV_PATH"].string_value
+    location = location.replace("$$TRITON_MODEL_DIRECTORY", str(model_dir))
+    path = Path(location)
+    if not path.is_dir():
+        raise invalid_arg(
+            f"model '{config.name}': EXECUTION_ENV_PATH '{location}' is not a folder; packed "
+            "environments (conda-pack .tar.gz) are not supported: unpack it and point "
+            "EXECUTION_ENV_PATH at the folder"
+        )
+    for name in ("bin/python3", "bin/python"):
+        if (path / name).exists():
+            return str(path / name)
+    raise invalid_arg(f"model '{config.name}': EXECUTION_ENV_PATH '{location}' has no bin/python3")
+
+
+class PythonModel(BackendModel):
+    """One version of a Python model: what its instances share."""
+
+    def __init__(self, backend: PythonBackend, context: ModelContext) -> None:
+        config = context.config
+        if not context.model_path.is_file():
+            raise invalid_arg(
+                f"failed to load model '{context.name}': unable to find '{context.model_path}'"
+            )
+        self.backend = backend
+        self.context = context
+        self.python = _interpreter(config, context.model_dir)
+        self.config_json = json.dumps(config_to_json(config))
+        self.output_names = tuple(output.name for output in config.output)
+        self.decoupled = config.model_transaction_policy.decoupled
+
+    def settings(self, spec: InstanceSpec) -> StubSettings:
+        context = self.context
+        args = {
+            "model_config": self.config_json,
+            "model_instance_kind": spec.kind,
+            "model_instance_name": spec.name,
+            "model_instance_device_id": str(spec.device_id),
+            "model_repository": str(context.model_dir),
+            "model_version": str(context.version),
+            "model_name": context.name,
+        }
+        return StubSettings(
+            model_name=context.name,
+            model_version=context.version,
+            instance_name=spec.name,
+            model_path=context.model_path,
+            model_dir=context.model_dir,
+            decoupled=self.decoupled,
+            output_names=self.output_names,
+            args=args,
+            python=self.python,
+            shm_size=self.backend.shm_size,
+            shm_directory=self.backend.shm_directory,
+        )
+
+    def create_instance(self, spec: InstanceSpec) -> ModelInstance:
+        return PythonInstance(self, spec)
+
+
+class PythonInstance(ModelInstance):
+    """A model instance: one stub process, restarted when it dies.
+
+    With a server loop the instance is event-driven: the pool hands it batches on the loop
+    (:meth:`begin_execute`) and the stub's answers are read there, so a batch costs no
+    thread hop. Without one (or with ``--backend-config=python,instance-thread=yes``) a
+    worker thread blocks in :meth:`execute`.
+    """
+
+    def __init__(self, model: PythonModel, spec: InstanceSpec) -> None:
+        self.model = model
+        self.spec = spec
+        self._settings = model.settings(spec)
+        self._loop = model.context.loop
+        self.event_driven = self._loop is not None and not model.backend.instance_thread
+        self._lock = threading.Lock()  # held while (re)starting or stopping the process
+        self._closing = False
+        self._restart_error: TritonError | None = None
+        self._retry_at = 0.0
+        #: a batch waiting for the process to restart (event-driven mode)
+        self._deferred: tuple[list[InferenceRequest], Any] | None = None
+        self.restarts = 0
+        self._stub = self._spawn()
+
+    @property
+    def pid(self) -> int:
+        """The process id of the instance's current stub (for tests and logs)."""
+        return self._stub.pid
+
+    def _spawn(self) -> StubProcess:
+        context = self.model.context
+        stub = StubProcess(
+            self._settings,
+            server=context.server,
+            loop=context.loop,
+            event_driven=self.event_driven,
+        )
+        stub.on_death = self._on_death
+        stub.start()
+        return stub
+
+    # -- worker-thread mode ---------------------------------------------------------------------
+
+    def execute(self, requests: list[InferenceRequest]) -> list[InferenceResponse] | None:
+        stub = self._current()
+        try:
+            return stub.execute(requests)
+        except StubDied as died:
+            stub.mark_dead()
+            if died.sent:
+                raise self._died_error(died) from None
+        # The batch never reached the process (it had died idle): run it on a new one.
+        stub = self._current()
+        try:
+            return stub.execute(requests)
+        except StubDied as died:
+            stub.mark_dead()
+            raise self._died_error(died) from None
+
+    def _current(self) -> StubProcess:
+        stub = self._stub
+        if not stub.dead:
+            return stub
+        with self._lock:  # waits for a restart in progress
+            return self._restart_locked()
+
+    # -- event-driven mode (on the event loop) --------------------------------------------------
+
+    def begin_execute(self, requests: list[InferenceRequest], done: Any) -> None:
+        stub = self._stub
+        if stub.dead:
+            self._defer(requests, done, stub)
+            return
+
+        def finished(result: Any) -> None:
+            if isinstance(result, StubDied):
+                if result.sent:
+                    done(self._died_error(result))
+                else:
+                    self._defer(requests, done, stub)
+            else:
+                done(result)
+
+        try:
+            stub.begin_execute(requests, finished)
+        except StubDied:
+            self._defer(requests, done, stub)
+
+    def _defer(self, requests: list[InferenceRequest], done: Any, stub: StubProcess) -> None:
+        """Keep a batch that did not reach the process until a new one runs."""
+        self._deferred = (requests, done)
+        threading.Thread(
+            target=self._restart_in_background, args=(stub,), name="python-model-restart"
+        ).start()
+
+    def _resume(self) -> None:
+        deferred, self._deferred = self._deferred, None
+        if deferred is None:
+            return
+        requests, done = deferred
+        if self._stub.dead:
+            done(
+                self._restart_error
+                or unavailable(
+                    f"model '{self._settings.model_name}' is unavailable: its Python process ended"
+                )
+            )
+            return
+        self.begin_execute(requests, done)
+
+    # -- deaths and restarts --------------------------------------------------------------------
+
+    def _died_error(self, died: StubDied) -> TritonError:
+        return unavailable(
+            f"model '{self._settings.model_name}' instance '{self._settings.instance_name}': "
+            f"the Python process {died.description} while executing the request; the "
+            "instance is restarting"
+        )
+
+    def _on_death(self, stub: StubProcess) -> None:
+        if self._closing:
+            return
+        logger.error(
+            "the Python process of model '%s' instance '%s' (pid %d) %s; restarting it",
+            self._settings.model_name,
+            self._settings.instance_name,
+            stub.pid,
+            stub.exit_description(0.0),
+        )
+        threading.Thread(
+            target=self._restart_in_background, args=(stub,), name="python-model-restart"
+        ).start()
+
+    def _restart_in_background(self, stub: StubProcess) -> None:
+        with self._lock:
+            if self._stub is stub and not self._closing:
+                try:
+                    self._restart_locked()
+                except TritonError as error:
+                    logger.error("%s", error.message)
+        if self._deferred is not None and self._loop is not None:
+            with contextlib.suppress(RuntimeError):  # the loop is closed
+                self._loop.call_soon_threadsafe(self._resume)
+
+    def _restart_locked(self) -> StubProcess:
+        old = self._stub
+        if not old.dead:
+            return old
+        if self._closing:
+            raise unavailable(f"model '{self._settings.model_name}' is being unloaded")
+        if not old.closing:
+            old.closing = True
+            old._shutdown(kill=True)
+        if self._restart_error is not None and time.monotonic() < self._retry_at:
+            raise self._restart_error
+        try:
+            self._stub = self._spawn()
+        except TritonError as error:
+            self._retry_at = time.monotonic() + _RESTART_BACKOFF
+            self._restart_error = unavailable(
+                f"model '{self._settings.model_name}' instance "
+                f"'{self._settings.instance_name}' is unavailable: its Python process ended "
+                f"and could not be restarted: {error.message}"
+            )
+            raise self._restart_error from None
+        self._restart_error = None
+        self.restarts += 1
+        logger.warning(
+            "restarted the Python process of model '%s' instance '%s' (pid %d)",
+            self._settings.model_name,
+            self._settings.instance_name,
+            self._stub.pid,
+        )
+        return self._stub
+
+    def finalize(self) -> None:
+        self._closing = True
+        with self._lock:
+            self._stub.stop(self.model.backend.finalize_timeout)

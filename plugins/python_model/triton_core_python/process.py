@@ -1,0 +1,833 @@
+"""The server's side of one stub process: start it, execute batches on it, serve its calls.
+
+The instance's worker thread drives the *control* socket: it writes a batch's input
+tensors into shared memory, sends ``EXECUTE`` and blocks until ``EXECUTE_DONE``, whose
+output tensors it hands on as numpy views of the stub's shared memory (no copy; the block
+is freed when the last view dies). The *events* socket is read on the server's event loop:
+decoupled responses go to their requests' response senders, BLS calls run through
+``Server.infer``/``Server.infer_stream`` as tasks, cancellation queries read the senders.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from triton_core.errors import Status, TritonError, internal, unavailable, unsupported
+from triton_core.types import (
+    InferenceRequest,
+    InferenceResponse,
+    RequestedOutput,
+    RequestFlag,
+    Tensor,
+)
+from triton_core_python import ipc
+from triton_core_python.shm import Arena, SharedMemoryError
+from triton_core_python.wire import Packer, block_owner, unpack
+
+if TYPE_CHECKING:
+    from triton_core.server import Server
+
+logger = logging.getLogger("triton_core_python")
+
+#: pb_utils.TritonError codes (TRITONSERVER_Error_Code order) -> statuses
+STATUSES = (
+    Status.UNKNOWN,
+    Status.INTERNAL,
+    Status.NOT_FOUND,
+    Status.INVALID_ARG,
+    Status.UNAVAILABLE,
+    Status.UNSUPPORTED,
+    Status.ALREADY_EXISTS,
+    Status.CANCELLED,
+)
+CODES = {status: code for code, status in enumerate(STATUSES)}
+
+_PACKAGE = Path(__file__).resolve().parent
+_UTILS = _PACKAGE.parent / "triton_python_backend_utils.py"
+
+#: how another interpreter (EXECUTION_ENV_PATH) starts a stub: it imports this package and
+#: pb_utils from their files, so that none of the server's other packages shadow its own
+_BOOTSTRAP = f"""
+import importlib.util, sys
+for name, path, package in (
+    ("triton_core_python", {str(_PACKAGE / "__init__.py")!r}, [{str(_PACKAGE)!r}]),
+    ("triton_python_backend_utils", {str(_UTILS)!r}, None),
+):
+    spec = importlib.util.spec_from_file_location(name, path, submodule_search_locations=package)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+from triton_core_python.stub import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def stub_command(python: str, *arguments: str) -> tuple[list[str], dict[str, str]]:
+    """The command line and environment that start a stub with ``python``."""
+    env = dict(os.environ)
+    if python == sys.executable:
+        # the server's own interpreter finds this distribution where the server did
+        paths = [str(_PACKAGE.parent), *filter(None, [env.get("PYTHONPATH")])]
+        env["PYTHONPATH"] = os.pathsep.join(paths)
+        return [python, "-m", "triton_core_python.stub", *arguments], env
+    return [python, "-c", _BOOTSTRAP, *arguments], env
+
+
+#: events handled per loop callback, so that a chatty stub cannot starve the loop
+_EVENTS_PER_CALLBACK = 64
+#: batches with more tensor bytes than this are copied into shared memory off the loop
+_OFFLOAD_BYTES = 1 << 20
+
+
+def status_of(code: int) -> Status:
+    return STATUSES[code] if 0 <= code < len(STATUSES) else Status.INTERNAL
+
+
+@dataclass(frozen=True, slots=True)
+class StubSettings:
+    """What a stub needs to serve one instance (sent in ``INIT``)."""
+
+    model_name: str
+    model_version: int
+    instance_name: str
+    model_path: Path
+    model_dir: Path
+    decoupled: bool
+    output_names: tuple[str, ...]
+    #: the ``args`` of ``initialize`` (all strings, as Triton passes them)
+    args: dict[str, str]
+    python: str = sys.executable
+    shm_size: int = 1 << 20
+    shm_directory: str | None = None
+
+
+class StubDied(Exception):
+    """The stub process ended. ``sent``: whether the batch had reached it."""
+
+    def __init__(self, sent: bool, description: str = "ended") -> None:
+        super().__init__(f"the stub process {description}")
+        self.sent = sent
+        #: how it ended, e.g. "was killed by signal 9 (SIGKILL)"
+        self.description = description
+
+
+class StubProcess:
+    """One running stub process and everything in flight with it."""
+
+    def __init__(
+        self,
+        settings: StubSettings,
+        *,
+        server: Server | None = None,
+        loop: asyncio.AbstractEventLoop | None = None,
+        event_driven: bool = False,
+    ) -> None:
+        self.settings = settings
+        self.decoupled = settings.decoupled
+        self._server = server
+        self._loop = loop
+        self.process: subprocess.Popen[bytes] | None = None
+        self.pid = 0
+        self.dead = False
+        self.closing = False
+        #: called once (on any thread) when the process ends unexpectedly
+        self.on_death: Any = None
+        #: decoupled requests by key, until their final response
+        self._pending: dict[int, InferenceRequest] = {}
+        self._keys = itertools.count(1)
+        self._ids = itertools.count(1)
+        self._bls_tasks: dict[int, asyncio.Task[None]] = {}
+        self._death_lock = threading.Lock()
+        self._reader_thread: threading.Thread | None = None
+        self._flush_scheduled = False
+        self._shut_down = False
+        #: batches are sent from the event loop and answered there (else a worker thread
+        #: blocks on each one)
+        self.event_driven = event_driven and loop is not None
+        self._in_flight: tuple[list[int], Any] | None = None
+        self.memory: ipc.Memory | None = None
+        self.control: ipc.Channel | None = None
+        self.events: ipc.Channel | None = None
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the process and run the model's ``initialize``; blocks until it is ready.
+
+        Raises :class:`TritonError` when shared memory cannot be had, the process does not
+        start, or the model fails to import or initialize.
+        """
+        settings = self.settings
+        arena = Arena(settings.shm_size, settings.shm_directory)
+        try:
+            # fail the load now, with the message, if shared memory cannot be had at all
+            segment, _ = arena.alloc(1)
+            arena.free(segment.id)
+        except SharedMemoryError as exc:
+            arena.close()
+            raise unavailable(
+                f"model '{settings.model_name}' instance '{settings.instance_name}': {exc}"
+            ) from None
+        memory = ipc.Memory(arena)
+        memory.leases.on_pending = self._maybe_flush
+        control, control_theirs = ipc.channel_pair()
+        events, events_theirs = ipc.channel_pair()
+        arguments = [
+            "--instance", f"{settings.model_name}/{settings.instance_name}",
+            "--control-fd", str(control_theirs.fileno()),
+            "--events-fd", str(events_theirs.fileno()),
+            "--shm-size", str(settings.shm_size),
+        ]  # fmt: skip
+        if settings.shm_directory:
+            arguments += ["--shm-directory", settings.shm_directory]
+        command, env = stub_command(settings.python, *arguments)
+        try:
+            self.process = subprocess.Popen(
+                command,
+                pass_fds=(control_theirs.fileno(), events_theirs.fileno()),
+                stdin=subprocess.DEVNULL,
+                env=env,
+                # its own session: a Ctrl-C at the terminal reaches the server, which then
+                # finalizes its stubs, instead of killing them first
+                start_new_session=True,
+            )
+        except OSError as exc:
+            for sock in (control, events):
+                sock.close()
+            memory.close()
+            raise internal(
+                f"cannot start the Python process of model '{settings.model_name}' instance "
+                f"'{settings.instance_name}' ({settings.python}): {exc}"
+            ) from None
+        finally:
+            control_theirs.close()
+            events_theirs.close()
+        self.memory = memory
+        self.control = ipc.Channel(control, memory, 0)
+        self.events = ipc.Channel(events, memory, 1)
+        self._watch_events()
+        init = {
+            "model_name": settings.model_name,
+            "model_version": settings.model_version,
+            "instance_name": settings.instance_name,
+            "model_path": str(settings.model_path),
+            "model_dir": str(settings.model_dir),
+            "decoupled": settings.decoupled,
+            "output_names": list(settings.output_names),
+            "args": dict(settings.args),
+        }
+        try:
+            self.control.send(ipc.INIT, 0, init, None)
+            message = self.control.recv()
+        except ipc.PeerClosed:
+            message = None
+        if message is None or message.kind != ipc.READY:
+            if message is not None and message.kind == ipc.INIT_FAILED:
+                detail = message.body[0]
+            else:
+                detail = f"the Python process {self.exit_description(5.0)} during startup"
+            self.closing = True
+            self._shutdown(kill=True)
+            raise internal(
+                f"Failed to initialize Python stub for model '{settings.model_name}' instance "
+                f"'{settings.instance_name}': {detail}"
+            )
+        self.pid = message.body
+        if self.event_driven:
+            assert self._loop is not None
+            self._loop.call_soon_threadsafe(
+                self._loop.add_reader, self.control.fileno(), self._on_control
+            )
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Run the model's ``finalize``, end the process, free the shared memory."""
+        if self.closing:
+            return
+        self.closing = True
+        if self.event_driven and self.control is not None:
+            self._unwatch(self.control)  # the answer to FINALIZE is read here
+        if not self.dead and self.control is not None:
+            try:
+                self.control.sock.settimeout(timeout)
+                self.control.send(ipc.FINALIZE, 0, None, None)
+                while True:
+                    message = self.control.recv()
+                    if message is None or message.kind == ipc.FINALIZED:
+                        break
+            except (ipc.PeerClosed, TimeoutError, OSError):
+                logger.warning(
+                    "model '%s' instance '%s' did not finalize in %.0f s; stopping it",
+                    self.settings.model_name,
+                    self.settings.instance_name,
+                    timeout,
+                )
+        self._shutdown(kill=False, timeout=timeout)
+
+    def _shutdown(self, *, kill: bool, timeout: float = 5.0) -> None:
+        if self._shut_down:
+            return
+        self._shut_down = True
+        if self.event_driven and self.control is not None:
+            self._unwatch(self.control)
+        self._unwatch_events()
+        process = self.process
+        if process is not None:
+            if kill and process.poll() is None:
+                process.kill()
+            try:
+                process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        for channel in (self.control, self.events):
+            if channel is not None:
+                channel.close()
+        self._fail_pending("the model instance was unloaded")
+        if self.memory is not None:
+            self.memory.close()
+
+    def exit_description(self, wait: float = 1.0) -> str:
+        """How the process ended: "was killed by signal 9 (SIGKILL)", "exited with status 1"."""
+        process = self.process
+        if process is None:
+            return "did not start"
+        try:
+            code = process.wait(wait) if wait > 0 else process.poll()
+        except subprocess.TimeoutExpired:
+            code = None
+        if code is None:
+            return "ended"
+        if code < 0:
+            try:
+                name = signal.Signals(-code).name
+            except ValueError:
+                name = "unknown signal"
+            return f"was killed by signal {-code} ({name})"
+        return f"exited with status {code}"
+
+    # -- execute (the instance's worker thread) -------------------------------------------------
+
+    def execute(self, requests: list[InferenceRequest]) -> list[InferenceResponse] | None:
+        """Run one batch and wait (worker-thread mode). Raises :class:`StubDied` or the
+        batch's TritonError."""
+        control = self.control
+        assert control is not None
+        if self.dead:
+            raise StubDied(sent=False)
+        body, packer, keys = self._encode(requests)
+        self._send_batch(body, packer, keys)
+        try:
+            message = control.recv()
+        except ipc.PeerClosed:
+            self._forget(keys)
+            raise StubDied(sent=True, description=self.exit_description()) from None
+        assert message is not None
+        return self._result(message, keys)
+
+    def begin_execute(self, requests: list[InferenceRequest], done: Any) -> None:
+        """Send one batch and return (event-loop mode); ``done`` gets the result on the loop.
+
+        Raises :class:`StubDied` (not sent) when the process is gone. ``done`` receives the
+        responses, the batch's TritonError, or :class:`StubDied`.
+        """
+        if self.dead:
+            raise StubDied(sent=False)
+        if _estimated_bytes(requests) < _OFFLOAD_BYTES:
+            body, packer, keys = self._encode(requests)
+            self._in_flight = (keys, done)
+            try:
+                self._send_batch(body, packer, keys)
+            except BaseException:
+                self._in_flight = None
+                raise
+            return
+        # serializing and copying big tensors would stall the loop: do it on a thread
+        assert self._loop is not None
+        self._in_flight = ([], done)
+        self._loop.run_in_executor(None, self._send_off_loop, requests)
+
+    def _send_off_loop(self, requests: list[InferenceRequest]) -> None:
+        assert self._loop is not None
+        try:
+            body, packer, keys = self._encode(requests)
+            self._loop.call_soon_threadsafe(self._set_keys, keys)
+            self._send_batch(body, packer, keys)
+        except BaseException as exc:
+            self._loop.call_soon_threadsafe(self._send_failed, exc)
+
+    def _set_keys(self, keys: list[int]) -> None:
+        if self._in_flight is not None:
+            self._in_flight = (keys, self._in_flight[1])
+
+    def _send_failed(self, exc: BaseException) -> None:
+        in_flight, self._in_flight = self._in_flight, None
+        if in_flight is not None:
+            in_flight[1](exc)
+
+    def _encode(self, requests: list[InferenceRequest]) -> tuple[list[Any], Packer, list[int]]:
+        packer = Packer()
+        add = packer.add
+        decoupled = self.decoupled
+        body = []
+        keys = []
+        for index, request in enumerate(requests):
+            inputs = tuple(
+                add(name, tensor.datatype, tensor.data) for name, tensor in request.inputs.items()
+            )
+            if decoupled:
+                key = next(self._keys)
+                self._pending[key] = request
+                keys.append(key)
+            else:
+                key = index
+            outputs = request.outputs
+            body.append(
+                (
+                    key,
+                    request.id,
+                    request.correlation_id,
+                    int(request.flags),
+                    request.parameters or None,
+                    None if outputs is None else [output.name for output in outputs],
+                    inputs,
+                    request.timeout_us,
+                )
+            )
+        return body, packer, keys
+
+    def _send_batch(self, body: list[Any], packer: Packer, keys: list[int]) -> None:
+        memory, control = self.memory, self.control
+        assert memory is not None and control is not None
+        try:
+            block = packer.write(memory.arena)
+            control.send(ipc.EXECUTE, next(self._ids), body, block)
+        except SharedMemoryError as exc:
+            self._forget(keys)
+            raise unavailable(
+                f"model '{self.settings.model_name}' instance '{self.settings.instance_name}': "
+                f"{exc}"
+            ) from None
+        except ipc.PeerClosed:
+            self._forget(keys)
+            raise StubDied(sent=False) from None
+        except (ValueError, OSError):
+            # the process died and its memory was released while this batch was copied
+            self._forget(keys)
+            if self.dead:
+                raise StubDied(sent=False) from None
+            raise
+
+    def _result(self, message: ipc.Message, keys: list[int]) -> list[InferenceResponse] | None:
+        status, payload = message.body
+        if status:
+            self._forget(keys)
+            code, text = payload
+            raise TritonError(status_of(code), text)
+        if self.decoupled:
+            return None
+        return self._responses(message.block, payload)
+
+    def _on_control(self) -> None:
+        """The answer to the batch in flight (event-loop mode), or the end of the process."""
+        control = self.control
+        assert control is not None
+        try:
+            message = control.recv(nonblocking=True)
+        except ipc.PeerClosed:
+            self._control_ended()
+            return
+        if message is None:
+            return
+        in_flight, self._in_flight = self._in_flight, None
+        if in_flight is None:
+            return
+        keys, done = in_flight
+        try:
+            result: Any = self._result(message, keys)
+        except TritonError as error:
+            result = error
+        done(result)
+
+    def _control_ended(self) -> None:
+        assert self.control is not None
+        self._unwatch(self.control)
+        if self.closing:
+            return
+        # not on the loop: the exit status comes a moment after the sockets close
+        threading.Thread(
+            target=self.mark_dead, args=(2.0,), name="python-model-exit", daemon=True
+        ).start()
+
+    def _fail_in_flight(self, description: str) -> None:
+        """Fail the batch the process was running when it ended (on the loop)."""
+        in_flight, self._in_flight = self._in_flight, None
+        if in_flight is not None:
+            keys, done = in_flight
+            self._forget(keys)
+            done(StubDied(sent=True, description=description))
+
+    def _responses(self, block: Any, items: list[Any]) -> list[InferenceResponse]:
+        memory = self.memory
+        assert memory is not None
+        owner = block_owner(memory.peers, block)
+        if owner is not None:
+            memory.leases.hold(owner, block[0])
+        responses = []
+        for item in items:
+            if item is None:
+                responses.append(
+                    InferenceResponse(
+                        error=internal(
+                            f"model '{self.settings.model_name}' returned None instead of a "
+                            "response for a request"
+                        )
+                    )
+                )
+                continue
+            descriptors, error, parameters = item
+            if error is not None:
+                responses.append(
+                    InferenceResponse(error=TritonError(status_of(error[0]), error[1]))
+                )
+                continue
+            responses.append(
+                InferenceResponse(
+                    [Tensor(d[0], d[1], unpack(owner, d)) for d in descriptors],
+                    parameters or {},
+                )
+            )
+        return responses
+
+    def _forget(self, keys: list[int]) -> None:
+        for key in keys:
+            self._pending.pop(key, None)
+
+    # -- events (the event loop) ----------------------------------------------------------------
+
+    def _watch_events(self) -> None:
+        events = self.events
+        assert events is not None
+        if self._loop is None:
+            # no server loop (tests that drive an instance directly): a thread of our own
+            self._reader_thread = threading.Thread(
+                target=self._read_events_blocking,
+                name=f"stub-events:{self.settings.instance_name}",
+                daemon=True,
+            )
+            self._reader_thread.start()
+            return
+        self._loop.call_soon_threadsafe(self._loop.add_reader, events.fileno(), self._on_events)
+
+    def _unwatch_events(self) -> None:
+        if self.events is not None:
+            self._unwatch(self.events)
+
+    def _unwatch(self, channel: ipc.Channel) -> None:
+        """Stop reading ``channel`` on the loop; returns once the loop has (any thread)."""
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            return
+        removed = threading.Event()
+
+        def remove() -> None:
+            with contextlib.suppress(ValueError, OSError):  # already closed
+                loop.remove_reader(channel.fileno())
+            removed.set()
+
+        try:
+            if _on_loop_thread(loop):
+                remove()
+            else:
+                loop.call_soon_threadsafe(remove)
+                removed.wait(5.0)
+        except RuntimeError:
+            pass  # the loop is closed
+
+    def _read_events_blocking(self) -> None:
+        events = self.events
+        assert events is not None
+        while True:
+            try:
+                message = events.recv()
+            except ipc.PeerClosed:
+                self._events_ended()
+                return
+            if message is not None:
+                self._dispatch(message)
+
+    def _on_events(self) -> None:
+        events = self.events
+        assert events is not None
+        for _ in range(_EVENTS_PER_CALLBACK):
+            try:
+                message = events.recv(nonblocking=True)
+            except ipc.PeerClosed:
+                self._events_ended()
+                return
+            if message is None:
+                return
+            try:
+                self._dispatch(message)
+            except Exception:
+                logger.exception(
+                    "handling a message of model '%s' instance '%s' failed",
+                    self.settings.model_name,
+                    self.settings.instance_name,
+                )
+
+    def _dispatch(self, message: ipc.Message) -> None:
+        kind = message.kind
+        if kind == ipc.RESPONSE:
+            self._on_response(message)
+        elif kind == ipc.BLS_REQUEST:
+            self._start_call(message.ident, self._bls(message.ident, message.body, message.block))
+        elif kind == ipc.BLS_CANCEL:
+            task = self._bls_tasks.get(message.ident)
+            if task is not None:
+                task.cancel()
+        elif kind == ipc.CANCEL_QUERY:
+            request = self._pending.get(message.body)
+            sender = request.response_sender if request is not None else None
+            cancelled = sender is None or sender.is_cancelled()
+            self._send_event(ipc.CANCEL_ANSWER, message.ident, cancelled, None)
+        elif kind == ipc.LOG:
+            level, text = message.body
+            logger.log(
+                level, "model '%s' (%s): %s", self.settings.model_name,
+                self.settings.instance_name, text,
+            )  # fmt: skip
+        elif kind == ipc.CONTROL:
+            self._start_call(message.ident, self._control(message.ident, *message.body))
+
+    def _on_response(self, message: ipc.Message) -> None:
+        flags, item = message.body
+        final = bool(flags & 1)
+        key = message.ident
+        request = self._pending.pop(key, None) if final else self._pending.get(key)
+        if request is None or request.response_sender is None:
+            return  # its stream already failed (execute raised, or the process restarted)
+        response = None
+        if item is not None:
+            response = self._responses(message.block, [item])[0]
+        try:
+            request.response_sender.send(response, final=final)
+        except TritonError as error:
+            logger.warning("model '%s': %s", self.settings.model_name, error.message)
+
+    def _send_event(self, kind: int, ident: int, body: Any, block: Any) -> None:
+        events = self.events
+        if events is None or self.dead:
+            return
+        with contextlib.suppress(ipc.PeerClosed):  # the end of the stream reports the death
+            events.send(kind, ident, body, block)
+
+    def _maybe_flush(self, pending: int) -> None:
+        """Send a long queue of frees when no message to the stub is due (decoupled streams)."""
+        if pending < 64 or self._flush_scheduled or self.dead or self.closing:
+            return
+        self._flush_scheduled = True
+        if self._loop is not None:
+            try:
+                self._loop.call_soon_threadsafe(self._flush)
+            except RuntimeError:
+                self._flush_scheduled = False
+        else:
+            threading.Thread(target=self._flush, daemon=True).start()
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        self._send_event(ipc.FREE, 0, None, None)
+
+    def _events_ended(self) -> None:
+        """The process is gone (or finalized): fail what waits on it, report a death."""
+        self._unwatch_events()
+        if self.closing:
+            return
+        if self._loop is None:
+            self.mark_dead(wait=2.0)
+            return
+        # not on the loop: the exit status comes a moment after the sockets close
+        threading.Thread(
+            target=self.mark_dead, args=(2.0,), name="python-model-exit", daemon=True
+        ).start()
+
+    def mark_dead(self, wait: float = 1.0) -> None:
+        """Record an unexpected end of the process (from any thread, once)."""
+        with self._death_lock:
+            if self.dead:
+                return
+            self.dead = True
+        description = self.exit_description(wait)
+        loop = self._loop
+        if loop is not None:
+            with contextlib.suppress(RuntimeError):  # the loop is closed
+                if self.event_driven:
+                    loop.call_soon_threadsafe(self._fail_in_flight, description)
+                for task in list(self._bls_tasks.values()):
+                    loop.call_soon_threadsafe(task.cancel)
+        self._fail_pending(
+            f"the Python process of model '{self.settings.model_name}' instance "
+            f"'{self.settings.instance_name}' {description}; the instance is restarting"
+        )
+        if self.on_death is not None:
+            self.on_death(self)
+
+    def _fail_pending(self, reason: str) -> None:
+        pending = list(self._pending.items())
+        self._pending.clear()
+        if not pending:
+            return
+
+        def fail() -> None:
+            for _, request in pending:
+                sender = request.response_sender
+                if sender is None:
+                    continue
+                with contextlib.suppress(TritonError):  # its final response was already sent
+                    sender.send(InferenceResponse(error=unavailable(reason)), final=True)
+
+        if self._loop is None or _on_loop_thread(self._loop):
+            fail()
+        else:
+            with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits
+                self._loop.call_soon_threadsafe(fail)
+
+    # -- calls the model makes (tasks on the event loop) ----------------------------------------
+
+    def _start_call(self, ident: int, coroutine: Any) -> None:
+        if self._loop is None:
+            coroutine.close()
+            self._send_event(
+                ipc.BLS_RESPONSE,
+                ident,
+                (True, ((), (CODES[Status.UNSUPPORTED], "no server to call"), None)),
+                None,
+            )
+            return
+        task = self._loop.create_task(coroutine)
+        self._bls_tasks[ident] = task
+        task.add_done_callback(lambda _: self._bls_tasks.pop(ident, None))
+
+    async def _bls(self, ident: int, body: Any, block: Any) -> None:
+        (
+            model_name, version, request_id, correlation_id, flags, timeout, parameters,
+            outputs, descriptors, decoupled,
+        ) = body  # fmt: skip
+        memory = self.memory
+        assert memory is not None and self._server is not None
+        owner = block_owner(memory.peers, block)
+        if owner is not None:
+            memory.leases.hold(owner, block[0])
+        request = InferenceRequest(
+            model_name,
+            {d[0]: Tensor(d[0], d[1], unpack(owner, d)) for d in descriptors},
+            model_version=version,
+            id=request_id,
+            outputs=[RequestedOutput(name) for name in outputs] if outputs else None,
+            parameters=dict(parameters or {}),
+            timeout_us=timeout,
+            correlation_id=correlation_id,
+            flags=RequestFlag(flags & 3),
+        )
+        del owner
+        server = self._server
+        try:
+            if decoupled:
+                async for response in server.infer_stream(request):
+                    self._send_bls(ident, response.final, response)
+            else:
+                response = await server.infer(request, nested=True)
+                self._send_bls(ident, True, response)
+        except asyncio.CancelledError:
+            self._send_bls_error(ident, TritonError(Status.CANCELLED, "BLS request cancelled"))
+        except TritonError as error:
+            self._send_bls_error(ident, error)
+        except Exception as exc:
+            logger.exception("BLS request to model '%s' failed", model_name)
+            self._send_bls_error(
+                ident, internal(f"BLS request to model '{model_name}' failed: {exc}")
+            )
+
+    def _send_bls(self, ident: int, final: bool, response: InferenceResponse) -> None:
+        memory = self.memory
+        assert memory is not None
+        packer = Packer()
+        descriptors = tuple(
+            packer.add(tensor.name, tensor.datatype, tensor.data) for tensor in response.outputs
+        )
+        parameters = {
+            key: value
+            for key, value in response.parameters.items()
+            if key != "triton_final_response"
+        }
+        try:
+            block = packer.write(memory.arena)
+        except SharedMemoryError as exc:
+            self._send_bls_error(ident, unavailable(str(exc)))
+            return
+        self._send_event(
+            ipc.BLS_RESPONSE, ident, (final, (descriptors, None, parameters or None)), block
+        )
+
+    def _send_bls_error(self, ident: int, error: TritonError) -> None:
+        self._send_event(
+            ipc.BLS_RESPONSE,
+            ident,
+            (True, ((), (CODES.get(error.status, 1), error.message), None)),
+            None,
+        )
+
+    async def _control(self, ident: int, operation: str, args: Any) -> None:
+        server = self._server
+        assert server is not None
+        try:
+            value: Any = None
+            if operation == "ready":
+                name, version = args
+                try:
+                    value = server.model_ready(name, int(version) if version else -1)
+                except (TritonError, ValueError):
+                    value = False
+            elif operation == "load":
+                name, config, files = args
+                # Triton's BLS names uploaded files "file:<version>/<path>"
+                files = {key.removeprefix("file:"): data for key, data in files.items()}
+                await server.load_model(name, config or None, files or None)
+            elif operation == "unload":
+                name, unload_dependents = args
+                await server.unload_model(name, bool(unload_dependents))
+            else:
+                raise unsupported(f"unknown model management call '{operation}'")
+            answer: tuple[bool, Any] = (True, value)
+        except TritonError as error:
+            answer = (False, error.message)
+        self._send_event(ipc.CONTROL_ANSWER, ident, answer, None)
+
+
+def _estimated_bytes(requests: list[InferenceRequest]) -> int:
+    """Roughly how many bytes a batch's inputs take in shared memory (cheap to compute)."""
+    total = 0
+    for request in requests:
+        for tensor in request.inputs.values():
+            data = tensor.data
+            # BYTES elements are objects: count them at a typical string's size
+            total += data.size * 64 if data.dtype.kind == "O" else data.nbytes
+    return total
+
+
+def _on_loop_thread(loop: asyncio.AbstractEventLoop) -> bool:
+    try:
+        return asyncio.get_running_loop() is loop
+    except RuntimeError:
+        return False

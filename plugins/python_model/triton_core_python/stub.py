@@ -1,0 +1,530 @@
+"""The process of one Python model instance: imports ``model.py`` and serves its executes.
+
+Started by the server as ``python -m triton_core_python.stub --control-fd N --events-fd M``
+with two seqpacket sockets (see :mod:`triton_core_python.ipc`):
+
+* the main thread reads *control*: ``INIT`` (import the model, ``initialize(args)``),
+  ``EXECUTE`` (run ``execute(requests)``, answer ``EXECUTE_DONE``), ``FINALIZE``;
+* a reader thread reads *events*: answers to BLS calls, cancellation queries and model
+  management calls the model made, and frees of shared memory.
+
+The model's own threads may send responses (decoupled models), make BLS calls and log at
+any time; those go out on *events*. When the server goes away, both sockets end and the
+process exits at once.
+
+``python -m triton_core_python.stub --auto-complete MODEL_PY --result-fd K`` instead runs
+``TritonPythonModel.auto_complete_config`` on the config JSON read from stdin and writes
+``{"config": ...}`` or ``{"error": ...}`` to descriptor K: the throwaway interpreter of
+Triton's auto-complete.
+
+Imports only the standard library, numpy, and the model's own imports.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import importlib.util
+import inspect
+import itertools
+import json
+import os
+import queue
+import socket
+import sys
+import threading
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import triton_python_backend_utils as pb_utils
+
+from triton_core_python import ipc
+from triton_core_python.shm import Arena
+from triton_core_python.wire import Packer, block_owner, unpack
+
+_Deliver = Callable[[Any, bool], None]
+
+
+def load_model_module(model_path: str) -> ModuleType:
+    """Import ``model.py`` as module ``model``, its folders on ``sys.path`` as in Triton."""
+    path = Path(model_path)
+    for folder in (path.parent, path.parent.parent):
+        if str(folder) not in sys.path:
+            sys.path.append(str(folder))
+    sys.dont_write_bytecode = True  # leave the model repository as it is
+    spec = importlib.util.spec_from_file_location("model", path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot import {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["model"] = module  # dataclasses and pickle look classes up here
+    spec.loader.exec_module(module)
+    return module
+
+
+def model_class(module: ModuleType, model_path: str) -> type:
+    cls = getattr(module, "TritonPythonModel", None)
+    if not isinstance(cls, type):
+        raise AttributeError(f"{model_path} defines no class 'TritonPythonModel'")
+    return cls
+
+
+def describe_exception(exc: BaseException, model_dir: str | None = None) -> str:
+    """``Type: message`` plus the model's own frames, innermost first (Triton's "At:")."""
+    text = f"{type(exc).__name__}: {exc}"
+    frames = traceback.extract_tb(exc.__traceback__)
+    if model_dir is not None:
+        frames = [frame for frame in frames if frame.filename.startswith(model_dir)]
+    if frames:
+        text += "\n\nAt:\n" + "".join(
+            f"  {frame.filename}({frame.lineno}): {frame.name}\n" for frame in reversed(frames[-5:])
+        )
+    return text
+
+
+class Stub:
+    """One model instance's runtime in the stub process; ``pb_utils._runtime`` is this."""
+
+    def __init__(self, control: socket.socket, events: socket.socket, arena: Arena) -> None:
+        self.memory = ipc.Memory(arena)
+        self.control = ipc.Channel(control, self.memory, 0)
+        self.events = ipc.Channel(events, self.memory, 1)
+        self._waiters: dict[int, _Deliver] = {}
+        self._ids = itertools.count(1)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._finalizing = False
+        self.model: Any = None
+        self.model_name = ""
+        self.model_version = -1
+        self.instance_name = ""
+        self.model_dir = ""
+        self.decoupled = False
+        self.output_names: list[str] = []
+        self._execute: Callable[[list[Any]], Any] | None = None
+        self._async_execute = False
+        self._flush_scheduled = False
+        # a model that holds many responses' worth of BLS outputs frees them in bursts;
+        # send long queues of frees without waiting for the next message
+        self.memory.leases.on_pending = self._maybe_flush
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    def run(self) -> None:
+        try:
+            message = self.control.recv()
+        except ipc.PeerClosed:
+            os._exit(0)
+        assert message is not None and message.kind == ipc.INIT
+        threading.Thread(target=self._read_events, name="stub-events", daemon=True).start()
+        try:
+            self._initialize(message.body)
+        except BaseException as exc:
+            detail = describe_exception(exc, self.model_dir or None)
+            self._send_control(ipc.INIT_FAILED, 0, (detail,), None)
+            self._exit(1)
+        self._send_control(ipc.READY, 0, os.getpid(), None)
+        while True:
+            try:
+                message = self.control.recv()
+            except ipc.PeerClosed:
+                self._exit(0)  # the server is gone
+            assert message is not None
+            if message.kind == ipc.EXECUTE:
+                self._serve(message)
+            elif message.kind == ipc.FINALIZE:
+                self._finalize()
+                self._send_control(ipc.FINALIZED, 0, None, None)
+                self._exit(0)
+
+    def _initialize(self, settings: dict[str, Any]) -> None:
+        self.model_name = settings["model_name"]
+        self.model_version = settings["model_version"]
+        self.instance_name = settings["instance_name"]
+        self.model_dir = settings["model_dir"]
+        self.decoupled = settings["decoupled"]
+        self.output_names = list(settings["output_names"])
+        pb_utils._runtime = self
+        module = load_model_module(settings["model_path"])
+        self.model = model_class(module, settings["model_path"])()
+        initialize = getattr(self.model, "initialize", None)
+        if initialize is not None:
+            result = initialize(dict(settings["args"]))
+            if inspect.isawaitable(result):
+                asyncio.run_coroutine_threadsafe(_awaited(result), self._coroutines()).result()
+        execute = getattr(self.model, "execute", None)
+        if execute is None:
+            raise AttributeError("class 'TritonPythonModel' has no method 'execute'")
+        self._execute = execute
+        self._async_execute = inspect.iscoroutinefunction(execute)
+
+    def _finalize(self) -> None:
+        self._finalizing = True
+        finalize = getattr(self.model, "finalize", None)
+        if finalize is None:
+            return
+        try:
+            result = finalize()
+            if inspect.isawaitable(result):
+                asyncio.run_coroutine_threadsafe(_awaited(result), self._coroutines()).result()
+        except BaseException as exc:
+            self.log(40, f"finalize() of model '{self.model_name}' failed: {exc}")
+
+    def _exit(self, code: int) -> None:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        os._exit(code)
+
+    def _send_control(self, kind: int, ident: int, body: Any, block: Any) -> None:
+        try:
+            self.control.send(kind, ident, body, block)
+        except ipc.PeerClosed:
+            self._exit(0)
+
+    def _coroutines(self) -> asyncio.AbstractEventLoop:
+        """The loop that runs ``async def`` model methods, on a thread of its own."""
+        if self._loop is None:
+            loop = asyncio.new_event_loop()
+            threading.Thread(target=loop.run_forever, name="stub-asyncio", daemon=True).start()
+            self._loop = loop
+        return self._loop
+
+    # -- execute ---------------------------------------------------------------------------------
+
+    def _serve(self, message: ipc.Message) -> None:
+        requests = self._requests(message)
+        try:
+            body, block = self._run(requests)
+        except BaseException as exc:
+            body, block = (1, self._error_of(exc)), None
+            exc.__traceback__ = None  # drop the frames holding the requests' tensors
+        # Requests (and their tensors' views) die here unless the model kept them, so the
+        # answer below can carry the frees of their shared memory.
+        del requests
+        self._send_control(ipc.EXECUTE_DONE, message.ident, body, block)
+
+    def _requests(self, message: ipc.Message) -> list[pb_utils.InferenceRequest]:
+        owner = block_owner(self.memory.peers, message.block)
+        if owner is not None:
+            assert message.block is not None
+            self.memory.leases.hold(owner, message.block[0])
+        received = pb_utils.InferenceRequest._received
+        tensor = pb_utils.Tensor._of
+        name, version, decoupled = self.model_name, self.model_version, self.decoupled
+        all_outputs = self.output_names
+        requests = []
+        for (
+            key,
+            request_id,
+            correlation_id,
+            flags,
+            params,
+            outputs,
+            inputs,
+            timeout,
+        ) in message.body:
+            tensors = [tensor(d[0], d[1], unpack(owner, d)) for d in inputs]
+            requests.append(
+                received(
+                    key,
+                    request_id,
+                    correlation_id,
+                    flags,
+                    params,
+                    outputs if outputs is not None else list(all_outputs),
+                    tensors,
+                    timeout,
+                    name,
+                    version,
+                    decoupled,
+                )
+            )
+        return requests
+
+    def _run(self, requests: list[pb_utils.InferenceRequest]) -> tuple[Any, Any]:
+        assert self._execute is not None
+        if self._async_execute:
+            future = asyncio.run_coroutine_threadsafe(self._execute(requests), self._coroutines())
+            if self.decoupled:
+                # decoupled coroutines run concurrently, like Triton's: answer at once
+                future.add_done_callback(lambda done: self._coroutine_done(done, requests))
+                return (0, None), None
+            result = future.result()
+        else:
+            result = self._execute(requests)
+        if self.decoupled:
+            return (0, None), None
+        if result is None:
+            # since Triton 23.10 a model may answer through response senders instead
+            result = [
+                request._sender._captured if request._sender is not None else None
+                for request in requests
+            ]
+        if not isinstance(result, list | tuple):
+            raise pb_utils.TritonModelException(
+                f"execute() must return a list of InferenceResponse, got {type(result).__name__}"
+            )
+        if len(result) != len(requests):
+            raise pb_utils.TritonModelException(
+                f"execute() returned {len(result)} responses for {len(requests)} requests"
+            )
+        packer = Packer()
+        items: list[Any] = []
+        for response in result:
+            if response is None:
+                items.append(None)
+            elif isinstance(response, pb_utils.InferenceResponse):
+                items.append(self._encode_response(packer, response))
+            else:
+                raise pb_utils.TritonModelException(
+                    "execute() must return InferenceResponse objects, got "
+                    f"{type(response).__name__}"
+                )
+        return (0, items), packer.write(self.memory.arena)
+
+    def _coroutine_done(self, future: Any, requests: list[pb_utils.InferenceRequest]) -> None:
+        if future.cancelled() or future.exception() is None:
+            return
+        error = self._error_of(future.exception())
+        for request in requests:
+            sender = request.get_response_sender()
+            if not sender._closed:
+                sender._closed = True
+                self.send_response(
+                    request._key,
+                    pb_utils.InferenceResponse(error=pb_utils.TritonError(error[1], error[0])),
+                    pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL,
+                )
+
+    def _error_of(self, exc: BaseException) -> tuple[int, str]:
+        if isinstance(exc, pb_utils.TritonError):
+            return exc.code(), exc.message()
+        detail = describe_exception(exc, self.model_dir or None)
+        return (
+            pb_utils.TritonError.INTERNAL,
+            f"Failed to process the request(s) for model instance '{self.instance_name}', "
+            f"message: {detail}",
+        )
+
+    @staticmethod
+    def _encode_response(packer: Packer, response: pb_utils.InferenceResponse) -> tuple:
+        add = packer.add
+        descriptors = tuple(add(t._name, t._datatype, t._array) for t in response._tensors)
+        error = response._error
+        return (
+            descriptors,
+            None if error is None else (error.code(), error.message()),
+            response._parameters or None,
+        )
+
+    # -- what pb_utils calls ---------------------------------------------------------------------
+
+    def send_response(self, key: int, response: Any, flags: int) -> None:
+        """A decoupled model's response (and/or final flag), from any thread."""
+        packer = Packer()
+        item = None if response is None else self._encode_response(packer, response)
+        block = packer.write(self.memory.arena)
+        try:
+            self.events.send(ipc.RESPONSE, key, (flags, item), block)
+        except ipc.PeerClosed:
+            raise pb_utils.TritonModelException("the server is gone") from None
+
+    def _call(self, kind: int, body: Any, block: Any, deliver: _Deliver) -> int:
+        ident = next(self._ids)
+        self._waiters[ident] = deliver
+        try:
+            self.events.send(kind, ident, body, block)
+        except ipc.PeerClosed:
+            self._waiters.pop(ident, None)
+            raise pb_utils.TritonModelException("the server is gone") from None
+        return ident
+
+    def _bls_body(self, request: pb_utils.InferenceRequest, decoupled: bool) -> tuple[Any, Any]:
+        packer = Packer()
+        inputs = tuple(packer.add(t._name, t._datatype, t._array) for t in request._inputs)
+        body = (
+            request._model_name,
+            request._model_version,
+            request._id,
+            request._correlation_id,
+            request._flags,
+            request._timeout,
+            request._parameters or None,
+            request._output_names or None,
+            inputs,
+            decoupled,
+        )
+        return body, packer.write(self.memory.arena)
+
+    def infer(self, request: pb_utils.InferenceRequest, decoupled: bool) -> Any:
+        """BLS ``exec``: the response, or an iterator over a decoupled model's responses."""
+        answers: queue.SimpleQueue[tuple[Any, bool]] = queue.SimpleQueue()
+        body, block = self._bls_body(request, decoupled)
+        ident = self._call(
+            ipc.BLS_REQUEST, body, block, lambda item, final: answers.put((item, final))
+        )
+        if decoupled:
+            return pb_utils.ResponseIterator(answers.get, lambda: self._cancel_bls(ident))
+        response, _ = answers.get()
+        return response
+
+    def infer_async(self, request: pb_utils.InferenceRequest, decoupled: bool) -> Any:
+        """BLS ``async_exec``: an awaitable of what :meth:`infer` returns."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            raise pb_utils.TritonModelException(
+                "async_exec() must be awaited in a coroutine (async def execute)"
+            ) from None
+        future = loop.create_future()
+        if decoupled:
+            future.set_result(self.infer(request, True))
+            return future
+
+        def deliver(item: Any, final: bool) -> None:
+            loop.call_soon_threadsafe(_resolve, future, item)
+
+        body, block = self._bls_body(request, False)
+        self._call(ipc.BLS_REQUEST, body, block, deliver)
+        return future
+
+    def _cancel_bls(self, ident: int) -> None:
+        with contextlib.suppress(ipc.PeerClosed):
+            self.events.send(ipc.BLS_CANCEL, ident, None, None)
+
+    def _ask(self, kind: int, body: Any) -> Any:
+        answers: queue.SimpleQueue[tuple[Any, bool]] = queue.SimpleQueue()
+        self._call(kind, body, None, lambda item, final: answers.put((item, final)))
+        answer, _ = answers.get()
+        return answer
+
+    def is_cancelled(self, key: int) -> bool:
+        return bool(self._ask(ipc.CANCEL_QUERY, key))
+
+    def control(self, operation: str, *args: Any) -> Any:
+        ok, value = self._ask(ipc.CONTROL, (operation, args))
+        if not ok:
+            raise pb_utils.TritonModelException(value)
+        return value
+
+    def log(self, level: int, message: str) -> None:
+        try:
+            self.events.send(ipc.LOG, 0, (level, message), None)
+        except ipc.PeerClosed:
+            print(message, file=sys.stderr)
+
+    def _maybe_flush(self, pending: int) -> None:
+        if pending < 64 or self._flush_scheduled:
+            return
+        self._flush_scheduled = True
+        # not here: the last view may have died inside a send, holding the channel's lock
+        threading.Thread(target=self._flush, daemon=True).start()
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        with contextlib.suppress(ipc.PeerClosed):
+            self.events.send(ipc.FREE, 0, None, None)
+
+    # -- events ----------------------------------------------------------------------------------
+
+    def _read_events(self) -> None:
+        while True:
+            try:
+                message = self.events.recv()
+            except ipc.PeerClosed:
+                if self._finalizing:
+                    return
+                self._exit(0)  # the server is gone
+            assert message is not None
+            kind = message.kind
+            if kind == ipc.BLS_RESPONSE:
+                final, item = message.body
+                deliver = (
+                    self._waiters.pop(message.ident, None)
+                    if final
+                    else self._waiters.get(message.ident)
+                )
+                if deliver is not None:
+                    deliver(self._response(message.block, item), final)
+            elif kind in (ipc.CANCEL_ANSWER, ipc.CONTROL_ANSWER):
+                deliver = self._waiters.pop(message.ident, None)
+                if deliver is not None:
+                    deliver(message.body, True)
+
+    def _response(self, block: Any, item: Any) -> pb_utils.InferenceResponse:
+        descriptors, error, parameters = item
+        owner = block_owner(self.memory.peers, block)
+        if owner is not None:
+            self.memory.leases.hold(owner, block[0])
+        tensor = pb_utils.Tensor._of
+        tensors = [tensor(d[0], d[1], unpack(owner, d)) for d in descriptors]
+        return pb_utils.InferenceResponse(
+            tensors,
+            None if error is None else pb_utils.TritonError(error[1], error[0]),
+            parameters,
+        )
+
+
+async def _awaited(awaitable: Any) -> Any:
+    return await awaitable
+
+
+def _resolve(future: asyncio.Future[Any], value: Any) -> None:
+    if not future.done():
+        future.set_result(value)
+
+
+# -- auto-complete --------------------------------------------------------------------------------
+
+
+def auto_complete(model_path: str, config: dict[str, Any]) -> dict[str, Any]:
+    """Run ``TritonPythonModel.auto_complete_config`` on ``config``; the completed dict."""
+    cls = model_class(load_model_module(model_path), model_path)
+    method = getattr(cls, "auto_complete_config", None)
+    if method is None:
+        return config
+    result = method(pb_utils.ModelConfig(config))
+    if not isinstance(result, pb_utils.ModelConfig):
+        raise TypeError(
+            f"auto_complete_config() must return the pb_utils.ModelConfig it was given, got "
+            f"{type(result).__name__}"
+        )
+    return result.as_dict()
+
+
+def _run_auto_complete(model_path: str, result_fd: int) -> int:
+    config = json.load(sys.stdin)
+    try:
+        outcome = {"config": auto_complete(model_path, config)}
+    except BaseException as exc:
+        outcome = {"error": describe_exception(exc, str(Path(model_path).parent.parent))}
+    data = json.dumps(outcome).encode()
+    with os.fdopen(result_fd, "wb") as result:
+        result.write(data)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="triton_core_python.stub")
+    # only for `ps`: which model instance this process serves
+    parser.add_argument("--instance", default="")
+    parser.add_argument("--control-fd", type=int)
+    parser.add_argument("--events-fd", type=int)
+    parser.add_argument("--shm-size", type=int, default=1 << 20)
+    parser.add_argument("--shm-directory", default=None)
+    parser.add_argument("--auto-complete", metavar="MODEL_PY")
+    parser.add_argument("--result-fd", type=int)
+    args = parser.parse_args(argv)
+    if args.auto_complete:
+        return _run_auto_complete(args.auto_complete, args.result_fd)
+    control = socket.socket(fileno=args.control_fd)
+    events = socket.socket(fileno=args.events_fd)
+    Stub(control, events, Arena(args.shm_size, args.shm_directory)).run()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
