@@ -5,7 +5,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
-.venv/bin/python -m pip install -q --upgrade pip
-.venv/bin/python -m pip install -q -e '.[test]' -e 'plugins/onnx[testing]' -e plugins/repo_agents
+PIP=(.venv/bin/python -m pip install -q)
+"${PIP[@]}" --upgrade pip
+# The CPU build of PyTorch, pinned: an unpinned torch pulls a multi-GB CUDA build.
+"${PIP[@]}" torch==2.13.0
+"${PIP[@]}" -e '.[test]' -e 'plugins/onnx[testing]' -e plugins/repo_agents \
+    -e plugins/torch -e 'plugins/python_model[testing]' -e tests/plugins/batch_strategy
 .venv/bin/ruff check .
 exec .venv/bin/python -m pytest "$@"

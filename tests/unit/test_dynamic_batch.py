@@ -529,23 +529,49 @@ async def test_preserve_ordering_releases_held_responses_when_a_waiting_request_
     write_sleepy_model(
         repo,
         "ordered",
-        "preserve_ordering: true preferred_batch_size: [ 2 ] max_queue_delay_microseconds: 1000000",
+        "preserve_ordering: true preferred_batch_size: [ 2 ] max_queue_delay_microseconds: 300000",
         max_batch=4,
         count=1,
     )
     async with sleepy_server(repo) as server:
         tracker = Tracker(server)
-        tracker.start("busy", sleep_request("ordered", 100))
+        tracker.start("busy0", sleep_request("ordered", 100))
+        tracker.start("busy1", sleep_request("ordered", 100))  # a preferred batch: runs now
         await tracker.queued()
-        a = tracker.start("a", sleep_request("ordered", 0))
-        b = tracker.start("b", sleep_request("ordered", 0, width=2))  # another shape
-        c = tracker.start("c", sleep_request("ordered", 0))
-        # a and c make a preferred batch; b, older than c, then waits for the delay alone
-        await asyncio.wait_for(a, 30)
-        assert not c.done()  # held behind b
-        b.cancel()
-        await asyncio.wait_for(c, 3)  # released once b left, not when more traffic came
-        assert tracker.finished.index("a") < tracker.finished.index("c")
+        first = tracker.start("first", sleep_request("ordered", 0))
+        waiting = tracker.start("waiting", sleep_request("ordered", 0, width=2))
+        held = tracker.start("held", sleep_request("ordered", 0))
+        # "first" and "held" make the next preferred batch; "waiting", older than "held" and
+        # alone with its shape, then waits for the delay, holding "held" back
+        await asyncio.wait_for(first, 30)
+        assert not held.done()
+        waiting.cancel()
+        # released when the delay ends, though nothing else comes to finish a batch
+        await asyncio.wait_for(held, 30)
+
+
+async def test_a_request_of_another_shape_does_not_wait_behind_a_delayed_batch(tmp_path):
+    repo = tmp_path / "models"
+    write_sleepy_model(
+        repo,
+        "mixed",
+        "preferred_batch_size: [ 2 ] max_queue_delay_microseconds: 60000000",
+        max_batch=4,
+        count=1,
+    )
+    async with sleepy_server(repo) as server:
+        tracker = Tracker(server)
+        tracker.start("busy0", sleep_request("mixed", 100))
+        tracker.start("busy1", sleep_request("mixed", 100))
+        await tracker.queued()
+        tracker.start("wide", sleep_request("mixed", 0, width=2))
+        tracker.start("narrow0", sleep_request("mixed", 0))
+        tracker.start("narrow1", sleep_request("mixed", 0))
+        # "wide" goes alone at once instead of holding the others for its 60 s delay
+        await asyncio.wait_for(tracker.wait(), 30)
+        assert server.model("mixed").pool.instances[0].executions == [2, 1, 2]
+        reasons = server.model("mixed").statistics.dispatch_reasons
+        assert reasons == {"preferred_batch_size": 2, "incompatible_shape": 1}
 
 
 # -- custom batch strategies ---------------------------------------------------------------------

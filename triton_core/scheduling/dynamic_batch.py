@@ -296,6 +296,8 @@ class DynamicBatcher(Scheduler):
         self._timer = None
         if self._free:
             self._dispatch(timer_fired=True)
+        if self._ordered:
+            self._release()  # the request that waited may have been cancelled meanwhile
 
     def _dispatch(self, timer_fired: bool = False) -> None:
         while self._free:
@@ -322,8 +324,8 @@ class DynamicBatcher(Scheduler):
     def _candidates(self, head: _Pending) -> tuple[list[_Pending], int, str | None]:
         """Requests that can join ``head``'s batch, in priority then arrival order.
 
-        Returns them, their total batch size, and why the batch cannot grow (None when it
-        could, if more requests came).
+        Returns them, their total batch size, and why the batch should not wait for more
+        (None when waiting could make it fuller).
         """
         chosen: list[_Pending] = []
         size = 0
@@ -331,10 +333,14 @@ class DynamicBatcher(Scheduler):
         limit = self._max_batch
         strategy = self._strategy
         state = self._new_batch_state() if strategy is not None else None
+        others = False
         for level in self._levels:
             for queue in (level.queue, level.delayed):
                 for pending in queue:
-                    if pending.future.done() or pending.shape_key != key:
+                    if pending.shape_key != key:
+                        others = others or not pending.future.done()
+                        continue
+                    if pending.future.done():
                         continue
                     if size + pending.batch_size > limit and chosen:
                         return chosen, size, "max_batch_size"
@@ -345,7 +351,9 @@ class DynamicBatcher(Scheduler):
                     size += pending.batch_size
                     if size == limit:
                         return chosen, size, "max_batch_size"
-        return chosen, size, None
+        # Requests of another shape wait behind this batch: send it rather than hold them up
+        # for the delay (Triton, too, sends a batch when the next request does not fit it).
+        return chosen, size, "incompatible_shape" if others else None
 
     def _new_batch_state(self) -> Any:
         assert self._strategy is not None
@@ -400,8 +408,8 @@ class DynamicBatcher(Scheduler):
             return "max_batch_size"
         if size in self._preferred_set:
             return "preferred_batch_size"
-        if closed_by is not None:  # the next request would not fit, or the strategy said no
-            return closed_by
+        if closed_by is not None:  # the next request would not fit, has another shape, or
+            return closed_by  # the strategy said no
         if self._flushing:
             return "shutdown"
         # otherwise the oldest request has waited max_queue_delay, or no delay is set
