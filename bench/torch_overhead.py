@@ -439,7 +439,7 @@ def main() -> None:
         f"{platform.python_version()}, torch {torch_version}; load generator bench/loadgen.py "
         f"on the same host. `ConvNet(width={args.width})` scripted to TorchScript, 3x64x64 FP32 "
         f"images (48 KiB per request), max_batch_size {MAX_BATCH}, `dynamic_batching {{ }}`, "
-        f"per instance layout. {rounds} rounds of {seconds:.0f} s windows (after 1 s warm-up), "
+        f"per instance layout. {rounds} rounds of {seconds:g} s windows (after 1 s warm-up), "
         f'served and direct alternating; best window of each. "Direct, same batches" runs '
         f"the batch sizes the server formed in that window (from `batch_stats`) back to back "
         f"through `module(x)` under `torch.inference_mode()`, from as many threads as "
