@@ -1,9 +1,10 @@
 """Python models: the tiny ONNX MLP wrapped in a Triton ``model.py``, side by side.
 
 In one run: the same ``model.py`` (onnxruntime, one thread) served by triton-core's python
-backend (event-driven instances, the default, and ``instance-thread=yes``, the core's
-worker-thread path), the same ONNX file through triton-core's ONNX plugin, and a real
-Triton 2.51 serving that ``model.py`` when ``tritonserver`` is installed
+backend (event-driven instances under SCHED_BATCH, the default; ``stub-policy=normal``;
+``instance-thread=yes``, the core's worker-thread path), the same ONNX file through
+triton-core's ONNX plugin, and a real Triton 2.51 serving that ``model.py`` when
+``tritonserver`` is installed
 (shared/tools/setup-peer-tools.sh); perf_analyzer over HTTP (binary) and gRPC. Then
 in-process: ``Server.infer`` on the python model, and the model's ``execute`` called
 directly (the floor: onnxruntime plus pb_utils objects, no server, no process boundary).
@@ -212,6 +213,11 @@ def main() -> None:
         servers = [
             ("triton-core, python backend", "mlp_py", triton_core_command(ours)),
             (
+                "triton-core, python backend, stub-policy=normal",
+                "mlp_py",
+                triton_core_command(ours, "--backend-config=python,stub-policy=normal"),
+            ),
+            (
                 "triton-core, python backend, instance-thread=yes",
                 "mlp_py",
                 triton_core_command(ours, "--backend-config=python,instance-thread=yes"),
@@ -274,8 +280,10 @@ def main() -> None:
     reading = (
         "How to read it: the python backend's rows differ from the ONNX plugin's by the model's "
         "process boundary (shared memory, two socket messages per batch, the stub's Python "
-        "work); `instance-thread=yes` adds the core's worker-thread hop and GIL hand-over per "
-        "batch, which the default event-driven instances avoid. The gRPC rows are bounded by "
+        "work); `stub-policy=normal` lets a woken stub preempt the server's event loop (the "
+        "default, SCHED_BATCH, makes it wait for a CPU); `instance-thread=yes` adds the core's "
+        "worker-thread hop and GIL hand-over per batch, which the default event-driven "
+        "instances avoid. The gRPC rows are bounded by "
         "the gRPC frontend: the ONNX plugin, with no model.py at all, is the ceiling there."
     )
     replace_section(

@@ -151,3 +151,14 @@ async def test_worker_thread_mode_serves_and_restarts(
         assert int((await server.infer(action(0))).output("INFO").data[0]) == instance.pid
         sent = InferenceRequest("repeat", {"COUNT": Tensor("COUNT", "INT32", np.array([2]))})
         assert len([r async for r in server.infer_stream(sent)]) == 3
+
+
+@pytest.mark.parametrize(("setting", "policy"), [(None, "SCHED_BATCH"), ("normal", "SCHED_OTHER")])
+async def test_stubs_run_under_the_batch_policy_unless_told_otherwise(
+    repo, write_model, models, make_server, setting, policy
+):
+    write_model(repo, "proc", models.PROCESS, models.PROCESS_CONFIG.replace("{count}", "1"))
+    options = {"python": {"stub-policy": setting}} if setting else {}
+    async with make_server(repo, backend_options=options) as server:
+        (instance,) = instances(server)
+        assert os.sched_getscheduler(instance.pid) == getattr(os, policy)

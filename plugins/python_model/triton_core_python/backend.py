@@ -15,7 +15,11 @@ Backend settings (``--backend-config=python,<key>=<value>``):
   (``memfd``), e.g. on hosts without ``memfd_create``;
 * ``stub-timeout-seconds``: how long ``finalize`` may take at unload (30);
 * ``instance-thread``: ``yes`` drives each instance from a worker thread, as other backends
-  are, instead of from the event loop (slower; for comparison).
+  are, instead of from the event loop (slower; for comparison);
+* ``stub-policy``: ``batch`` (default) runs the stubs under Linux ``SCHED_BATCH``: a stub
+  woken by the server does not preempt the server's event loop, which keeps serving other
+  requests meanwhile (about +15% under load, a few percent of latency at concurrency 1);
+  ``normal`` keeps the default policy.
 
 Triton's ``shm-growth-byte-size``, ``shm-region-prefix-name``, ``shm_message_queue_size``
 and ``thread-pool-size`` are accepted and have nothing to set here.
@@ -77,6 +81,12 @@ class PythonBackend(Backend):
         self.shm_size = _int_option(self.options, "shm-default-byte-size", 1 << 20)
         self.shm_directory = self.options.get("shm-directory") or None
         self.finalize_timeout = float(_int_option(self.options, "stub-timeout-seconds", 30))
+        self.stub_policy = self.options.get("stub-policy", "batch").lower()
+        if self.stub_policy not in ("batch", "normal"):
+            raise invalid_arg(
+                f"--backend-config=python,stub-policy={self.stub_policy}: expected 'batch' or "
+                "'normal'"
+            )
         #: run each instance on a worker thread (the core's default) instead of the loop
         self.instance_thread = self.options.get("instance-thread", "no").lower() in (
             "yes",
@@ -217,6 +227,7 @@ class PythonModel(BackendModel):
             python=self.python,
             shm_size=self.backend.shm_size,
             shm_directory=self.backend.shm_directory,
+            policy=self.backend.stub_policy,
         )
 
     def create_instance(self, spec: InstanceSpec) -> ModelInstance:

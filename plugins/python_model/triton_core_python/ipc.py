@@ -60,6 +60,9 @@ CONTROL_ANSWER = 19  # server -> stub (events)
 INLINE_LIMIT = 48 * 1024
 _MAX_FDS = 16
 _ANCILLARY = socket.CMSG_SPACE(_MAX_FDS * 4)
+# plain ints: the socket module's flags are enums, slow to combine on every message
+_DONTWAIT = int(socket.MSG_DONTWAIT)
+_TRUNCATED = int(socket.MSG_TRUNC) | int(socket.MSG_CTRUNC)
 
 
 class PeerClosed(ConnectionError):
@@ -148,7 +151,7 @@ class Channel:
         forgets dropped ones, frees blocks the peer released. Raises :class:`PeerClosed`
         at end of stream.
         """
-        flags = socket.MSG_DONTWAIT if nonblocking else 0
+        flags = _DONTWAIT if nonblocking else 0
         try:
             size, ancillary, msg_flags, _ = self.sock.recvmsg_into([self._view], _ANCILLARY, flags)
         except BlockingIOError:
@@ -157,7 +160,7 @@ class Channel:
             raise PeerClosed(str(exc)) from None
         if size == 0:
             raise PeerClosed("end of stream")
-        if msg_flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC):
+        if msg_flags & _TRUNCATED:
             for fd in _fds(ancillary):
                 os.close(fd)
             raise PeerClosed("message truncated")

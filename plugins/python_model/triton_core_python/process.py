@@ -110,6 +110,8 @@ class StubSettings:
     python: str = sys.executable
     shm_size: int = 1 << 20
     shm_directory: str | None = None
+    #: the stub's scheduling policy: "batch" (SCHED_BATCH) or "normal"
+    policy: str = "batch"
 
 
 class StubDied(Exception):
@@ -188,6 +190,7 @@ class StubProcess:
             "--control-fd", str(control_theirs.fileno()),
             "--events-fd", str(events_theirs.fileno()),
             "--shm-size", str(settings.shm_size),
+            "--policy", settings.policy,
         ]  # fmt: skip
         if settings.shm_directory:
             arguments += ["--shm-directory", settings.shm_directory]

@@ -515,11 +515,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--events-fd", type=int)
     parser.add_argument("--shm-size", type=int, default=1 << 20)
     parser.add_argument("--shm-directory", default=None)
+    parser.add_argument("--policy", choices=("batch", "normal"), default="normal")
     parser.add_argument("--auto-complete", metavar="MODEL_PY")
     parser.add_argument("--result-fd", type=int)
     args = parser.parse_args(argv)
     if args.auto_complete:
         return _run_auto_complete(args.auto_complete, args.result_fd)
+    if args.policy == "batch":
+        # Before any thread starts, so that all inherit it: woken by the server, this
+        # process then waits for a CPU instead of preempting the server's event loop, which
+        # keeps serving other requests meanwhile (Linux SCHED_BATCH; elsewhere a no-op).
+        with contextlib.suppress(AttributeError, OSError):
+            os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))
     control = socket.socket(fileno=args.control_fd)
     events = socket.socket(fileno=args.events_fd)
     Stub(control, events, Arena(args.shm_size, args.shm_directory)).run()
