@@ -18,6 +18,7 @@ import numpy as np
 import onnxruntime as ort
 
 from triton_core.backend import Backend, BackendModel, InstanceSpec, ModelContext, ModelInstance
+from triton_core.batching import execute_concatenated
 from triton_core.dtypes import CONFIG_TO_WIRE
 from triton_core.errors import Status, TritonError
 from triton_core.protos import model_config_pb2
@@ -836,66 +837,18 @@ class OnnxRuntimeInstance(ModelInstance):
         return InferenceResponse(outputs=self._tensors(names, arrays))
 
     def _execute_batch(self, requests: list[InferenceRequest]) -> list[InferenceResponse]:
-        # Requests asking for unknown outputs fail alone; the rest run together.
-        responses: list[InferenceResponse | None] = [None] * len(requests)
-        wanted: list[list[str]] = []
-        batch: list[int] = []
-        union: set[str] = set()
-        all_outputs = False
-        for i, request in enumerate(requests):
-            try:
-                names = self._output_names(request)
-            except TritonError as exc:
-                responses[i] = InferenceResponse(error=exc)
-                continue
-            if names is self._all_outputs:
-                all_outputs = True
-            else:
-                union.update(names)
-            wanted.append(names)
-            batch.append(i)
-        if not batch:
-            return responses  # type: ignore[return-value]
-        members = [requests[i] for i in batch]
-        first = members[0].inputs
-        input_names = list(first)
-        if not input_names or any(r.inputs.keys() != first.keys() for r in members):
-            # Without a common set of inputs there is nothing to concatenate.
-            for i in batch:
-                responses[i] = self._execute_alone(requests[i])
-            return responses  # type: ignore[return-value]
-        sizes = [r.inputs[input_names[0]].data.shape[0] for r in members]
-        try:
-            feeds: dict[str, Any] = {
-                name: np.concatenate([r.inputs[name].data for r in members], axis=0)
-                for name in input_names
-            }
-        except ValueError:
-            # Different non-batch dims: the batcher should not have combined them; run alone.
-            for i in batch:
-                responses[i] = self._execute_alone(requests[i])
-            return responses  # type: ignore[return-value]
+        # Requests asking for unknown outputs fail alone; the rest run as one call.
+        return execute_concatenated(
+            requests,
+            model_name=self._model_name,
+            all_outputs=self._all_outputs,
+            output_datatypes=self._wire,
+            output_names=self._output_names,
+            run=self._run_concatenated,
+            run_alone=self._execute_alone,
+        )
+
+    def _run_concatenated(self, feeds: dict[str, Any], names: list[str]) -> Sequence[np.ndarray]:
         if self._special_inputs:
             self._convert(feeds)
-        names = self._all_outputs if all_outputs else [n for n in self._all_outputs if n in union]
-        arrays = self._run(names, feeds)
-        total = sum(sizes)
-        results: dict[str, np.ndarray] = {}
-        for name, array in zip(names, arrays, strict=True):
-            if array.ndim == 0 or array.shape[0] != total:
-                raise TritonError(
-                    Status.INTERNAL,
-                    f"model '{self._model_name}' returned output '{name}' with shape "
-                    f"{list(array.shape)} for a batch of {total}",
-                )
-            results[name] = array
-        wire = self._wire
-        start = 0
-        for i, names_i, size in zip(batch, wanted, sizes, strict=True):
-            stop = start + size
-            # Basic slices are views: no copy per request.
-            responses[i] = InferenceResponse(
-                outputs=[Tensor(n, wire[n], results[n][start:stop]) for n in names_i]
-            )
-            start = stop
-        return responses  # type: ignore[return-value]
+        return self._run(names, feeds)
