@@ -128,6 +128,12 @@ def build_parser() -> argparse.ArgumentParser:
     _add_bool(serve_cmd, "--allow-grpc", True, "serve gRPC")
     serve_cmd.add_argument("--grpc-address", default="0.0.0.0")
     serve_cmd.add_argument("--grpc-port", type=int, default=8001)
+    serve_cmd.add_argument(
+        "--grpc-transport",
+        choices=("http2", "grpcio"),
+        default="http2",
+        help="http2: the built-in HTTP/2 transport (faster); grpcio: grpc.aio",
+    )
     _add_bool(serve_cmd, "--allow-metrics", True, "serve Prometheus metrics")
     serve_cmd.add_argument("--metrics-address", default=None, help="default: --http-address")
     serve_cmd.add_argument("--metrics-port", type=int, default=8002)
@@ -196,6 +202,7 @@ def _run_serve(args: argparse.Namespace) -> int:
         allow_grpc=args.allow_grpc,
         grpc_address=args.grpc_address,
         grpc_port=args.grpc_port,
+        grpc_transport=args.grpc_transport,
         allow_metrics=args.allow_metrics,
         metrics_address=args.metrics_address,
         metrics_port=args.metrics_port,

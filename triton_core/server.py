@@ -316,6 +316,22 @@ class Server:
         behalf of one already accepted (an ensemble step): it still runs while the server
         drains its accepted requests at shutdown.
         """
+        future = self.submit(request, nested=nested)
+        try:
+            return await future
+        except (TritonError, asyncio.CancelledError):
+            raise
+        except Exception as exc:
+            raise internal(f"inference on model '{request.model_name}' failed: {exc}") from exc
+
+    def submit(
+        self, request: InferenceRequest, *, nested: bool = False
+    ) -> asyncio.Future[InferenceResponse]:
+        """:meth:`infer` without a coroutine: validate and schedule now, answer in a future.
+
+        For frontends that answer from a callback (no task per request). Invalid requests
+        raise at once; a failed execution is the future's exception.
+        """
         if not (self._accepting or nested):
             raise unavailable("Server is not accepting requests: it is shutting down")
         model = self.models.get(request.model_name, request.model_version)
@@ -324,26 +340,44 @@ class Server:
                 f"model '{model.name}' is decoupled; use a streaming API for its responses"
             )
         received = monotonic_ns()
-        statistics = model.statistics
         self._inflight += 1
         try:
             if model.cacheable and self.cache is not None:
-                response = await self._infer_cached(model, request, received)
+                future = asyncio.ensure_future(self._infer_cached(model, request, received))
             else:
-                response = await model.enqueue(request)
-        except TritonError as error:
-            statistics.record_failure(monotonic_ns() - received, error.failure_reason)
-            raise
-        except Exception as exc:
-            statistics.record_failure(monotonic_ns() - received, "OTHER")
-            logger.exception("inference on model '%s' failed", model.name)
+                future = model.enqueue(request)
+        except BaseException as exc:
+            self._infer_done(model, received, exc)
+            if isinstance(exc, TritonError | asyncio.CancelledError):
+                raise
             raise internal(f"inference on model '{model.name}' failed: {exc}") from exc
-        finally:
-            self._inflight -= 1
-            if self._idle is not None and not self._inflight:
-                self._idle.set()
-        statistics.record_success(monotonic_ns() - received)
-        return response
+        future.add_done_callback(lambda done: self._infer_done(model, received, done))
+        return future
+
+    def _infer_done(
+        self,
+        model: LoadedModel,
+        received: int,
+        outcome: asyncio.Future[InferenceResponse] | BaseException,
+    ) -> None:
+        """Statistics and the count in flight, once a request is answered (or failed)."""
+        self._inflight -= 1
+        if self._idle is not None and not self._inflight:
+            self._idle.set()
+        if isinstance(outcome, asyncio.Future):
+            if outcome.cancelled():
+                return  # the client went away: neither a success nor a failure
+            error = outcome.exception()
+        else:
+            error = outcome
+        elapsed = monotonic_ns() - received
+        if error is None:
+            model.statistics.record_success(elapsed)
+        elif isinstance(error, TritonError):
+            model.statistics.record_failure(elapsed, error.failure_reason)
+        elif isinstance(error, Exception):
+            model.statistics.record_failure(elapsed, "OTHER")
+            logger.error("inference on model '%s' failed: %r", model.name, error)
 
     async def _infer_cached(
         self, model: LoadedModel, request: InferenceRequest, received: int

@@ -127,3 +127,22 @@ async def test_aio_client_and_stream(server):
             ids.append(result.get_response().id)
             np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), data)
         assert sorted(ids) == ["0", "1", "2"]
+
+
+def test_grpcio_transport_serves_the_same(onnx_repository):
+    """--grpc-transport grpcio (grpc.aio) behind the same servicers: answers and errors."""
+    from tests.support import ServerProcess
+
+    process = ServerProcess([onnx_repository], "--grpc-transport", "grpcio")
+    try:
+        process.wait_ready()
+        client = grpcclient.InferenceServerClient(process.grpc_url)
+        data, inputs = identity_inputs("FP32")
+        result = client.infer("identity_fp32", inputs)
+        np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), data)
+        with pytest.raises(InferenceServerException) as exc:
+            client.infer("nope", inputs)
+        assert exc.value.message() == "Request for unknown model: 'nope' is not found"
+        client.close()
+    finally:
+        assert process.stop() == 0, process.log()[-4000:]

@@ -1,4 +1,4 @@
-"""The grpc.aio frontend on a loopback port, driven by the stock tritonclient."""
+"""The gRPC frontend on a loopback port, on each transport, driven by the stock tritonclient."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from tritonclient.utils import InferenceServerException
 
 from triton_core.errors import Status, TritonError
 from triton_core.frontends.grpc import create_grpc_server
+from triton_core.frontends.grpc.server import TRANSPORTS
 from triton_core.frontends.grpc.servicer import DECOUPLED_MESSAGE
 from triton_core.protos import grpc_service_pb2 as pb
 from triton_core.protos import grpc_service_pb2_grpc as pb_grpc
@@ -94,6 +95,10 @@ class StandInServer:
             raise response.error
         yield response
 
+    def submit(self, request: InferenceRequest) -> asyncio.Future[InferenceResponse]:
+        self._known(request.model_name)  # unknown models raise at once, as the real server's do
+        return asyncio.ensure_future(self.infer(request))
+
     async def infer(self, request: InferenceRequest) -> InferenceResponse:
         name = request.model_name
         self._known(name)
@@ -141,10 +146,16 @@ def stand_in() -> StandInServer:
     return StandInServer()
 
 
+@pytest.fixture(params=TRANSPORTS)
+def transport(request: pytest.FixtureRequest) -> str:
+    """Every test that serves runs once on each transport."""
+    return request.param
+
+
 @pytest.fixture
-async def url(stand_in: StandInServer) -> AsyncIterator[str]:
+async def url(stand_in: StandInServer, transport: Any) -> AsyncIterator[str]:
     port = free_port()
-    server = create_grpc_server(stand_in, "127.0.0.1", port)
+    server = create_grpc_server(stand_in, "127.0.0.1", port, transport=transport)
     await server.start()
     try:
         yield f"127.0.0.1:{port}"
@@ -380,7 +391,9 @@ async def test_server_errors_map_to_grpc_status(
     assert exc.value.message() == message
 
 
-async def test_every_triton_error_status_maps(stub: pb_grpc.GRPCInferenceServiceStub) -> None:
+async def test_every_triton_error_status_maps(
+    stub: pb_grpc.GRPCInferenceServiceStub, transport: Any
+) -> None:
     # the servicer maps through TritonError.status.grpc_code_name: check each member once
     for status in Status:
         error = TritonError(status, f"status {status.name}")
@@ -390,7 +403,7 @@ async def test_every_triton_error_status_maps(stub: pb_grpc.GRPCInferenceService
                 raise error  # noqa: B023 - used within this iteration only
 
         port = free_port()
-        server = create_grpc_server(Failing(), "127.0.0.1", port)
+        server = create_grpc_server(Failing(), "127.0.0.1", port, transport=transport)
         await server.start()
         try:
             async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
@@ -628,14 +641,15 @@ async def test_client_cancel_stops_work_in_flight(
 # event loops
 
 
-def test_runs_on_uvloop() -> None:
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_runs_on_uvloop(transport: Any) -> None:
     """The CLI runs grpc.aio on the uvicorn loop: uvloop. One round of everything on it."""
 
     async def scenario() -> None:
         loop = asyncio.get_running_loop()
         assert type(loop).__module__.startswith("uvloop")
         port = free_port()
-        server = create_grpc_server(StandInServer(), "127.0.0.1", port)
+        server = create_grpc_server(StandInServer(), "127.0.0.1", port, transport=transport)
         await server.start()
         client = tc_aio.InferenceServerClient(f"127.0.0.1:{port}")
         try:
@@ -662,14 +676,15 @@ def test_runs_on_uvloop() -> None:
         runner.run(scenario())
 
 
-def test_create_grpc_server_rejects_a_busy_port() -> None:
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_create_grpc_server_rejects_a_busy_port(transport: Any) -> None:
     async def scenario() -> None:
         with socket.socket() as sock:
             sock.bind(("127.0.0.1", 0))
             sock.listen()
             port = sock.getsockname()[1]
             with pytest.raises(RuntimeError):
-                create_grpc_server(StandInServer(), "127.0.0.1", port)
+                create_grpc_server(StandInServer(), "127.0.0.1", port, transport=transport)
 
     asyncio.run(scenario())
 
@@ -679,14 +694,14 @@ def test_create_grpc_server_rejects_a_busy_port() -> None:
 
 
 @pytest.fixture
-async def real_url(numpy_repo: Any) -> AsyncIterator[str]:
+async def real_url(numpy_repo: Any, transport: Any) -> AsyncIterator[str]:
     from tests.support import numpy_server, write_numpy_model
 
     write_numpy_model(numpy_repo, "streamer", extra="model_transaction_policy { decoupled: true }")
     server = numpy_server(numpy_repo)
     await server.start()
     port = free_port()
-    grpc_server = create_grpc_server(server, "127.0.0.1", port)
+    grpc_server = create_grpc_server(server, "127.0.0.1", port, transport=transport)
     await grpc_server.start()
     try:
         yield f"127.0.0.1:{port}"
@@ -765,9 +780,11 @@ class BrokenServer(StandInServer):
         (TritonError(Status.UNAVAILABLE, "shutting down"), "UNAVAILABLE", "shutting down"),
     ],
 )
-async def test_every_rpc_reports_server_failures(error: Exception, code: str, message: str) -> None:
+async def test_every_rpc_reports_server_failures(
+    error: Exception, code: str, message: str, transport: Any
+) -> None:
     port = free_port()
-    grpc_server = create_grpc_server(BrokenServer(error), "127.0.0.1", port)
+    grpc_server = create_grpc_server(BrokenServer(error), "127.0.0.1", port, transport=transport)
     await grpc_server.start()
     try:
         async with tc_aio.InferenceServerClient(f"127.0.0.1:{port}") as client:

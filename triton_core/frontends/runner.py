@@ -24,6 +24,8 @@ class FrontendOptions:
     allow_grpc: bool = True
     grpc_address: str = "0.0.0.0"
     grpc_port: int = 8001
+    #: "http2" (the built-in transport) or "grpcio" (grpc.aio)
+    grpc_transport: str = "http2"
     allow_metrics: bool = True
     #: None: the HTTP address, as Triton does
     metrics_address: str | None = None
@@ -104,7 +106,12 @@ async def serve(server: Server, options: FrontendOptions) -> int:
     if options.allow_grpc:
         from triton_core.frontends.grpc.server import create_grpc_server
 
-        grpc_server = create_grpc_server(server, options.grpc_address, options.grpc_port)
+        grpc_server = create_grpc_server(
+            server,
+            options.grpc_address,
+            options.grpc_port,
+            transport=options.grpc_transport,  # type: ignore[arg-type]
+        )
         await grpc_server.start()
         logger.info(
             "Started GRPCInferenceService at %s:%d", options.grpc_address, options.grpc_port

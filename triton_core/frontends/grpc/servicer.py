@@ -65,6 +65,7 @@ class ServerAPI(Protocol):
     def model_config(self, name: str, version: int = -1) -> model_config_pb2.ModelConfig: ...
     def model_is_decoupled(self, name: str, version: int = -1) -> bool: ...
     async def infer(self, request: InferenceRequest) -> InferenceResponse: ...
+    def submit(self, request: InferenceRequest) -> asyncio.Future[InferenceResponse]: ...
     def infer_stream(self, request: InferenceRequest) -> AsyncIterator[InferenceResponse]: ...
     def statistics(self, name: str = "", version: int = -1) -> list[ModelStatistics]: ...
     def repository_index(self, ready_only: bool = False) -> list[ModelIndexEntry]: ...
@@ -94,6 +95,14 @@ def _unimplemented(rpc: str, feature: str) -> Callable[..., Coroutine[Any, Any, 
     handler.__name__ = rpc
     handler.__doc__ = f"Answers UNIMPLEMENTED: {feature} is not supported."
     return handler
+
+
+class CallbackCall(Protocol):
+    """How a callback handler answers its call (see ``transport.RpcMethod``)."""
+
+    def respond(self, message: Any) -> None: ...
+    def fail(self, code: grpc.StatusCode, details: str) -> None: ...
+    def cancel_with(self, future: asyncio.Future[Any]) -> None: ...
 
 
 class GRPCInferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
@@ -301,6 +310,46 @@ class GRPCInferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         except Exception as exc:
             error = _unexpected(exc)
         await _abort(context, error)
+
+    def model_infer_callback(self, request: pb.ModelInferRequest, call: CallbackCall) -> None:
+        """ModelInfer for transports that take callback handlers: no task per request.
+
+        Decodes and schedules at once; the answer is encoded and sent from the response
+        future's callback. Same answers as :meth:`ModelInfer`.
+        """
+        try:
+            infer_request = decode_infer_request(request)
+            server = self._server
+            if server.model_is_decoupled(infer_request.model_name, infer_request.model_version):
+                raise unsupported(DECOUPLED_MESSAGE)
+            future = server.submit(infer_request)
+        except TritonError as exc:
+            call.fail(_STATUS_CODES[exc.status], exc.message)
+            return
+        except Exception as exc:
+            error = _unexpected(exc)
+            call.fail(_STATUS_CODES[error.status], error.message)
+            return
+
+        def answer(done: asyncio.Future[InferenceResponse]) -> None:
+            if done.cancelled():
+                return  # the call ended first: nothing to answer
+            try:
+                response = done.result()
+                if response.error is not None:
+                    raise response.error
+                message = encode_infer_response(response, infer_request)
+            except TritonError as exc:
+                error = exc
+            except Exception as exc:
+                error = _unexpected(exc)
+            else:
+                call.respond(message)
+                return
+            call.fail(_STATUS_CODES[error.status], error.message)
+
+        call.cancel_with(future)
+        future.add_done_callback(answer)
 
     async def ModelStreamInfer(
         self,

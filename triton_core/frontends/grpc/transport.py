@@ -1,0 +1,622 @@
+"""gRPC over this project's HTTP/2 (:mod:`.http2`): calls, their servicer context, the server.
+
+The servicers are the same ones grpc.aio runs: handlers ``async def Method(request, context)``
+(or ``(request_iterator, context)`` for client streams), found through the services'
+protobuf descriptors. The context offers what grpc.aio's does for such handlers:
+``abort``, ``write``, ``read``, ``invocation_metadata``, ``set_code``/``set_details``,
+``set_trailing_metadata``, ``time_remaining``, ``cancelled``, ``peer``.
+
+Per call, the work in Python is small and fixed: a cached header block, one task, the
+message parsed by protobuf, and the answer written as three frames in one system call.
+Messages compressed with ``gzip`` or ``deflate`` are accepted; answers are not compressed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import inspect
+import logging
+import socket
+import zlib
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, Final
+
+import grpc
+from google.protobuf import message_factory
+from google.protobuf.descriptor import ServiceDescriptor
+from google.protobuf.message import DecodeError, Message
+
+from triton_core.frontends.grpc.http2 import (
+    Headers,
+    Http2Connection,
+    StreamHandler,
+    encode_literal,
+)
+
+log = logging.getLogger(__name__)
+
+_OK: Final = grpc.StatusCode.OK
+_STATUS_OK: Final = encode_literal("grpc-status", "0")
+#: ``:status: 200`` is entry 8 of HPACK's static table
+_ANSWER_HEADERS: Final = (
+    b"\x88"
+    + encode_literal("content-type", "application/grpc")
+    + encode_literal("grpc-accept-encoding", "identity,deflate,gzip")
+)
+_DECOMPRESSORS: Final[dict[str, Callable[[bytes], bytes]]] = {
+    "gzip": lambda data: zlib.decompress(data, 16 + zlib.MAX_WBITS),
+    "deflate": zlib.decompress,
+}
+_TIMEOUT_UNITS: Final = {"H": 3600.0, "M": 60.0, "S": 1.0, "m": 1e-3, "u": 1e-6, "n": 1e-9}
+#: request headers that are transport, not metadata
+_RESERVED: Final = frozenset(
+    ("content-type", "te", "grpc-encoding", "grpc-accept-encoding", "grpc-timeout")
+)
+
+
+@dataclass(frozen=True, slots=True)
+class RpcMethod:
+    """One RPC: its handler, request message class and streaming shape.
+
+    ``callback``: the handler is a plain function ``handler(request, call)`` that answers
+    through ``call.respond(message)`` or ``call.fail(code, details)``, now or from a
+    callback later, with no task per call; ``call.cancel_with(future)`` cancels
+    ``future`` if the client goes away first. Unary calls only.
+    """
+
+    handler: Callable[..., Any]
+    request_type: type[Message]
+    client_streaming: bool
+    server_streaming: bool
+    callback: bool = False
+
+
+def method_table(
+    services: Iterable[tuple[ServiceDescriptor, object]],
+    callbacks: dict[str, Callable[[Any, Any], None]] | None = None,
+) -> dict[str, RpcMethod]:
+    """``/package.Service/Method`` -> :class:`RpcMethod`, for each service and its servicer.
+
+    ``callbacks`` replaces some unary handlers (by method path) with callback handlers.
+    """
+    callbacks = callbacks or {}
+    table = {}
+    for service, servicer in services:
+        for method in service.methods:
+            path = f"/{service.full_name}/{method.name}"
+            callback = callbacks.get(path)
+            if callback is not None and (method.client_streaming or method.server_streaming):
+                raise ValueError(f"{path} streams: only unary methods take callback handlers")
+            table[path] = RpcMethod(
+                callback or getattr(servicer, method.name),
+                message_factory.GetMessageClass(method.input_type),
+                method.client_streaming,
+                method.server_streaming,
+                callback is not None,
+            )
+    return table
+
+
+def encode_status(code: grpc.StatusCode, details: str, metadata: Iterable = ()) -> bytes:
+    """The trailers of a call: status, message (percent-encoded), trailing metadata."""
+    if code is _OK and not details and not metadata:
+        return _STATUS_OK
+    block = encode_literal("grpc-status", str(code.value[0]))
+    if details:
+        block += encode_literal("grpc-message", percent_encode(details))
+    return block + _encode_metadata(metadata)
+
+
+def percent_encode(text: str) -> str:
+    """gRPC's encoding of ``grpc-message``: UTF-8, with '%' and bytes outside 0x20-0x7E escaped."""
+    raw = text.encode("utf-8")
+    if all(0x20 <= byte <= 0x7E and byte != 0x25 for byte in raw):
+        return text
+    return "".join(
+        chr(byte) if 0x20 <= byte <= 0x7E and byte != 0x25 else f"%{byte:02X}" for byte in raw
+    )
+
+
+def _encode_metadata(metadata: Iterable) -> bytes:
+    block = b""
+    for key, value in metadata:
+        name = key.lower()
+        if name.endswith("-bin"):
+            raw = value if isinstance(value, bytes) else str(value).encode()
+            text = base64.b64encode(raw).decode("ascii").rstrip("=")
+        else:
+            text = str(value)
+        block += encode_literal(name, text)
+    return block
+
+
+def parse_timeout(value: str) -> float | None:
+    """Seconds from a ``grpc-timeout`` value (``<digits><unit>``), None when malformed."""
+    unit = _TIMEOUT_UNITS.get(value[-1:])
+    digits = value[:-1]
+    if unit is None or not digits.isdigit() or len(digits) > 8:
+        return None
+    return int(digits) * unit
+
+
+class _RequestIterator:
+    """The messages of a client stream, as an async iterator for the handler."""
+
+    __slots__ = ("_ended", "_items", "_waiter")
+
+    def __init__(self) -> None:
+        self._items: deque[Message] = deque()
+        self._waiter: asyncio.Future[None] | None = None
+        self._ended = False
+
+    def push(self, message: Message) -> None:
+        self._items.append(message)
+        self._wake()
+
+    def end(self) -> None:
+        self._ended = True
+        self._wake()
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def __aiter__(self) -> _RequestIterator:
+        return self
+
+    async def __anext__(self) -> Message:
+        while not self._items:
+            if self._ended:
+                raise StopAsyncIteration
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+        return self._items.popleft()
+
+
+class _Call:
+    """One RPC on one stream; also the servicer context its handler gets."""
+
+    __slots__ = (
+        "_buffer",
+        "_code",
+        "_conn",
+        "_deadline",
+        "_decompress",
+        "_details",
+        "_done",
+        "_headers",
+        "_headers_sent",
+        "_id",
+        "_method",
+        "_pending",
+        "_requests",
+        "_server",
+        "_task",
+        "_timer",
+        "_trailing",
+        "_unary_request",
+    )
+
+    def __init__(
+        self,
+        server: GrpcServer,
+        conn: Http2Connection,
+        stream_id: int,
+        method: RpcMethod,
+        headers: Headers,
+        decompress: Callable[[bytes], bytes] | None,
+        timeout: float | None,
+    ) -> None:
+        self._server = server
+        self._conn = conn
+        self._id = stream_id
+        self._method = method
+        self._headers = headers
+        self._decompress = decompress
+        self._buffer = b""
+        self._unary_request: Message | None = None
+        self._requests: _RequestIterator | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._pending: asyncio.Future[Any] | None = None  # what a callback handler awaits
+        self._headers_sent = False
+        self._done = False
+        self._code: grpc.StatusCode | None = None
+        self._details = ""
+        self._trailing: tuple = ()
+        self._deadline: float | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        loop = asyncio.get_running_loop()
+        if timeout is not None:
+            self._deadline = loop.time() + timeout
+            self._timer = loop.call_at(self._deadline, self._deadline_exceeded)
+        if method.client_streaming:
+            self._requests = _RequestIterator()
+            self._start(self._requests)
+
+    # -- from the connection ----------------------------------------------------------------
+
+    def data_received(self, data: bytes, end_stream: bool) -> None:
+        if self._done:
+            return
+        buffer = self._buffer + data if self._buffer else data
+        position = 0
+        available = len(buffer)
+        while available - position >= 5:
+            length = int.from_bytes(buffer[position + 1 : position + 5], "big")
+            end = position + 5 + length
+            if end > available:
+                break
+            compressed = buffer[position]
+            payload = buffer[position + 5 : end]
+            position = end
+            if not self._message_received(compressed, payload):
+                return
+        self._buffer = buffer[position:] if position < available else b""
+        if not end_stream:
+            return
+        if self._buffer:
+            self._fail(grpc.StatusCode.INTERNAL, "the request stream ended inside a message")
+        elif self._requests is not None:
+            self._requests.end()
+        elif self._unary_request is None:
+            self._fail(grpc.StatusCode.INTERNAL, "the request carried no message")
+        elif self._task is None:
+            self._start(self._unary_request)
+
+    def stream_reset(self) -> None:
+        if self._done:
+            return
+        self._done = True
+        self._cancel_timer()
+        if self._task is not None:
+            self._task.cancel()
+        if self._pending is not None:
+            self._pending.cancel()
+
+    def _message_received(self, compressed: int, payload: bytes) -> bool:
+        if compressed:
+            if self._decompress is None:
+                self._fail(grpc.StatusCode.INTERNAL, "a compressed message without grpc-encoding")
+                return False
+            try:
+                payload = self._decompress(payload)
+            except zlib.error as exc:
+                self._fail(grpc.StatusCode.INTERNAL, f"failed to decompress the message: {exc}")
+                return False
+        try:
+            message = self._method.request_type.FromString(payload)
+        except DecodeError:
+            self._fail(grpc.StatusCode.INTERNAL, "Exception deserializing request!")
+            return False
+        if self._requests is not None:
+            self._requests.push(message)
+        elif self._unary_request is None:
+            self._unary_request = message
+        else:
+            self._fail(grpc.StatusCode.INTERNAL, "more than one message for a unary call")
+            return False
+        return True
+
+    # -- running the handler ----------------------------------------------------------------
+
+    def _start(self, request: Any) -> None:
+        if self._method.callback:
+            try:
+                self._method.handler(request, self)
+            except Exception as exc:
+                log.exception("unexpected error in gRPC handler %s", self._method.handler)
+                self._finish(grpc.StatusCode.UNKNOWN, f"Unexpected {type(exc)}: {exc}")
+            return
+        task = asyncio.get_running_loop().create_task(self._run(request))
+        self._task = task
+        self._server.track(task)
+
+    async def _run(self, request: Any) -> None:
+        method = self._method
+        try:
+            result = method.handler(request, self)
+            if inspect.isawaitable(result):
+                result = await result
+            if method.server_streaming:
+                if result is not None and hasattr(result, "__aiter__"):
+                    async for message in result:
+                        await self.write(message)
+                self._finish(self._code or _OK, self._details)
+            else:
+                self._answer(result)
+        except grpc.aio.AbortError:
+            pass  # abort() already ended the call
+        except asyncio.CancelledError:
+            if not self._done:  # cancelled from inside the server, not by the client
+                self._finish(grpc.StatusCode.CANCELLED, "Cancelled")
+            raise
+        except Exception as exc:
+            if self._code is None or self._code is _OK:
+                log.exception("unexpected error in gRPC handler %s", method.handler.__name__)
+                self._finish(grpc.StatusCode.UNKNOWN, f"Unexpected {type(exc)}: {exc}")
+            else:
+                self._finish(self._code, self._details)
+
+    def _answer(self, response: Message | None) -> None:
+        if self._done:
+            return
+        if response is None:
+            if self._code is not None and self._code is not _OK:
+                self._finish(self._code, self._details)
+            else:
+                self._finish(grpc.StatusCode.INTERNAL, "the handler returned no response")
+            return
+        data = response.SerializeToString()
+        self._done = True
+        self._cancel_timer()
+        headers = None if self._headers_sent else _ANSWER_HEADERS
+        self._headers_sent = True
+        trailers = encode_status(self._code or _OK, self._details, self._trailing)
+        self._conn.send_message(
+            self._id, headers, b"\x00" + len(data).to_bytes(4, "big") + data, trailers
+        )
+
+    def _finish(self, code: grpc.StatusCode, details: str) -> None:
+        """End the call with a status: trailers, or a trailers-only answer."""
+        if self._done:
+            return
+        self._done = True
+        self._cancel_timer()
+        trailers = encode_status(code, details, self._trailing)
+        if not self._headers_sent:
+            self._headers_sent = True
+            trailers = _ANSWER_HEADERS + trailers
+        self._conn.send_headers(self._id, trailers, end_stream=True)
+
+    def _fail(self, code: grpc.StatusCode, details: str) -> None:
+        self._finish(code, details)
+        if self._task is not None:
+            self._task.cancel()
+        if self._pending is not None:
+            self._pending.cancel()
+
+    def _deadline_exceeded(self) -> None:
+        self._timer = None
+        self._fail(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
+
+    def _cancel_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    # -- for callback handlers --------------------------------------------------------------
+
+    def respond(self, message: Message) -> None:
+        """Answer a unary call with ``message`` and status OK."""
+        self._pending = None
+        self._answer(message)
+
+    def fail(self, code: grpc.StatusCode, details: str) -> None:
+        """End the call with an error status."""
+        self._pending = None
+        self._finish(code, details)
+
+    def cancel_with(self, future: asyncio.Future[Any]) -> None:
+        """Cancel ``future`` if the call ends (client reset, deadline) before it is done."""
+        self._pending = future
+
+    # -- the servicer context ---------------------------------------------------------------
+
+    async def abort(
+        self, code: grpc.StatusCode, details: str = "", trailing_metadata: tuple = ()
+    ) -> None:
+        """End the call with ``code`` and ``details``; raises ``grpc.aio.AbortError``."""
+        if code is _OK:
+            raise ValueError("abort() needs a status code other than OK")
+        if trailing_metadata:
+            self._trailing = tuple(trailing_metadata)
+        self._finish(code, details)
+        raise grpc.aio.AbortError(f"Locally aborted: {code} {details}")
+
+    async def write(self, message: Message) -> None:
+        """Send one message of a server stream."""
+        if self._done:
+            return
+        data = message.SerializeToString()
+        headers = None if self._headers_sent else _ANSWER_HEADERS
+        self._headers_sent = True
+        self._conn.send_message(
+            self._id, headers, b"\x00" + len(data).to_bytes(4, "big") + data, None
+        )
+        drained = self._conn.drained(self._id)
+        if drained is not None:
+            await drained
+
+    async def read(self) -> Message | Any:
+        """The next message of a client stream, or ``grpc.aio.EOF`` after the last."""
+        if self._requests is None:
+            raise RuntimeError("read() is for client-streaming calls")
+        try:
+            return await self._requests.__anext__()
+        except StopAsyncIteration:
+            return grpc.aio.EOF
+
+    def invocation_metadata(self) -> tuple[tuple[str, str | bytes], ...]:
+        """The client's metadata: its headers, less pseudo-headers and transport headers."""
+        metadata = []
+        for name, value in self._headers:
+            if name.startswith(":") or name in _RESERVED:
+                continue
+            if name.endswith("-bin"):
+                metadata.append((name, base64.b64decode(value + "=" * (-len(value) % 4))))
+            else:
+                metadata.append((name, value))
+        return tuple(metadata)
+
+    def set_code(self, code: grpc.StatusCode) -> None:
+        self._code = code
+
+    def set_details(self, details: str) -> None:
+        self._details = details
+
+    def code(self) -> grpc.StatusCode | None:
+        return self._code
+
+    def details(self) -> str:
+        return self._details
+
+    def set_trailing_metadata(self, trailing_metadata: tuple) -> None:
+        self._trailing = tuple(trailing_metadata)
+
+    async def send_initial_metadata(self, initial_metadata: tuple) -> None:
+        """Send the answer headers now, with ``initial_metadata`` among them."""
+        if self._headers_sent or self._done:
+            raise RuntimeError("the answer headers were already sent")
+        self._headers_sent = True
+        self._conn.send_headers(self._id, _ANSWER_HEADERS + _encode_metadata(initial_metadata))
+
+    def time_remaining(self) -> float | None:
+        if self._deadline is None:
+            return None
+        return max(self._deadline - asyncio.get_running_loop().time(), 0.0)
+
+    def cancelled(self) -> bool:
+        return self._done and self._task is not None and self._task.cancelled()
+
+    def done(self) -> bool:
+        return self._done
+
+    def peer(self) -> str:
+        return self._conn.peer
+
+
+class _Refused:
+    """A stream answered before any handler ran: its data is dropped."""
+
+    def data_received(self, data: bytes, end_stream: bool) -> None:
+        pass
+
+    def stream_reset(self) -> None:
+        pass
+
+
+_REFUSED: Final = _Refused()
+
+
+class GrpcServer:
+    """gRPC services on a bound socket; ``start``/``stop`` as grpc.aio's server has them."""
+
+    def __init__(self, methods: dict[str, RpcMethod], sock: socket.socket) -> None:
+        self._methods = methods
+        self._socket = sock
+        self._server: asyncio.Server | None = None
+        self._connections: set[Http2Connection] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._stopped = asyncio.Event()
+
+    @property
+    def port(self) -> int:
+        return self._socket.getsockname()[1]
+
+    async def start(self) -> None:
+        """Accept connections."""
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(self._connection, sock=self._socket)
+
+    async def stop(self, grace: float | None) -> None:
+        """Stop accepting; let calls in flight finish for ``grace`` seconds, then cancel them."""
+        if self._server is not None:
+            self._server.close()
+        for conn in list(self._connections):
+            conn.go_away()
+        if grace:
+            deadline = asyncio.get_running_loop().time() + grace
+            while self._connections and asyncio.get_running_loop().time() < deadline:
+                if not any(conn.open_streams for conn in self._connections):
+                    break
+                await asyncio.sleep(0.01)
+        for conn in list(self._connections):
+            conn.close()
+        for task in list(self._tasks):
+            task.cancel()
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._server is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._server.wait_closed(), 1.0)
+        self._stopped.set()
+
+    async def wait_for_termination(self) -> None:
+        await self._stopped.wait()
+
+    def track(self, task: asyncio.Task[None]) -> None:
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _connection(self) -> Http2Connection:
+        conn = Http2Connection(self._open_stream, self._connections.discard)
+        self._connections.add(conn)
+        return conn
+
+    def _open_stream(
+        self, conn: Http2Connection, stream_id: int, headers: Headers, end_stream: bool
+    ) -> StreamHandler:
+        path = content_type = encoding = timeout = None
+        for name, value in headers:
+            if name == ":path":
+                path = value
+            elif name == "content-type":
+                content_type = value
+            elif name == "grpc-encoding":
+                encoding = value
+            elif name == "grpc-timeout":
+                timeout = value
+        if content_type is None or not content_type.startswith("application/grpc"):
+            # not a gRPC call: an HTTP answer, as the gRPC protocol asks
+            conn.send_headers(stream_id, encode_literal(":status", "415"), end_stream=True)
+            return _REFUSED
+        method = self._methods.get(path or "")
+        if method is None:
+            self._refuse(conn, stream_id, grpc.StatusCode.UNIMPLEMENTED, "Method not found!")
+            return _REFUSED
+        decompress = None
+        if encoding is not None and encoding != "identity":
+            decompress = _DECOMPRESSORS.get(encoding)
+            if decompress is None:
+                self._refuse(
+                    conn,
+                    stream_id,
+                    grpc.StatusCode.UNIMPLEMENTED,
+                    f"Compression algorithm '{encoding}' is not supported",
+                )
+                return _REFUSED
+        seconds = parse_timeout(timeout) if timeout is not None else None
+        call = _Call(self, conn, stream_id, method, headers, decompress, seconds)
+        if end_stream:
+            call.data_received(b"", True)
+        return call
+
+    @staticmethod
+    def _refuse(conn: Http2Connection, stream_id: int, code: grpc.StatusCode, message: str):
+        conn.send_headers(stream_id, _ANSWER_HEADERS + encode_status(code, message), True)
+
+
+def bind(address: str, port: int, reuse_port: bool = False) -> socket.socket:
+    """A listening, non-blocking TCP socket; raises ``RuntimeError`` when it cannot bind."""
+    host = address.removeprefix("ipv6:").strip("[]")
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if reuse_port:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        sock.bind((host, port))
+        sock.listen(2048)
+    except OSError as exc:
+        sock.close()
+        raise RuntimeError(f"failed to bind the gRPC server to {address}:{port}: {exc}") from exc
+    sock.setblocking(False)
+    return sock
