@@ -492,38 +492,50 @@ class Http2Connection(asyncio.Protocol):
         self._flush(stream)
 
     def send_message(
-        self, stream_id: int, headers: bytes | None, data: bytes, trailers: bytes | None
+        self,
+        stream_id: int,
+        headers: bytes | None,
+        prefix: bytes,
+        data: bytes,
+        trailers: bytes | None,
     ) -> None:
-        """Headers (when given), data and trailers (when given) in one write where windows allow.
+        """Headers (when given), ``prefix + data`` and trailers (when given) on a stream.
 
-        The common answer to a unary call: three frames, one system call.
+        The common answer to a unary call: three frames in one write, when the windows and
+        the frame size allow; otherwise as :meth:`send_headers` and :meth:`send_data` do.
         """
         stream = self._streams.get(stream_id)
         if stream is None or stream.local_closed:
             return
-        size = len(data)
+        size = len(prefix) + len(data)
+        limit = self._peer_max_frame
         if (
             stream.outbound
             or size > self._send_window
             or size > stream.send_window
-            or size > self._peer_max_frame
+            or size > limit
+            or (headers is not None and len(headers) > limit)
+            or (trailers is not None and len(trailers) > limit)
         ):
             if headers is not None:
                 self.send_headers(stream_id, headers)
-            self.send_data(stream_id, data)
+            self.send_data(stream_id, prefix + data, end_stream=False)
             if trailers is not None:
                 self.send_headers(stream_id, trailers, end_stream=True)
             return
         self._send_window -= size
         stream.send_window -= size
-        parts = []
+        pack = _pack_frame_header
+        parts: list[bytes] = []
         if headers is not None:
-            parts.append(self._header_frames(stream_id, headers, False))
-        parts.append(frame_header(DATA, 0, stream_id, size))
-        parts.append(data)
+            length = len(headers)
+            parts += (pack(length >> 16, length & 0xFFFF, HEADERS, END_HEADERS, stream_id), headers)
+        parts += (pack(size >> 16, size & 0xFFFF, DATA, 0, stream_id), prefix, data)
         if trailers is not None:
             stream.local_closed = True
-            parts.append(self._header_frames(stream_id, trailers, True))
+            length = len(trailers)
+            flags = END_HEADERS | END_STREAM
+            parts += (pack(length >> 16, length & 0xFFFF, HEADERS, flags, stream_id), trailers)
         self._write(b"".join(parts))
         if trailers is not None:
             self._finish_local(stream)

@@ -19,6 +19,7 @@ import contextlib
 import inspect
 import logging
 import socket
+import struct
 import zlib
 from collections import deque
 from collections.abc import Callable, Iterable
@@ -51,6 +52,8 @@ _DECOMPRESSORS: Final[dict[str, Callable[[bytes], bytes]]] = {
     "gzip": lambda data: zlib.decompress(data, 16 + zlib.MAX_WBITS),
     "deflate": zlib.decompress,
 }
+#: a message's 5-byte prefix: the compressed flag and the length
+_prefix: Final = struct.Struct(">BL").pack
 _TIMEOUT_UNITS: Final = {"H": 3600.0, "M": 60.0, "S": 1.0, "m": 1e-3, "u": 1e-6, "n": 1e-9}
 #: request headers that are transport, not metadata
 _RESERVED: Final = frozenset(
@@ -233,8 +236,8 @@ class _Call:
         self._trailing: tuple = ()
         self._deadline: float | None = None
         self._timer: asyncio.TimerHandle | None = None
-        loop = asyncio.get_running_loop()
         if timeout is not None:
+            loop = asyncio.get_running_loop()
             self._deadline = loop.time() + timeout
             self._timer = loop.call_at(self._deadline, self._deadline_exceeded)
         if method.client_streaming:
@@ -360,9 +363,7 @@ class _Call:
         headers = None if self._headers_sent else _ANSWER_HEADERS
         self._headers_sent = True
         trailers = encode_status(self._code or _OK, self._details, self._trailing)
-        self._conn.send_message(
-            self._id, headers, b"\x00" + len(data).to_bytes(4, "big") + data, trailers
-        )
+        self._conn.send_message(self._id, headers, _prefix(0, len(data)), data, trailers)
 
     def _finish(self, code: grpc.StatusCode, details: str) -> None:
         """End the call with a status: trailers, or a trailers-only answer."""
@@ -428,9 +429,7 @@ class _Call:
         data = message.SerializeToString()
         headers = None if self._headers_sent else _ANSWER_HEADERS
         self._headers_sent = True
-        self._conn.send_message(
-            self._id, headers, b"\x00" + len(data).to_bytes(4, "big") + data, None
-        )
+        self._conn.send_message(self._id, headers, _prefix(0, len(data)), data, None)
         drained = self._conn.drained(self._id)
         if drained is not None:
             await drained
@@ -516,6 +515,7 @@ class GrpcServer:
         self._connections: set[Http2Connection] = set()
         self._tasks: set[asyncio.Task[None]] = set()
         self._stopped = asyncio.Event()
+        self._fields: dict[Headers, tuple[str | None, ...]] = {}
 
     @property
     def port(self) -> int:
@@ -564,16 +564,13 @@ class GrpcServer:
     def _open_stream(
         self, conn: Http2Connection, stream_id: int, headers: Headers, end_stream: bool
     ) -> StreamHandler:
-        path = content_type = encoding = timeout = None
-        for name, value in headers:
-            if name == ":path":
-                path = value
-            elif name == "content-type":
-                content_type = value
-            elif name == "grpc-encoding":
-                encoding = value
-            elif name == "grpc-timeout":
-                timeout = value
+        # a client repeats the same header block: the same tuple, from the decoder's cache
+        fields = self._fields.get(headers)
+        if fields is None:
+            fields = _call_fields(headers)
+            if fields[3] is None and len(self._fields) < 256:  # timeouts differ every call
+                self._fields[headers] = fields
+        path, content_type, encoding, timeout = fields
         if content_type is None or not content_type.startswith("application/grpc"):
             # not a gRPC call: an HTTP answer, as the gRPC protocol asks
             conn.send_headers(stream_id, encode_literal(":status", "415"), end_stream=True)
@@ -602,6 +599,21 @@ class GrpcServer:
     @staticmethod
     def _refuse(conn: Http2Connection, stream_id: int, code: grpc.StatusCode, message: str):
         conn.send_headers(stream_id, _ANSWER_HEADERS + encode_status(code, message), True)
+
+
+def _call_fields(headers: Headers) -> tuple[str | None, ...]:
+    """What the transport reads of a call's headers: path, content type, encoding, timeout."""
+    path = content_type = encoding = timeout = None
+    for name, value in headers:
+        if name == ":path":
+            path = value
+        elif name == "content-type":
+            content_type = value
+        elif name == "grpc-encoding":
+            encoding = value
+        elif name == "grpc-timeout":
+            timeout = value
+    return path, content_type, encoding, timeout
 
 
 def bind(address: str, port: int, reuse_port: bool = False) -> socket.socket:
