@@ -234,6 +234,20 @@ async def test_header_block_split_over_continuation_frames(client: RawClient) ->
     assert pb.ServerLiveResponse.FromString(answer["data"][5:]).live
 
 
+async def test_request_in_many_small_data_frames(client: RawClient) -> None:
+    values = np.arange(100_000, dtype=np.float32)  # 400 kB in 1 kB frames
+    payload = message(echo_request(values))
+    client.send(h2.frame(h2.HEADERS, h2.END_HEADERS, 1, client.headers_block(INFER)))
+    chunks = [payload[i : i + 1000] for i in range(0, len(payload), 1000)]
+    for chunk in chunks[:-1]:
+        client.send(h2.frame(h2.DATA, 0, 1, chunk))
+    client.send(h2.frame(h2.DATA, h2.END_STREAM, 1, chunks[-1]))
+    answer = await client.answer(1, window_updates=True)
+    assert status(answer) == ("0", "")
+    raw = infer_response(answer).raw_output_contents[0]
+    np.testing.assert_array_equal(np.frombuffer(raw, np.float32), values)
+
+
 async def test_padded_frames(client: RawClient) -> None:
     block = client.headers_block(LIVE)
     client.send(
@@ -399,8 +413,9 @@ async def test_client_streaming_call_over_raw_frames(client: RawClient) -> None:
     block = client.headers_block(path)
     client.send(
         h2.frame(h2.HEADERS, h2.END_HEADERS, 1, block)
-        + h2.frame(h2.DATA, 0, 1, stream[:7])  # a message split over frames
-        + h2.frame(h2.DATA, 0, 1, stream[7:])
+        + h2.frame(h2.DATA, 0, 1, stream[:3])  # split inside the length prefix
+        + h2.frame(h2.DATA, 0, 1, stream[3:20])  # and inside the message
+        + h2.frame(h2.DATA, 0, 1, stream[20:])
     )
     await asyncio.sleep(0.1)
     client.send(h2.frame(h2.DATA, h2.END_STREAM, 1, b""))

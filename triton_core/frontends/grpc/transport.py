@@ -199,6 +199,7 @@ class _Call:
         "_headers_sent",
         "_id",
         "_method",
+        "_need",
         "_pending",
         "_requests",
         "_server",
@@ -224,7 +225,8 @@ class _Call:
         self._method = method
         self._headers = headers
         self._decompress = decompress
-        self._buffer = b""
+        self._buffer = bytearray()  # the part of a message that has arrived so far
+        self._need = 0  # how many bytes complete that message
         self._unary_request: Message | None = None
         self._requests: _RequestIterator | None = None
         self._task: asyncio.Task[None] | None = None
@@ -249,7 +251,15 @@ class _Call:
     def data_received(self, data: bytes, end_stream: bool) -> None:
         if self._done:
             return
-        buffer = self._buffer + data if self._buffer else data
+        if self._buffer:
+            # a message spread over frames: gather it once, without re-copying each time
+            self._buffer += data
+            if len(self._buffer) < self._need and not end_stream:
+                return
+            buffer: bytes | memoryview = memoryview(bytes(self._buffer))
+            self._buffer = bytearray()
+        else:
+            buffer = data if len(data) < 65536 else memoryview(data)  # large: no slice copies
         position = 0
         available = len(buffer)
         while available - position >= 5:
@@ -262,7 +272,9 @@ class _Call:
             position = end
             if not self._message_received(compressed, payload):
                 return
-        self._buffer = buffer[position:] if position < available else b""
+        if position < available:
+            self._buffer = bytearray(buffer[position:])
+            self._need = end - position if available - position >= 5 else 5
         if not end_stream:
             return
         if self._buffer:
@@ -284,7 +296,7 @@ class _Call:
         if self._pending is not None:
             self._pending.cancel()
 
-    def _message_received(self, compressed: int, payload: bytes) -> bool:
+    def _message_received(self, compressed: int, payload: bytes | memoryview) -> bool:
         if compressed:
             if self._decompress is None:
                 self._fail(grpc.StatusCode.INTERNAL, "a compressed message without grpc-encoding")
