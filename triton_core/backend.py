@@ -81,6 +81,15 @@ class ModelInstance(ABC):
         message (a :class:`~triton_core.errors.TritonError` keeps its status).
         """
 
+    def thread_started(self) -> None:  # noqa: B027 - optional hook
+        """Called once on this instance's worker thread, before its first :meth:`execute`.
+
+        The thread runs this instance's batches only, for the instance's whole life: set
+        per-thread framework state here (thread counts, the current device or stream, a grad
+        mode) once instead of on every call. An exception is logged and the thread goes on.
+        Not called for ``event_driven`` instances.
+        """
+
     def begin_execute(
         self,
         requests: list[InferenceRequest],

@@ -200,6 +200,10 @@ class InstancePool:
         queue = self._queue
         resolve = self._resolve
         call_soon = self._loop.call_soon_threadsafe
+        try:
+            instance.thread_started()
+        except Exception:
+            logger.exception("model '%s': an instance's thread set-up failed", self._model_name)
         while True:
             batch = queue.get()
             if batch is None:

@@ -422,6 +422,40 @@ def test_no_grad_mode_and_optimized_execution_off(
     assert response.output("OUTPUT__0").data.shape == (2, 10)
 
 
+@pytest.mark.parametrize("inference_mode", [True, False])
+def test_thread_started_sets_the_grad_mode_once_on_that_thread(
+    builders, model_file, instance, make_request, inference_mode
+):
+    builders.save(builders.Identity(), model_file, "script")
+    extra = (
+        ""
+        if inference_mode
+        else ('parameters { key: "INFERENCE_MODE" value { string_value: "false" } }')
+    )
+    inst = instance(config("FP32") + extra, auto_complete=False)
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    seen = {}
+
+    def instance_thread() -> None:
+        inst.thread_started()  # as the server's instance pool calls it
+        seen["inference"] = torch.is_inference_mode_enabled()
+        seen["grad"] = torch.is_grad_enabled()
+        (response,) = inst.execute([make_request({"INPUT__0": ("FP32", x)})])
+        seen["out"] = response.output("OUTPUT__0").data
+
+    thread = threading.Thread(target=instance_thread)
+    thread.start()
+    thread.join()
+    assert seen["inference"] is inference_mode
+    assert seen["grad"] is False
+    np.testing.assert_array_equal(seen["out"], x)
+    # other threads keep their modes, and execute on them sets the mode per call
+    assert not torch.is_inference_mode_enabled() and torch.is_grad_enabled()
+    (response,) = inst.execute([make_request({"INPUT__0": ("FP32", x)})])
+    np.testing.assert_array_equal(response.output("OUTPUT__0").data, x)
+    assert not torch.is_inference_mode_enabled() and torch.is_grad_enabled()
+
+
 def test_weight_sharing_loads_once_per_device(builders, model_file, load, specs):
     builders.save(builders.Identity(), model_file, "script")
     text = config("FP32") + (

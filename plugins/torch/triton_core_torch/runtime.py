@@ -658,6 +658,25 @@ class PyTorchInstance(ModelInstance):
             torch.inference_mode if self._settings.inference_mode else torch.no_grad
         )
         self._thread: int | None = None
+        #: the worker thread whose grad mode thread_started() set for good (None: per call)
+        self._mode_thread: int | None = None
+        self._mode_guard: Any = None
+
+    def thread_started(self) -> None:
+        """On the instance's own worker thread: per-thread state, and the grad mode, once.
+
+        Entering and leaving ``inference_mode`` around every forward costs more than a
+        small model's forward itself; on a thread that runs only this instance the mode is
+        entered once and stays (its guard lives as long as the instance).
+        """
+        self._enter_thread()
+        if self._settings.inference_mode:
+            guard = torch._C._InferenceMode(True)  # what torch.inference_mode() enters
+            guard.__enter__()
+            self._mode_guard = guard
+        else:
+            torch._C._set_grad_enabled(False)
+        self._mode_thread = threading.get_ident()
 
     def _enter_thread(self) -> None:
         """Per-thread PyTorch state, set on the worker thread before its first forward.
@@ -729,10 +748,10 @@ class PyTorchInstance(ModelInstance):
                 f"input (got {', '.join(arrays) or 'none'})",
             ) from None
         try:
-            with self._grad_mode():
-                if self._dict_input:
-                    return self._forward(dict(zip(self._arguments, args, strict=True)))
-                return self._forward(*args)
+            if self._mode_thread == threading.get_ident():
+                return self._call_forward(args)
+            with self._grad_mode():  # a thread other than the instance's own (tests, tools)
+                return self._call_forward(args)
         except TritonError:
             raise
         except Exception as exc:
@@ -746,6 +765,11 @@ class PyTorchInstance(ModelInstance):
             raise TritonError(
                 Status.INTERNAL, f"PyTorch execute failure in model '{self._model_name}': {message}"
             ) from exc
+
+    def _call_forward(self, args: list[Any]) -> Any:
+        if self._dict_input:
+            return self._forward(dict(zip(self._arguments, args, strict=True)))
+        return self._forward(*args)
 
     def _outputs(self, result: Any, names: list[str]) -> list[np.ndarray]:
         """The requested outputs of a forward's result, as numpy arrays."""
