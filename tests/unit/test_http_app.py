@@ -17,6 +17,7 @@ import tritonclient.http as httpclient
 
 from triton_core.errors import invalid_arg, not_found, unavailable
 from triton_core.frontends.http import create_app
+from triton_core.frontends.http.fast_path import create_asgi_app
 from triton_core.types import (
     InferenceRequest,
     InferenceResponse,
@@ -111,9 +112,15 @@ def server() -> StubServer:
     return StubServer()
 
 
+@pytest.fixture(params=["falcon", "fast-path"])
+def app_factory(request: pytest.FixtureRequest) -> Any:
+    """Every test runs on the falcon app alone and behind the infer fast path, as served."""
+    return create_app if request.param == "falcon" else create_asgi_app
+
+
 @pytest.fixture
-def client(server: StubServer) -> falcon.testing.TestClient:
-    return falcon.testing.TestClient(create_app(server))
+def client(server: StubServer, app_factory: Any) -> falcon.testing.TestClient:
+    return falcon.testing.TestClient(app_factory(server))
 
 
 def assert_error(result: falcon.testing.Result, status: int, message: str) -> None:
@@ -481,8 +488,8 @@ def test_response_compression(
 # size limit
 
 
-def test_oversized_body(server: StubServer) -> None:
-    client = falcon.testing.TestClient(create_app(server, max_input_size=1000))
+def test_oversized_body(server: StubServer, app_factory: Any) -> None:
+    client = falcon.testing.TestClient(app_factory(server, max_input_size=1000))
     body, headers = binary_infer_body(np.ones((1, 256), np.float32))
     result = client.simulate_post("/v2/models/simple/infer", body=body, headers=headers)
     assert result.status_code == 400
@@ -491,8 +498,8 @@ def test_oversized_body(server: StubServer) -> None:
     assert "--http-max-input-size" in message
 
 
-def test_oversized_after_decompression(server: StubServer) -> None:
-    client = falcon.testing.TestClient(create_app(server, max_input_size=1000))
+def test_oversized_after_decompression(server: StubServer, app_factory: Any) -> None:
+    client = falcon.testing.TestClient(app_factory(server, max_input_size=1000))
     body, headers = binary_infer_body(np.zeros((1, 256), np.float32))
     compressed = gzip.compress(body)
     assert len(compressed) < 1000
@@ -536,8 +543,8 @@ async def call_chunked(app: Any, path: str, chunks: list[bytes]) -> tuple[int, b
     return sent[0]["status"], b"".join(m.get("body", b"") for m in sent[1:])
 
 
-def test_chunked_body_limit(server: StubServer) -> None:
-    app = create_app(server, max_input_size=100)
+def test_chunked_body_limit(server: StubServer, app_factory: Any) -> None:
+    app = app_factory(server, max_input_size=100)
     doc = orjson.dumps(
         {"inputs": [{"name": "INPUT0", "shape": [2], "datatype": "FP32", "data": [1, 2]}]}
     )

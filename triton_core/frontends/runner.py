@@ -91,9 +91,9 @@ async def serve(server: Server, options: FrontendOptions) -> int:
         return 1
     uvicorn_servers = []
     if "HTTP" in sockets:
-        from triton_core.frontends.http.app import create_app
+        from triton_core.frontends.http.fast_path import create_asgi_app
 
-        app = create_app(server, max_input_size=options.http_max_input_size)
+        app = create_asgi_app(server, max_input_size=options.http_max_input_size)
         uvicorn_servers.append(_start_uvicorn(app, sockets["HTTP"], options))
         logger.info("Started HTTPService at %s:%d", options.http_address, options.http_port)
     if "metrics" in sockets:

@@ -238,11 +238,7 @@ class _ModelResource:
         server = self._server
         model_name = _model_name(req, model_name)
         model_version = parse_version(version) if version else -1
-        # Triton checks the transaction policy before it looks at the body
-        if server.model_is_decoupled(model_name, model_version):
-            raise unsupported(
-                "HTTP end point doesn't support models with decoupled transaction policy"
-            )
+        check_not_decoupled(server, model_name, model_version)
 
         body = await self._read_body(req)
         content_encoding = req.get_header("Content-Encoding")
@@ -257,23 +253,9 @@ class _ModelResource:
                     len(body), compression.decompress, body, encoding, self._max_input_size
                 )
 
-        header_length = _header_length(req.get_header(HEADER_LENGTH), len(body))
-        if header_length == 0:
-            decoded = decode_raw_request(
-                model_name, model_version, body, server.model_config_json(model_name, model_version)
-            )
-        else:
-            decoded = decode_request(model_name, model_version, body, header_length)
-
-        request = decoded.request
-        response = await server.infer(request)
-        if response.error is not None:
-            raise response.error
-        if not response.model_name:
-            response.model_name = model_name
-        if not response.id:
-            response.id = request.id
-        data, headers = encode_response(response, decoded.binary_outputs, decoded.default_binary)
+        data, headers = await infer_body(
+            server, model_name, model_version, body, req.get_header(HEADER_LENGTH)
+        )
 
         accept_encoding = req.get_header("Accept-Encoding")
         if accept_encoding:
@@ -286,6 +268,46 @@ class _ModelResource:
 
     async def _read_body(self, req: falcon.asgi.Request) -> bytes:
         return await _read_body(req, self._max_input_size)
+
+
+def check_not_decoupled(server: InferenceServerAPI, model_name: str, model_version: int) -> None:
+    """Refuse infer on a decoupled model; Triton checks this before it looks at the body."""
+    if server.model_is_decoupled(model_name, model_version):
+        raise unsupported("HTTP end point doesn't support models with decoupled transaction policy")
+
+
+async def infer_body(
+    server: InferenceServerAPI,
+    model_name: str,
+    model_version: int,
+    body: bytes,
+    header_length: str | None,
+) -> tuple[bytes, dict[str, str]]:
+    """Decode an (uncompressed) infer body, run it, and encode the answer as (body, headers).
+
+    ``header_length`` is the ``Inference-Header-Content-Length`` header's value, if any.
+    """
+    length = _header_length(header_length, len(body))
+    if length == 0:
+        decoded = decode_raw_request(
+            model_name, model_version, body, server.model_config_json(model_name, model_version)
+        )
+    else:
+        decoded = decode_request(model_name, model_version, body, length)
+    request = decoded.request
+    response = await server.infer(request)
+    if response.error is not None:
+        raise response.error
+    if not response.model_name:
+        response.model_name = model_name
+    if not response.id:
+        response.id = request.id
+    return encode_response(response, decoded.binary_outputs, decoded.default_binary)
+
+
+def error_body(message: str) -> bytes:
+    """Triton's error document."""
+    return orjson.dumps({"error": message})
 
 
 async def _read_body(req: falcon.asgi.Request, limit: int) -> bytes:
@@ -484,17 +506,13 @@ class _Router(CompiledRouter):
         return method_map
 
 
-def _error_body(message: str) -> bytes:
-    return orjson.dumps({"error": message})
-
-
 def _serialize_http_error(
     req: falcon.Request, resp: falcon.Response, exception: falcon.HTTPError
 ) -> None:
     """falcon's own errors (404 routing, 405, bad headers) in Triton's shape."""
     message = exception.description or http.HTTPStatus(exception.status_code).phrase
     resp.content_type = _JSON
-    resp.data = _error_body(message)
+    resp.data = error_body(message)
 
 
 async def _handle_triton_error(
@@ -502,7 +520,7 @@ async def _handle_triton_error(
 ) -> None:
     resp.status = error.status.http_status
     resp.content_type = _JSON
-    resp.data = _error_body(error.message)
+    resp.data = error_body(error.message)
 
 
 async def _handle_unexpected_error(
@@ -512,4 +530,4 @@ async def _handle_unexpected_error(
     logger.exception("unexpected error handling %s %s", req.method, req.path, exc_info=error)
     resp.status = 500
     resp.content_type = _JSON
-    resp.data = _error_body(str(error) or type(error).__name__)
+    resp.data = error_body(str(error) or type(error).__name__)

@@ -1,0 +1,154 @@
+"""``POST /v2/models/<name>[/versions/<n>]/infer`` answered straight from ASGI, ahead of falcon.
+
+falcon's request and response objects, routing and error handling cost more per call than
+the infer codec itself, and infer is the one route on the hot path. This layer answers the
+plain case with the same functions the falcon resource uses (:func:`~.app.infer_body`);
+everything else goes to the falcon app untouched: other routes and methods, compressed
+bodies or answers, chunked bodies, percent-encoded names, bodies over the size limit. Both
+paths answer alike, and the HTTP tests run against both.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any, Final
+
+from triton_core.errors import TritonError
+from triton_core.frontends.http import compression
+from triton_core.frontends.http.app import (
+    InferenceServerAPI,
+    check_not_decoupled,
+    error_body,
+    infer_body,
+)
+
+logger = logging.getLogger(__name__)
+
+Scope = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
+Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+_PREFIX: Final = "/v2/models/"
+_SUFFIX: Final = "/infer"
+#: request headers whose presence sends the request to falcon (compression, chunking)
+_TO_FALCON: Final = frozenset((b"content-encoding", b"transfer-encoding"))
+_JSON_HEADERS: Final = [(b"content-type", b"application/json")]
+
+
+def infer_target(path: str) -> tuple[str, int] | None:
+    """(model name, version) of an infer path; -1 when it names no version; None otherwise."""
+    if not path.startswith(_PREFIX) or not path.endswith(_SUFFIX):
+        return None
+    parts = path[len(_PREFIX) : -len(_SUFFIX)].split("/")
+    if not parts[0]:
+        return None
+    if len(parts) == 1:
+        return parts[0], -1
+    if len(parts) == 3 and parts[1] == "versions" and parts[2].isascii() and parts[2].isdigit():
+        return parts[0], int(parts[2])
+    return None
+
+
+class InferFastPath:
+    """An ASGI app: the plain infer case here, the rest to ``app`` (the falcon app)."""
+
+    def __init__(self, app: ASGIApp, server: InferenceServerAPI, max_input_size: int) -> None:
+        self.app = app
+        self._server = server
+        self._max_input_size = max_input_size
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if (
+            scope["type"] == "http"
+            and scope["method"] == "POST"
+            and b"%" not in scope.get("raw_path", b"")
+        ):
+            target = infer_target(scope["path"])
+            if target is not None:
+                headers = scope["headers"]
+                if not isinstance(headers, list):  # ASGI allows any iterables: keep them for falcon
+                    headers = scope["headers"] = [tuple(pair) for pair in headers]
+                plain = self._plain_request(headers)
+                if plain is not None:
+                    await self._infer(target, plain, receive, send)
+                    return
+        await self.app(scope, receive, send)
+
+    def _plain_request(self, headers: list[tuple[bytes, bytes]]) -> tuple[int, str | None] | None:
+        """(body length, Inference-Header-Content-Length) when nothing needs falcon, else None."""
+        length = header_length = None
+        for raw_name, value in headers:
+            name = raw_name.lower()  # ASGI servers send lowercase names; not every client does
+            if name == b"content-length":
+                length = value
+            elif name == b"inference-header-content-length":
+                header_length = value.decode("latin-1")
+            elif name == b"accept-encoding":
+                text = value.decode("latin-1")
+                if text and compression.response_encoding(text) != compression.IDENTITY:
+                    return None
+            elif name in _TO_FALCON:
+                return None
+        if length is None or not length.isdigit():
+            return None
+        size = int(length)
+        if size > self._max_input_size:
+            return None  # falcon words the size error
+        return size, header_length
+
+    async def _infer(
+        self,
+        target: tuple[str, int],
+        plain: tuple[int, str | None],
+        receive: Receive,
+        send: Send,
+    ) -> None:
+        model_name, model_version = target
+        header_length = plain[1]
+        try:
+            check_not_decoupled(self._server, model_name, model_version)
+            body = await _read_body(receive)
+            if body is None:
+                return  # the client went away
+            data, headers = await infer_body(
+                self._server, model_name, model_version, body, header_length
+            )
+            status = 200
+            response_headers = [(k.lower().encode(), v.encode()) for k, v in headers.items()]
+        except TritonError as error:
+            status, data = error.status.http_status, error_body(error.message)
+            response_headers = None
+        except Exception as exc:
+            logger.exception("unexpected error handling POST %s infer", model_name)
+            status, data, response_headers = 500, error_body(str(exc) or type(exc).__name__), None
+        headers_out = response_headers if response_headers is not None else list(_JSON_HEADERS)
+        headers_out.append((b"content-length", str(len(data)).encode()))
+        await send({"type": "http.response.start", "status": status, "headers": headers_out})
+        await send({"type": "http.response.body", "body": data})
+
+
+async def _read_body(receive: Receive) -> bytes | None:
+    """The whole body, or None when the client disconnects first."""
+    chunks = []
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            return None
+        chunk = message.get("body", b"")
+        if chunk:
+            chunks.append(chunk)
+        if not message.get("more_body", False):
+            break
+    if len(chunks) == 1:
+        return chunks[0]
+    return b"".join(chunks)
+
+
+def create_asgi_app(server: InferenceServerAPI, *, max_input_size: int = 1 << 26) -> InferFastPath:
+    """The HTTP frontend as served: the falcon app behind the infer fast path."""
+    from triton_core.frontends.http.app import create_app
+
+    app = create_app(server, max_input_size=max_input_size)
+    return InferFastPath(app, server, max_input_size)
