@@ -56,9 +56,9 @@ own cost and "at its best" adds the batch sizes that 64 clients cannot reach. In
 batcher and the backend keep most of raw onnxruntime's throughput at that batch size when the
 model does enough work per row (the 2048->8192 MLP). Over the network, every request also pays
 its frontend's Python work on the same two cores as onnxruntime's threads and the load
-generator. With the ~1 ms model that work, not batching, bounds throughput: over HTTP the
-batches are as full as 64 clients allow, while gRPC's costlier frontend delivers requests too
-slowly to fill them. The delay table shows the other trade-off: with
+generator. With the ~1 ms model that work, not batching, bounds throughput: the batches are
+about as full as 64 clients allow, and what is left is each request's frontend and client
+CPU on the cores onnxruntime also needs. The delay table shows the other trade-off: with
 `preferred_batch_size` left at max_batch_size (64) and only 8 clients, a queue delay only adds
 latency, because the batch it waits for can never fill."""
 

@@ -283,8 +283,8 @@ def main() -> None:
         "work); `stub-policy=normal` lets a woken stub preempt the server's event loop (the "
         "default, SCHED_BATCH, makes it wait for a CPU); `instance-thread=yes` adds the core's "
         "worker-thread hop and GIL hand-over per batch, which the default event-driven "
-        "instances avoid. The gRPC rows are bounded by "
-        "the gRPC frontend: the ONNX plugin, with no model.py at all, is the ceiling there."
+        "instances avoid. The ONNX plugin rows, with no model.py at all, are the ceiling: "
+        "the same frontends and scheduler without the process boundary."
     )
     replace_section(
         args.output,
