@@ -7,9 +7,10 @@ PYTHON=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
 PIP=(.venv/bin/python -m pip install -q)
 "${PIP[@]}" --upgrade pip
-# The CPU build of PyTorch, pinned in the same command as everything else: pinned alone first,
-# the resolver of a later command may still replace it with a multi-GB CUDA build.
-"${PIP[@]}" torch==2.13.0 -e '.[test]' -e 'plugins/onnx[testing]' -e plugins/repo_agents \
+# The CPU build of PyTorch, pinned by its local version in the same command as everything
+# else: a plain ==2.13.0 lets the resolver pick the multi-GB CUDA build of that release, and a
+# pin in a command of its own lets a later command replace it.
+"${PIP[@]}" 'torch==2.13.0+cpu' -e '.[test]' -e 'plugins/onnx[testing]' -e plugins/repo_agents \
     -e plugins/torch -e 'plugins/python_model[testing]' -e tests/plugins/batch_strategy
 .venv/bin/ruff check .
 exec .venv/bin/python -m pytest "$@"
