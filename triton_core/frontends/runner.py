@@ -139,6 +139,8 @@ def _start_uvicorn(app, sock: socket.socket, options: FrontendOptions):  # type:
 
     import uvicorn
 
+    from triton_core.frontends.http.protocol import CorkedHttpToolsProtocol
+
     class _QuietSignalsServer(uvicorn.Server):
         # Signals belong to serve(): it stops the frontends in order.
         def capture_signals(self):  # type: ignore[no-untyped-def,override]
@@ -147,7 +149,7 @@ def _start_uvicorn(app, sock: socket.socket, options: FrontendOptions):  # type:
     config = uvicorn.Config(
         app,
         loop="none",
-        http="httptools",
+        http=CorkedHttpToolsProtocol,  # uvicorn's httptools protocol, one write per answer
         lifespan="off",
         access_log=False,
         log_config=None,
