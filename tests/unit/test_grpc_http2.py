@@ -15,6 +15,7 @@ import struct
 from collections.abc import AsyncIterator
 from typing import Any
 
+import grpc
 import hpack
 import numpy as np
 import pytest
@@ -544,3 +545,61 @@ def test_header_cache_follows_the_dynamic_table() -> None:
     assert decoder.decode(changed) == (("x-k", "2"),)
     same_bytes = encoder.encode([(":path", "/a"), ("x-k", "1")])
     assert decoder.decode(same_bytes) == ((":path", "/a"), ("x-k", "1"))
+
+
+# ---------------------------------------------------------------------------------------
+# the servicer context
+
+
+class Recording:
+    """A Health servicer whose Check keeps its context and waits when told to."""
+
+    def __init__(self) -> None:
+        self.contexts: list[Any] = []
+        self.wait = False
+
+    async def Check(self, request: Any, context: Any) -> Any:
+        from triton_core.protos import health_pb2
+
+        self.contexts.append(context)
+        if self.wait:
+            await asyncio.sleep(30)
+        return health_pb2.HealthCheckResponse(status=health_pb2.HealthCheckResponse.SERVING)
+
+    async def Watch(self, request: Any, context: Any) -> None:
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "no watching")
+
+
+async def test_context_cancelled_follows_resets_and_deadlines() -> None:
+    from triton_core.frontends.grpc.transport import GrpcServer, bind, method_table
+    from triton_core.protos import health_pb2
+
+    servicer = Recording()
+    methods = method_table([(health_pb2.DESCRIPTOR.services_by_name["Health"], servicer)])
+    server = GrpcServer(methods, bind("127.0.0.1", 0))
+    await server.start()
+    client = await RawClient.connect(server.port)
+    check = "/grpc.health.v1.Health/Check"
+    try:
+        client.call(1, check, message(b""))
+        assert status(await client.answer(1)) == ("0", "")
+        assert servicer.contexts[0].cancelled() is False  # answered, not cancelled
+
+        servicer.wait = True
+        client.call(3, check, message(b""))
+        while len(servicer.contexts) < 2:
+            await asyncio.sleep(0.01)
+        client.send(h2.frame(h2.RST_STREAM, 0, 3, struct.pack(">L", h2.CANCEL)))
+        for _ in range(100):
+            if servicer.contexts[1].cancelled():
+                break
+            await asyncio.sleep(0.01)
+        assert servicer.contexts[1].cancelled() is True
+
+        client.call(5, check, message(b""), (("grpc-timeout", "100m"),))
+        assert status(await client.answer(5)) == ("4", "Deadline Exceeded")
+        assert servicer.contexts[2].cancelled() is True
+        assert servicer.contexts[2].time_remaining() == 0.0
+    finally:
+        await client.close()
+        await server.stop(None)

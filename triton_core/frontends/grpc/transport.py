@@ -189,6 +189,7 @@ class _Call:
 
     __slots__ = (
         "_buffer",
+        "_cancelled",
         "_code",
         "_conn",
         "_deadline",
@@ -233,6 +234,7 @@ class _Call:
         self._pending: asyncio.Future[Any] | None = None  # what a callback handler awaits
         self._headers_sent = False
         self._done = False
+        self._cancelled = False  # by the client (reset) or by its deadline
         self._code: grpc.StatusCode | None = None
         self._details = ""
         self._trailing: tuple = ()
@@ -289,7 +291,7 @@ class _Call:
     def stream_reset(self) -> None:
         if self._done:
             return
-        self._done = True
+        self._done = self._cancelled = True
         self._cancel_timer()
         if self._task is not None:
             self._task.cancel()
@@ -398,6 +400,7 @@ class _Call:
 
     def _deadline_exceeded(self) -> None:
         self._timer = None
+        self._cancelled = not self._done
         self._fail(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
 
     def _cancel_timer(self) -> None:
@@ -495,7 +498,8 @@ class _Call:
         return max(self._deadline - asyncio.get_running_loop().time(), 0.0)
 
     def cancelled(self) -> bool:
-        return self._done and self._task is not None and self._task.cancelled()
+        """Whether the client reset the call or its deadline passed before it was answered."""
+        return self._cancelled
 
     def done(self) -> bool:
         return self._done
