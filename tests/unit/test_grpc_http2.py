@@ -571,12 +571,13 @@ class Recording:
 
 
 async def test_context_cancelled_follows_resets_and_deadlines() -> None:
-    from triton_core.frontends.grpc.transport import GrpcServer, bind, method_table
+    from triton_core.frontends.common import listen_socket
+    from triton_core.frontends.grpc.transport import GrpcServer, method_table
     from triton_core.protos import health_pb2
 
     servicer = Recording()
     methods = method_table([(health_pb2.DESCRIPTOR.services_by_name["Health"], servicer)])
-    server = GrpcServer(methods, bind("127.0.0.1", 0))
+    server = GrpcServer(methods, listen_socket("127.0.0.1", 0, "gRPC"))
     await server.start()
     client = await RawClient.connect(server.port)
     check = "/grpc.health.v1.Health/Check"

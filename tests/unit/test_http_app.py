@@ -511,22 +511,29 @@ def test_oversized_after_decompression(server: StubServer, app_factory: Any) -> 
     assert "--http-max-input-size" in result.json["error"]
 
 
-async def call_chunked(app: Any, path: str, chunks: list[bytes]) -> tuple[int, bytes]:
-    """A POST with no Content-Length (chunked transfer), straight through ASGI."""
-    scope = {
+def asgi_scope(
+    method: str, path: str, headers: list[tuple[bytes, bytes]], raw_path: bytes | None = None
+) -> dict[str, Any]:
+    """An ASGI HTTP scope as uvicorn builds it."""
+    return {
         "type": "http",
         "asgi": {"version": "3.0", "spec_version": "2.3"},
         "http_version": "1.1",
-        "method": "POST",
+        "method": method,
         "scheme": "http",
         "path": path,
-        "raw_path": path.encode(),
+        "raw_path": path.encode() if raw_path is None else raw_path,
         "query_string": b"",
         "root_path": "",
-        "headers": [(b"host", b"localhost"), (b"transfer-encoding", b"chunked")],
+        "headers": headers,
         "client": ("127.0.0.1", 1),
         "server": ("127.0.0.1", 8000),
     }
+
+
+async def call_chunked(app: Any, path: str, chunks: list[bytes]) -> tuple[int, bytes]:
+    """A POST with no Content-Length (chunked transfer), straight through ASGI."""
+    scope = asgi_scope("POST", path, [(b"host", b"localhost"), (b"transfer-encoding", b"chunked")])
     events = [
         {"type": "http.request", "body": chunk, "more_body": i < len(chunks) - 1}
         for i, chunk in enumerate(chunks)

@@ -9,7 +9,7 @@ import numpy as np
 import orjson
 import pytest
 
-from tests.unit.test_http_app import StubServer, binary_infer_body
+from tests.unit.test_http_app import StubServer, asgi_scope, binary_infer_body
 from triton_core.frontends.http import create_app
 from triton_core.frontends.http.fast_path import InferFastPath, infer_target
 
@@ -48,20 +48,7 @@ async def call(app: Any, method: str, path: str, body: bytes, headers: dict[str,
     raw_headers = [(k.lower().encode(), v.encode()) for k, v in headers.items()]
     if "transfer-encoding" not in {k.lower() for k in headers}:
         raw_headers.append((b"content-length", str(len(body)).encode()))
-    scope = {
-        "type": "http",
-        "asgi": {"version": "3.0", "spec_version": "2.3"},
-        "http_version": "1.1",
-        "method": method,
-        "scheme": "http",
-        "path": path,
-        "raw_path": path.replace(" ", "%20").encode(),
-        "query_string": b"",
-        "root_path": "",
-        "headers": raw_headers,
-        "client": ("127.0.0.1", 1),
-        "server": ("127.0.0.1", 8000),
-    }
+    scope = asgi_scope(method, path, raw_headers, path.replace(" ", "%20").encode())
     events = [{"type": "http.request", "body": body, "more_body": False}]
     sent: list[dict] = []
 

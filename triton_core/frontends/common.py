@@ -1,6 +1,8 @@
-"""Protocol facts shared by the HTTP and gRPC frontends (not wire layouts)."""
+"""What the HTTP and gRPC frontends share: protocol facts (not wire layouts), listening sockets."""
 
 from __future__ import annotations
+
+import socket
 
 from triton_core.errors import invalid_arg
 from triton_core.types import InferenceRequest, ParameterValue, RequestFlag
@@ -75,3 +77,25 @@ def _require_uint(key: str, value: ParameterValue) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise invalid_arg(f"parameter '{key}' must be a non-negative integer")
     return value
+
+
+def listen_socket(address: str, port: int, what: str, reuse_port: bool = False) -> socket.socket:
+    """A listening, non-blocking TCP socket for the ``what`` endpoint (IPv4 or IPv6).
+
+    ``reuse_port`` lets several worker processes share the port. Raises ``OSError`` naming
+    the endpoint, address and port when it cannot bind.
+    """
+    host = address.removeprefix("ipv6:").strip("[]")
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if reuse_port:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        sock.bind((host, port))
+        sock.listen(2048)
+    except OSError as exc:
+        sock.close()
+        raise OSError(f"failed to bind the {what} endpoint to {address}:{port}: {exc}") from exc
+    sock.setblocking(False)
+    return sock

@@ -9,6 +9,7 @@ import socket
 from dataclasses import dataclass, field
 
 from triton_core.errors import TritonError
+from triton_core.frontends.common import listen_socket
 from triton_core.metrics import MetricsOptions
 from triton_core.server import Server
 
@@ -33,21 +34,6 @@ class FrontendOptions:
     metrics: MetricsOptions = field(default_factory=MetricsOptions)
     #: seconds to let requests in flight finish after a stop signal
     exit_timeout_secs: float = 30.0
-
-
-def _bind(address: str, port: int, what: str) -> socket.socket:
-    host = address.removeprefix("ipv6:").strip("[]")
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-    except OSError as exc:
-        sock.close()
-        raise OSError(f"failed to bind the {what} endpoint to {address}:{port}: {exc}") from exc
-    sock.listen(2048)
-    sock.setblocking(False)
-    return sock
 
 
 def _check_ports(options: FrontendOptions) -> None:
@@ -78,10 +64,10 @@ async def serve(server: Server, options: FrontendOptions) -> int:
         loop.add_signal_handler(signum, stop.set)
     sockets = {}
     if options.allow_http:
-        sockets["HTTP"] = _bind(options.http_address, options.http_port, "HTTP")
+        sockets["HTTP"] = listen_socket(options.http_address, options.http_port, "HTTP")
     metrics_address = options.metrics_address or options.http_address
     if options.allow_metrics:
-        sockets["metrics"] = _bind(metrics_address, options.metrics_port, "metrics")
+        sockets["metrics"] = listen_socket(metrics_address, options.metrics_port, "metrics")
     try:
         await server.start()
     except TritonError as error:

@@ -7,8 +7,9 @@ from typing import Final, Literal
 
 import grpc
 
+from triton_core.frontends.common import listen_socket
 from triton_core.frontends.grpc.servicer import GRPCInferenceServicer, HealthServicer, ServerAPI
-from triton_core.frontends.grpc.transport import GrpcServer, bind, method_table
+from triton_core.frontends.grpc.transport import GrpcServer, method_table
 from triton_core.protos import grpc_service_pb2, grpc_service_pb2_grpc, health_pb2, health_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -51,7 +52,11 @@ def create_grpc_server(
                 "/inference.GRPCInferenceService/ModelInfer": inference.model_infer_callback
             },
         )
-        grpc_server = GrpcServer(methods, bind(address, port, reuse_port))
+        try:
+            sock = listen_socket(address, port, "gRPC", reuse_port)
+        except OSError as exc:
+            raise RuntimeError(str(exc)) from exc
+        grpc_server = GrpcServer(methods, sock)
         log.info("gRPC frontend bound to %s:%d", address, grpc_server.port)
         return grpc_server
     if transport != "grpcio":

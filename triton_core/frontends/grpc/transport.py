@@ -630,21 +630,3 @@ def _call_fields(headers: Headers) -> tuple[str | None, ...]:
         elif name == "grpc-timeout":
             timeout = value
     return path, content_type, encoding, timeout
-
-
-def bind(address: str, port: int, reuse_port: bool = False) -> socket.socket:
-    """A listening, non-blocking TCP socket; raises ``RuntimeError`` when it cannot bind."""
-    host = address.removeprefix("ipv6:").strip("[]")
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        if reuse_port:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-        sock.bind((host, port))
-        sock.listen(2048)
-    except OSError as exc:
-        sock.close()
-        raise RuntimeError(f"failed to bind the gRPC server to {address}:{port}: {exc}") from exc
-    sock.setblocking(False)
-    return sock
