@@ -106,6 +106,11 @@ class StubServer:
         self.requests.append(request)
         return await self.handler(request)
 
+    def submit(self, request: InferenceRequest) -> asyncio.Future[InferenceResponse]:
+        self._model(request.model_name, request.model_version)
+        self.requests.append(request)
+        return asyncio.ensure_future(self.handler(request))
+
 
 @pytest.fixture
 def server() -> StubServer:

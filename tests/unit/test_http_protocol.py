@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
 
+import numpy as np
 import pytest
 
 from triton_core.frontends.http.protocol import CorkedTransport
@@ -81,7 +83,7 @@ def test_served_answers_arrive_whole(pipelined: int) -> None:
     """The real server stack: keep-alive and pipelined requests get complete answers."""
     import uvicorn
 
-    from triton_core.frontends.http.protocol import CorkedHttpToolsProtocol
+    from triton_core.frontends.http.protocol import HttpProtocol
 
     async def app(scope, receive, send):  # type: ignore[no-untyped-def]
         if scope["type"] != "http":
@@ -97,7 +99,7 @@ def test_served_answers_arrive_whole(pipelined: int) -> None:
             probe.bind(("127.0.0.1", 0))
             port = probe.getsockname()[1]
         config = uvicorn.Config(
-            app, host="127.0.0.1", port=port, http=CorkedHttpToolsProtocol, lifespan="off",
+            app, host="127.0.0.1", port=port, http=HttpProtocol, lifespan="off",
             log_level="error", loop="none",
         )  # fmt: skip
         server = uvicorn.Server(config)
@@ -117,3 +119,215 @@ def test_served_answers_arrive_whole(pipelined: int) -> None:
         await task
 
     asyncio.run(scenario())
+
+
+# ------------------------------------------------------------------------------------------
+# plain infer answered by the protocol itself
+
+
+class Served:
+    """uvicorn with :class:`HttpProtocol` serving the frontend app over a StubServer."""
+
+    def __init__(self) -> None:
+        from tests.unit.test_http_app import StubServer
+
+        self.stub = StubServer()
+        self.asgi_calls = 0
+
+    async def __aenter__(self) -> Served:
+        import uvicorn
+
+        from triton_core.frontends.http.fast_path import create_asgi_app
+        from triton_core.frontends.http.protocol import HttpProtocol
+
+        app = create_asgi_app(self.stub)  # type: ignore[arg-type]
+        inner = app.app
+
+        async def counting(scope, receive, send):  # type: ignore[no-untyped-def]
+            self.asgi_calls += 1
+            await inner(scope, receive, send)
+
+        app.app = counting  # type: ignore[assignment]
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            self.port = probe.getsockname()[1]
+        config = uvicorn.Config(
+            app, host="127.0.0.1", port=self.port, http=HttpProtocol, lifespan="off",
+            log_level="error", loop="none",
+        )  # fmt: skip
+        self.server = uvicorn.Server(config)
+        self.task = asyncio.create_task(self.server.serve())
+        while not self.server.started:
+            await asyncio.sleep(0.01)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.server.should_exit = True
+        await asyncio.wait_for(self.task, 10)
+
+    async def connect(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        return await asyncio.open_connection("127.0.0.1", self.port)
+
+
+def infer_request(body: bytes, path: str = "/v2/models/simple/infer", **headers: str) -> bytes:
+    lines = [f"POST {path} HTTP/1.1", "Host: x", f"Content-Length: {len(body)}"]
+    lines += [f"{name.replace('_', '-')}: {value}" for name, value in headers.items()]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode() + body
+
+
+async def read_answer(reader: asyncio.StreamReader) -> tuple[int, dict[str, str], bytes]:
+    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+    status_line, *header_lines = head.decode().split("\r\n")[:-2]
+    headers = dict(line.split(": ", 1) for line in header_lines)
+    body = await asyncio.wait_for(reader.readexactly(int(headers["content-length"])), 5)
+    return int(status_line.split()[1]), headers, body
+
+
+def json_infer(values: list[float], **extra: object) -> bytes:
+    doc = {"inputs": [{"name": "INPUT0", "shape": [len(values)], "datatype": "FP32",
+                       "data": values}], **extra}  # fmt: skip
+    return json.dumps(doc).encode()
+
+
+async def test_infer_is_answered_without_the_asgi_app_and_as_falcon_answers() -> None:
+    import falcon.testing
+
+    from tests.unit.test_http_app import StubServer, binary_infer_body
+    from triton_core.frontends.http import create_app
+
+    body, headers = binary_infer_body(np.arange(4, dtype=np.float32).reshape(1, 4))
+    cases = [
+        ("/v2/models/simple/infer", json_infer([1, 2], id="r1"), {}),
+        ("/v2/models/simple/infer", body, headers),
+        ("/v2/models/nope/infer", json_infer([1]), {}),
+        ("/v2/models/streamer/infer", json_infer([1]), {}),
+        ("/v2/models/simple/infer", b"{not json", {}),
+    ]
+    falcon_app = create_app(StubServer())  # type: ignore[arg-type]
+    async with Served() as served, falcon.testing.ASGIConductor(falcon_app) as falcon_client:
+        reader, writer = await served.connect()
+        for path, payload, extra in cases:  # one keep-alive connection
+            writer.write(infer_request(payload, path, **extra))
+            status, got_headers, got = await read_answer(reader)
+            expected = await falcon_client.simulate_request(
+                "POST", path, body=payload, headers=extra
+            )
+            assert (status, got) == (expected.status_code, expected.content), path
+            for name in ("content-type", "inference-header-content-length"):
+                assert got_headers.get(name) == expected.headers.get(name), (path, name)
+        writer.close()
+        assert served.asgi_calls == 0
+
+
+async def test_pipelined_requests_are_answered_in_order() -> None:
+    """A slow infer, a falcon route and a fast infer in one write: answers keep that order."""
+    from triton_core.types import InferenceResponse
+
+    async with Served() as served:
+        echo = served.stub.handler
+
+        async def slow_first(request):  # type: ignore[no-untyped-def]
+            if request.id == "slow":
+                await asyncio.sleep(0.2)
+            response: InferenceResponse = await echo(request)
+            return response
+
+        served.stub.handler = slow_first
+        reader, writer = await served.connect()
+        writer.write(
+            infer_request(json_infer([1], id="slow"))
+            + b"GET /v2/health/ready HTTP/1.1\r\nHost: x\r\n\r\n"
+            + infer_request(json_infer([2], id="fast"))
+        )
+        first, second, third = [await read_answer(reader) for _ in range(3)]
+        assert json.loads(first[2])["id"] == "slow"
+        assert second[0] == 200 and second[2] == b""
+        assert json.loads(third[2])["id"] == "fast"
+        writer.close()
+
+
+async def test_a_body_in_pieces_and_expect_100_continue() -> None:
+    async with Served() as served:
+        reader, writer = await served.connect()
+        request = infer_request(json_infer([1, 2, 3], id="pieces"))
+        for start in range(0, len(request), 7):
+            writer.write(request[start : start + 7])
+            await writer.drain()
+            await asyncio.sleep(0.001)
+        status, _, body = await read_answer(reader)
+        assert status == 200 and json.loads(body)["id"] == "pieces"
+
+        request = infer_request(json_infer([4], id="continued"), Expect="100-continue")
+        head, payload = request.split(b"\r\n\r\n", 1)
+        writer.write(head + b"\r\n\r\n")
+        interim = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 5)
+        assert interim == b"HTTP/1.1 100 Continue\r\n\r\n"
+        writer.write(payload)
+        status, _, body = await read_answer(reader)
+        assert status == 200 and json.loads(body)["id"] == "continued"
+        writer.close()
+        assert served.asgi_calls == 0
+
+
+async def test_http_1_0_and_connection_close_end_the_connection_after_the_answer() -> None:
+    async with Served() as served:
+        for request in (
+            infer_request(json_infer([1])).replace(b"HTTP/1.1", b"HTTP/1.0", 1),
+            infer_request(json_infer([1]), Connection="close"),
+        ):
+            reader, writer = await served.connect()
+            writer.write(request)
+            status, headers, _ = await read_answer(reader)
+            assert status == 200 and headers["connection"] == "close"
+            assert await asyncio.wait_for(reader.read(), 5) == b""  # closed by the server
+            writer.close()
+
+
+async def test_a_client_that_leaves_cancels_its_request() -> None:
+    async with Served() as served:
+        started, cancelled = asyncio.Event(), asyncio.Event()
+
+        async def never(request):  # type: ignore[no-untyped-def]
+            started.set()
+            try:
+                await asyncio.sleep(30)
+            except asyncio.CancelledError:
+                cancelled.set()
+                raise
+
+        served.stub.handler = never
+        reader, writer = await served.connect()
+        writer.write(infer_request(json_infer([1])))
+        await asyncio.wait_for(started.wait(), 5)
+        writer.close()
+        await asyncio.wait_for(cancelled.wait(), 5)
+
+        served.stub.handler = served.stub.__class__().handler  # echo again: still serving
+        reader, writer = await served.connect()
+        writer.write(infer_request(json_infer([1], id="after")))
+        assert json.loads((await read_answer(reader))[2])["id"] == "after"
+        writer.close()
+
+
+async def test_shutdown_answers_the_request_in_flight_then_closes() -> None:
+    served = Served()
+    await served.__aenter__()
+    echo = served.stub.handler
+    started = asyncio.Event()
+
+    async def slow(request):  # type: ignore[no-untyped-def]
+        started.set()
+        await asyncio.sleep(0.3)
+        return await echo(request)
+
+    served.stub.handler = slow
+    reader, writer = await served.connect()
+    writer.write(infer_request(json_infer([1], id="last")))
+    await asyncio.wait_for(started.wait(), 5)
+    stopping = asyncio.create_task(served.__aexit__())
+    status, headers, body = await read_answer(reader)
+    assert status == 200 and json.loads(body)["id"] == "last"
+    assert headers["connection"] == "close"
+    assert await asyncio.wait_for(reader.read(), 5) == b""
+    await stopping
+    writer.close()

@@ -125,7 +125,7 @@ def _start_uvicorn(app, sock: socket.socket, options: FrontendOptions):  # type:
 
     import uvicorn
 
-    from triton_core.frontends.http.protocol import CorkedHttpToolsProtocol
+    from triton_core.frontends.http.protocol import HttpProtocol
 
     class _QuietSignalsServer(uvicorn.Server):
         # Signals belong to serve(): it stops the frontends in order.
@@ -135,7 +135,7 @@ def _start_uvicorn(app, sock: socket.socket, options: FrontendOptions):  # type:
     config = uvicorn.Config(
         app,
         loop="none",
-        http=CorkedHttpToolsProtocol,  # uvicorn's httptools protocol, one write per answer
+        http=HttpProtocol,  # uvicorn's httptools protocol: one write per answer, infer by callbacks
         lifespan="off",
         access_log=False,
         log_config=None,

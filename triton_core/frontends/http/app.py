@@ -23,6 +23,7 @@ from triton_core.frontends.common import parse_version
 from triton_core.frontends.http import compression
 from triton_core.frontends.http.codec import (
     HEADER_LENGTH,
+    DecodedRequest,
     decode_raw_request,
     decode_request,
     encode_response,
@@ -60,6 +61,7 @@ class InferenceServerAPI(Protocol):
     def model_config_json(self, name: str, version: int = -1) -> dict[str, Any]: ...
     def model_is_decoupled(self, name: str, version: int = -1) -> bool: ...
     async def infer(self, request: InferenceRequest) -> InferenceResponse: ...
+    def submit(self, request: InferenceRequest) -> asyncio.Future[InferenceResponse]: ...
     def statistics(self, name: str = "", version: int = -1) -> list[ModelStatistics]: ...
     def repository_index(self, ready_only: bool = False) -> list[ModelIndexEntry]: ...
     async def load_model(
@@ -276,6 +278,39 @@ def check_not_decoupled(server: InferenceServerAPI, model_name: str, model_versi
         raise unsupported("HTTP end point doesn't support models with decoupled transaction policy")
 
 
+def decode_infer_body(
+    server: InferenceServerAPI,
+    model_name: str,
+    model_version: int,
+    body: bytes,
+    header_length: str | None,
+) -> DecodedRequest:
+    """Decode an (uncompressed) infer body.
+
+    ``header_length`` is the ``Inference-Header-Content-Length`` header's value, if any.
+    """
+    length = _header_length(header_length, len(body))
+    if length == 0:
+        return decode_raw_request(
+            model_name, model_version, body, server.model_config_json(model_name, model_version)
+        )
+    return decode_request(model_name, model_version, body, length)
+
+
+def encode_infer_answer(
+    response: InferenceResponse, decoded: DecodedRequest
+) -> tuple[bytes, dict[str, str]]:
+    """The answer to a decoded infer body as (body, headers); a failed response raises."""
+    if response.error is not None:
+        raise response.error
+    request = decoded.request
+    if not response.model_name:
+        response.model_name = request.model_name
+    if not response.id:
+        response.id = request.id
+    return encode_response(response, decoded.binary_outputs, decoded.default_binary)
+
+
 async def infer_body(
     server: InferenceServerAPI,
     model_name: str,
@@ -283,26 +318,10 @@ async def infer_body(
     body: bytes,
     header_length: str | None,
 ) -> tuple[bytes, dict[str, str]]:
-    """Decode an (uncompressed) infer body, run it, and encode the answer as (body, headers).
-
-    ``header_length`` is the ``Inference-Header-Content-Length`` header's value, if any.
-    """
-    length = _header_length(header_length, len(body))
-    if length == 0:
-        decoded = decode_raw_request(
-            model_name, model_version, body, server.model_config_json(model_name, model_version)
-        )
-    else:
-        decoded = decode_request(model_name, model_version, body, length)
-    request = decoded.request
-    response = await server.infer(request)
-    if response.error is not None:
-        raise response.error
-    if not response.model_name:
-        response.model_name = model_name
-    if not response.id:
-        response.id = request.id
-    return encode_response(response, decoded.binary_outputs, decoded.default_binary)
+    """Decode an (uncompressed) infer body, run it, and encode the answer as (body, headers)."""
+    decoded = decode_infer_body(server, model_name, model_version, body, header_length)
+    response = await server.infer(decoded.request)
+    return encode_infer_answer(response, decoded)
 
 
 def error_body(message: str) -> bytes:

@@ -51,13 +51,38 @@ def infer_target(path: str) -> tuple[str, int] | None:
     return None
 
 
+def plain_infer_headers(
+    headers: list[tuple[bytes, bytes]], max_input_size: int
+) -> tuple[int, str | None] | None:
+    """(body length, Inference-Header-Content-Length) when nothing needs falcon, else None."""
+    length = header_length = None
+    for raw_name, value in headers:
+        name = raw_name.lower()  # ASGI servers send lowercase names; not every client does
+        if name == b"content-length":
+            length = value
+        elif name == b"inference-header-content-length":
+            header_length = value.decode("latin-1")
+        elif name == b"accept-encoding":
+            text = value.decode("latin-1")
+            if text and compression.response_encoding(text) != compression.IDENTITY:
+                return None
+        elif name in _TO_FALCON:
+            return None
+    if length is None or not length.isdigit():
+        return None
+    size = int(length)
+    if size > max_input_size:
+        return None  # falcon words the size error
+    return size, header_length
+
+
 class InferFastPath:
     """An ASGI app: the plain infer case here, the rest to ``app`` (the falcon app)."""
 
     def __init__(self, app: ASGIApp, server: InferenceServerAPI, max_input_size: int) -> None:
         self.app = app
-        self._server = server
-        self._max_input_size = max_input_size
+        self.server = server
+        self.max_input_size = max_input_size
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if (
@@ -70,33 +95,11 @@ class InferFastPath:
                 headers = scope["headers"]
                 if not isinstance(headers, list):  # ASGI allows any iterables: keep them for falcon
                     headers = scope["headers"] = [tuple(pair) for pair in headers]
-                plain = self._plain_request(headers)
+                plain = plain_infer_headers(headers, self.max_input_size)
                 if plain is not None:
                     await self._infer(target, plain, receive, send)
                     return
         await self.app(scope, receive, send)
-
-    def _plain_request(self, headers: list[tuple[bytes, bytes]]) -> tuple[int, str | None] | None:
-        """(body length, Inference-Header-Content-Length) when nothing needs falcon, else None."""
-        length = header_length = None
-        for raw_name, value in headers:
-            name = raw_name.lower()  # ASGI servers send lowercase names; not every client does
-            if name == b"content-length":
-                length = value
-            elif name == b"inference-header-content-length":
-                header_length = value.decode("latin-1")
-            elif name == b"accept-encoding":
-                text = value.decode("latin-1")
-                if text and compression.response_encoding(text) != compression.IDENTITY:
-                    return None
-            elif name in _TO_FALCON:
-                return None
-        if length is None or not length.isdigit():
-            return None
-        size = int(length)
-        if size > self._max_input_size:
-            return None  # falcon words the size error
-        return size, header_length
 
     async def _infer(
         self,
@@ -108,12 +111,12 @@ class InferFastPath:
         model_name, model_version = target
         header_length = plain[1]
         try:
-            check_not_decoupled(self._server, model_name, model_version)
+            check_not_decoupled(self.server, model_name, model_version)
             body = await _read_body(receive)
             if body is None:
                 return  # the client went away
             data, headers = await infer_body(
-                self._server, model_name, model_version, body, header_length
+                self.server, model_name, model_version, body, header_length
             )
             status = 200
             response_headers = [(k.lower().encode(), v.encode()) for k, v in headers.items()]
