@@ -128,11 +128,12 @@ def test_served_answers_arrive_whole(pipelined: int) -> None:
 class Served:
     """uvicorn with :class:`HttpProtocol` serving the frontend app over a StubServer."""
 
-    def __init__(self) -> None:
+    def __init__(self, keep_alive: float = 75) -> None:
         from tests.unit.test_http_app import StubServer
 
         self.stub = StubServer()
         self.asgi_calls = 0
+        self.keep_alive = keep_alive
 
     async def __aenter__(self) -> Served:
         import uvicorn
@@ -153,7 +154,7 @@ class Served:
             self.port = probe.getsockname()[1]
         config = uvicorn.Config(
             app, host="127.0.0.1", port=self.port, http=HttpProtocol, lifespan="off",
-            log_level="error", loop="none",
+            log_level="error", loop="none", timeout_keep_alive=self.keep_alive,
         )  # fmt: skip
         self.server = uvicorn.Server(config)
         self.task = asyncio.create_task(self.server.serve())
@@ -331,3 +332,24 @@ async def test_shutdown_answers_the_request_in_flight_then_closes() -> None:
     assert await asyncio.wait_for(reader.read(), 5) == b""
     await stopping
     writer.close()
+
+
+async def test_keep_alive_closes_idle_connections_only() -> None:
+    async with Served(keep_alive=0.4) as served:
+        idle_reader, idle_writer = await served.connect()
+        idle_writer.write(infer_request(json_infer([1])))
+        await read_answer(idle_reader)
+        busy_reader, busy_writer = await served.connect()
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        while loop.time() - started < 1.0:  # a request every 0.15 s: never idle for 0.4 s
+            busy_writer.write(infer_request(json_infer([1], id="busy")))
+            assert json.loads((await read_answer(busy_reader))[2])["id"] == "busy"
+            await asyncio.sleep(0.15)
+        assert await asyncio.wait_for(idle_reader.read(), 1) == b""  # closed after 0.4 s idle
+        busy_writer.write(b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert (await read_answer(busy_reader))[0] == 200
+        await asyncio.sleep(0.6)
+        assert await asyncio.wait_for(busy_reader.read(), 1) == b""
+        idle_writer.close()
+        busy_writer.close()

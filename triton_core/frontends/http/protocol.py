@@ -53,6 +53,14 @@ class CorkedTransport:
             self._loop.call_soon(self.flush)
         self._pending.append(data)
 
+    def write_whole(self, data: bytes) -> None:
+        """Send a whole answer at once: nothing else of this turn needs to go with it."""
+        if self._pending:
+            self._pending.append(data)
+            self.flush()
+        elif not self._transport.is_closing():
+            self._transport.write(data)
+
     def writelines(self, lines: Any) -> None:
         for data in lines:
             self.write(data)
@@ -65,6 +73,9 @@ class CorkedTransport:
         self._pending.clear()
         if not self._transport.is_closing():
             self._transport.write(data)
+
+    def is_closing(self) -> bool:
+        return self._transport.is_closing()
 
     def get_write_buffer_size(self) -> int:
         return self._transport.get_write_buffer_size() + sum(map(len, self._pending))
@@ -79,6 +90,25 @@ class CorkedTransport:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._transport, name)
+
+
+#: request targets by raw URL (a client sends the same few again and again)
+_TARGETS: dict[bytes, tuple[str, int] | None] = {}
+_TARGETS_MAX: Final = 1024
+
+
+def _url_target(url: bytes) -> tuple[str, int] | None:
+    """(model, version) of a plain infer URL, or None: from a small cache by raw URL."""
+    try:
+        return _TARGETS[url]
+    except KeyError:
+        pass
+    path = httptools.parse_url(url).path
+    target = None if b"%" in path else infer_target(path.decode("ascii", "replace"))
+    if len(_TARGETS) >= _TARGETS_MAX:
+        _TARGETS.clear()
+    _TARGETS[url] = target
+    return target
 
 
 class _InferCycle:
@@ -191,7 +221,7 @@ class _InferCycle:
         if not self.keep_alive:
             head.append(b"connection: close\r\n")
         head += (b"\r\n", data)
-        protocol.transport.write(b"".join(head))
+        protocol.transport.write_whole(b"".join(head))
         self.response_complete = True
         if not self.keep_alive:
             protocol.transport.close()
@@ -203,10 +233,14 @@ class HttpProtocol(HttpToolsProtocol):
 
     When the app it serves is an :class:`~.fast_path.InferFastPath`, the requests that path
     would answer are answered here from the parser's callbacks (:class:`_InferCycle`); the
-    rest take uvicorn's ASGI cycle to the app as before.
+    rest take uvicorn's ASGI cycle to the app as before. The keep-alive timeout is one timer
+    per idle spell rather than one armed and cancelled per request.
     """
 
+    transport: CorkedTransport  # type: ignore[assignment]
     fast_path: InferFastPath | None
+    #: loop time the connection went idle (its last answer); None while a request is open
+    _idle_since: float | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         loop = asyncio.get_running_loop()
@@ -234,10 +268,7 @@ class HttpProtocol(HttpToolsProtocol):
             return None
         if self.parser.should_upgrade():
             return None
-        path = httptools.parse_url(self.url).path
-        if b"%" in path:
-            return None
-        target = infer_target(path.decode("ascii", "replace"))
+        target = _url_target(self.url)
         if target is None:
             return None
         plain = plain_infer_headers(self.headers, fast_path.max_input_size)
@@ -267,7 +298,40 @@ class HttpProtocol(HttpToolsProtocol):
         else:
             super().on_message_complete()
 
+    def _unset_keepalive_if_required(self) -> None:
+        self._idle_since = None  # data arrived: busy until the next answer is complete
+
+    def on_response_complete(self) -> None:
+        self.server_state.total_requests += 1
+        if self.transport.is_closing():
+            return
+        self.flow.resume_reading()
+        if self.pipeline:
+            cycle, app = self.pipeline.pop()
+            self._start_asgi_task(cycle, app)
+            return
+        self._idle_since = self.loop.time()
+        if self.timeout_keep_alive_task is None:
+            self.timeout_keep_alive_task = self.loop.call_later(
+                self.timeout_keep_alive, self._keep_alive_expired
+            )
+
+    def _keep_alive_expired(self) -> None:
+        """Close the connection if it stayed idle for the whole keep-alive timeout."""
+        self.timeout_keep_alive_task = None
+        idle_since = self._idle_since
+        if idle_since is None or self.transport.is_closing():
+            return  # busy: the next complete answer arms the timer again
+        remaining = idle_since + self.timeout_keep_alive - self.loop.time()
+        if remaining > 0:
+            self.timeout_keep_alive_task = self.loop.call_later(remaining, self._keep_alive_expired)
+        else:
+            self.transport.close()
+
     def connection_lost(self, exc: Exception | None) -> None:
+        if self.timeout_keep_alive_task is not None:
+            self.timeout_keep_alive_task.cancel()
+            self.timeout_keep_alive_task = None
         cycle = self.cycle
         if isinstance(cycle, _InferCycle):
             if not cycle.response_complete:
