@@ -1,10 +1,12 @@
 """What the HTTP server stack costs per request, before any inference work.
 
-In one run, the same fixed 181-byte answer to the same 300-byte POST, one keep-alive
-connection, one request at a time (c=1) and then 4 connections (c=4): from uvicorn running a
-minimal ASGI app (as the HTTP frontend runs, uvloop + httptools), and from a bare asyncio
-protocol feeding httptools and writing the answer from its callback. The difference is the
-per-request price of uvicorn's ASGI cycle. Results go to docs/benchmarks.md.
+In one run, the same answer to the same infer POST, one keep-alive connection, one request
+at a time (c=1) and then 4 connections (c=4): from uvicorn running a minimal ASGI app that
+sends a fixed answer, from a bare asyncio protocol feeding httptools and writing the fixed
+answer from its callback, and from triton-core's HTTP frontend as served (its protocol, the
+infer codec both ways, and a stand-in server whose ``submit`` returns an answered future). The
+first two rows bound what any Python HTTP/1.1 server costs; the third is the frontend's
+own price per request. Results go to docs/benchmarks.md.
 
     python bench/http_stack.py [--seconds 3]
 """
@@ -23,12 +25,46 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.common import ROOT, format_table, free_port, replace_section
+import numpy as np
+import orjson
 
-ANSWER = b"x" * 181
-REQUEST = b"POST /v2/models/m/infer HTTP/1.1\r\nHost: bench\r\nContent-Length: 300\r\n\r\n" + (
-    b"y" * 300
+from bench.common import ROOT, format_table, free_port, replace_section
+from triton_core.frontends.http.codec import encode_response
+from triton_core.types import InferenceResponse, Tensor
+
+# binary tensors both ways, as perf_analyzer and tritonclient send them
+_HEADER = orjson.dumps(
+    {
+        "inputs": [
+            {
+                "name": "INPUT0",
+                "shape": [1, 64],
+                "datatype": "FP32",
+                "parameters": {"binary_data_size": 256},
+            }
+        ],
+        "parameters": {"binary_data_output": True},
+    }
 )
+INFER_BODY = _HEADER + np.full((1, 64), 0.5, np.float32).tobytes()
+REQUEST = (
+    b"POST /v2/models/m/infer HTTP/1.1\r\nHost: bench\r\n"
+    + f"Content-Length: {len(INFER_BODY)}\r\n".encode()
+    + f"Inference-Header-Content-Length: {len(_HEADER)}\r\n\r\n".encode()
+    + INFER_BODY
+)
+
+
+def instant_response() -> InferenceResponse:
+    output = Tensor("OUTPUT0", "FP32", np.arange(10, dtype=np.float32).reshape(1, 10))
+    return InferenceResponse([output], model_name="m", model_version=1)
+
+
+ANSWER, _ANSWER_HEADERS = encode_response(instant_response(), {}, True)
+#: the answer's headers, as the frontend sends them
+ANSWER_HEADERS = [
+    (name.lower().encode(), value.encode()) for name, value in _ANSWER_HEADERS.items()
+] + [(b"content-length", str(len(ANSWER)).encode())]
 
 
 def serve_uvicorn(port: int) -> None:
@@ -38,8 +74,7 @@ def serve_uvicorn(port: int) -> None:
         if scope["type"] != "http":
             return
         await receive()
-        headers = [(b"content-type", b"application/octet-stream"), (b"content-length", b"181")]
-        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.start", "status": 200, "headers": ANSWER_HEADERS})
         await send({"type": "http.response.body", "body": ANSWER})
 
     uvicorn.run(
@@ -52,10 +87,8 @@ def serve_bare(port: int) -> None:
     import httptools
     import uvloop
 
-    response = (
-        b"HTTP/1.1 200 OK\r\ncontent-type: application/octet-stream\r\ncontent-length: 181\r\n\r\n"
-        + ANSWER
-    )
+    head = b"".join(name + b": " + value + b"\r\n" for name, value in ANSWER_HEADERS)
+    response = b"HTTP/1.1 200 OK\r\n" + head + b"\r\n" + ANSWER
 
     class Bare(asyncio.Protocol):
         def connection_made(self, transport):  # type: ignore[no-untyped-def]
@@ -73,6 +106,31 @@ def serve_bare(port: int) -> None:
         await server.serve_forever()
 
     uvloop.run(main())
+
+
+def serve_frontend(port: int) -> None:
+    """triton-core's HTTP frontend as the server runs it, over a model that answers at once."""
+    import asyncio
+
+    import uvicorn
+
+    from triton_core.frontends.http.fast_path import create_asgi_app
+    from triton_core.frontends.http.protocol import HttpProtocol
+
+    class InstantServer:
+        def model_is_decoupled(self, name: str, version: int = -1) -> bool:
+            return False
+
+        def submit(self, request):  # type: ignore[no-untyped-def]
+            future = asyncio.get_running_loop().create_future()
+            future.set_result(instant_response())
+            return future
+
+    app = create_asgi_app(InstantServer())  # type: ignore[arg-type]
+    uvicorn.run(
+        app, host="127.0.0.1", port=port, loop="uvloop", http=HttpProtocol,
+        lifespan="off", access_log=False, log_level="error",
+    )  # fmt: skip
 
 
 def client(port: int, seconds: float, results: multiprocessing.Queue) -> None:  # type: ignore[type-arg]
@@ -130,6 +188,7 @@ def main() -> None:
     stacks = (
         ("uvicorn + minimal ASGI app", serve_uvicorn),
         ("bare httptools protocol", serve_bare),
+        ("triton-core HTTP frontend, instant model", serve_frontend),
     )
     for label, target in stacks:
         port = free_port()
@@ -146,13 +205,17 @@ def main() -> None:
         finally:
             server.terminate()
             server.join()
-    table = format_table(["server (fixed answer)", "c=1", "c=4"], rows)
+    table = format_table(["server", "c=1", "c=4"], rows)
     note = (
-        f"Same 300-byte POST and 181-byte answer, keep-alive, Python socket clients in separate "
-        f"processes, {args.seconds:.0f} s per cell ({os.cpu_count()} CPUs, "
-        f"{platform.machine()}, Python {platform.python_version()}). The gap between the rows "
-        "is what uvicorn's ASGI cycle adds to every HTTP request before the frontend's own "
-        "work; the gRPC frontend, on its own protocol class, does not pay it."
+        f"Same {len(REQUEST)}-byte infer POST and {len(ANSWER)}-byte answer (binary tensors both "
+        "ways, as perf_analyzer sends them), keep-alive, "
+        f"Python socket clients in separate processes, {args.seconds:.0f} s per cell "
+        f"({os.cpu_count()} CPUs, {platform.machine()}, Python {platform.python_version()}). "
+        "The first two rows send a fixed answer: uvicorn's ASGI cycle against a bare httptools "
+        "protocol. The frontend row is the real thing minus the model: its protocol answers "
+        "infer from the parser's callbacks (no ASGI cycle), decodes the body, hands the "
+        "request to a stand-in server whose submit returns an answered future, and encodes "
+        "the answer."
     )
     replace_section(args.output, "http-stack", f"## HTTP server stack\n\n{note}\n\n{table}")
     print(table)
