@@ -525,3 +525,83 @@ def test_gpu_identity_datatypes(builders, model_file, load, specs, make_request,
     x = sample(datatype, (4, 3))
     (response,) = inst.execute([make_request({"INPUT__0": (datatype, x)})])
     np.testing.assert_array_equal(response.output("OUTPUT__0").data, x)
+
+
+def _on_instance_thread(inst, call):  # type: ignore[no-untyped-def]
+    """``call()`` on a thread set up as the server's instance pool sets one up."""
+    outcome: dict = {}
+
+    def run() -> None:
+        inst.thread_started()
+        try:
+            outcome["value"] = call()
+        except TritonError as error:
+            outcome["error"] = error
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join()
+    return outcome
+
+
+def _outcome(call):  # type: ignore[no-untyped-def]
+    try:
+        return {"value": call()}
+    except TritonError as error:
+        return {"error": error}
+
+
+@pytest.mark.parametrize(
+    ("model", "output_type", "inputs", "outputs"),
+    [
+        ("Identity", "TYPE_FP32", {"INPUT__0": np.ones((2, 3), np.float32)}, None),
+        ("Identity", "TYPE_FP32", {"INPUT__0": np.ones((1, 3), np.float32)}, ["OUTPUT__0"]),
+        ("Identity", "TYPE_FP32", {"INPUT__0": np.ones((1, 3), np.float32)}, ["nope"]),
+        ("Identity", "TYPE_FP32", {"other": np.ones((1, 3), np.float32)}, None),
+        ("Identity", "TYPE_FP16", {"INPUT__0": np.ones((1, 3), np.float32)}, None),
+        ("Raising", "TYPE_FP32", {"INPUT__0": -np.ones((1, 3), np.float32)}, None),
+        ("Raising", "TYPE_FP32", {"INPUT__0": np.zeros((1, 3), np.float32)}, None),
+    ],
+    ids=["plain", "output-named", "unknown-output", "wrong-input", "dtype", "raises", "ok"],
+)
+def test_a_single_request_on_the_instance_thread_answers_as_the_general_path(
+    builders, model_file, instance, make_request, model, output_type, inputs, outputs
+):
+    """One request through a one-in, one-out model takes a shorter path on the instance's
+    thread; its answers and errors are the general path's."""
+    builders.save(getattr(builders, model)(), model_file, "script")
+    inst = instance(
+        f"""
+        max_batch_size: 4
+        input [ {{ name: "INPUT__0" data_type: TYPE_FP32 dims: [ 3 ] }} ]
+        output [ {{ name: "OUTPUT__0" data_type: {output_type} dims: [ 3 ] }} ]
+        """,
+        auto_complete=False,
+    )
+    assert inst._single is not None
+
+    def call():  # type: ignore[no-untyped-def]
+        request = make_request({name: ("FP32", data) for name, data in inputs.items()}, outputs)
+        return inst.execute([request])
+
+    general_names = inst._output_names
+    runs = []
+    inst._output_names = lambda request: runs.append(1) or general_names(request)
+    fast = _on_instance_thread(inst, call)
+    took_general_path = bool(runs)
+    general = _outcome(call)
+    assert runs, "off the instance thread the general path runs"
+    assert took_general_path is (outputs == ["nope"] or "other" in inputs)
+    assert fast.keys() == general.keys()
+    if "error" in general:
+        assert (fast["error"].status, fast["error"].message) == (
+            general["error"].status,
+            general["error"].message,
+        )
+        return
+    (fast_response,), (general_response,) = fast["value"], general["value"]
+    assert [(t.name, t.datatype) for t in fast_response.outputs] == [
+        (t.name, t.datatype) for t in general_response.outputs
+    ]
+    for a, b in zip(fast_response.outputs, general_response.outputs, strict=True):
+        np.testing.assert_array_equal(a.data, b.data)

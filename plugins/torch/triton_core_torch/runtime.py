@@ -661,6 +661,26 @@ class PyTorchInstance(ModelInstance):
         #: the worker thread whose grad mode thread_started() set for good (None: per call)
         self._mode_thread: int | None = None
         self._mode_guard: Any = None
+        self._single = self._single_tensor_plan(model)
+
+    def _single_tensor_plan(self, model: PyTorchModel) -> tuple[Any, ...] | None:
+        """(input, converter, output, wire type, torch dtype) for one-in, one-out CPU models.
+
+        Such a model's batch of one (the common case at low load) takes a shorter path; any
+        model, request or result outside it takes the general one.
+        """
+        if self._gpu or self._dict_input or len(self._arguments) != 1:
+            return None
+        if len(self._all_outputs) != 1:
+            return None
+        (input_name,) = self._arguments
+        (output,) = self._all_outputs
+        wire_in, wire_out = model.input_datatypes[input_name], self._wire[output]
+        if "BYTES" in (wire_in, wire_out) or wire_out == "BF16":
+            return None
+        if self._output_keys[output] != 0 or output in self._output_reshapes:
+            return None
+        return input_name, self._converters[input_name], output, wire_out, self._dtypes[output]
 
     def thread_started(self) -> None:
         """On the instance's own worker thread: per-thread state, and the grad mode, once.
@@ -698,8 +718,11 @@ class PyTorchInstance(ModelInstance):
 
     def execute(self, requests: list[InferenceRequest]) -> list[InferenceResponse]:
         """Run the batch as one ``forward`` (models with max_batch_size > 0)."""
-        if self._thread != threading.get_ident():
+        thread = threading.get_ident()
+        if self._thread != thread:
             self._enter_thread()
+        if len(requests) == 1 and self._single is not None and self._mode_thread == thread:
+            return [self._execute_single(requests[0], self._single)]
         try:
             if len(requests) == 1:
                 request = requests[0]
@@ -713,6 +736,28 @@ class PyTorchInstance(ModelInstance):
         finally:
             if self._gpu and self._settings.cache_cleaning:
                 torch.cuda.empty_cache()
+
+    def _execute_single(
+        self, request: InferenceRequest, plan: tuple[Any, ...]
+    ) -> InferenceResponse:
+        """A batch of one through a one-in, one-out CPU model, on the instance's own thread."""
+        input_name, convert, output, wire, dtype = plan
+        inputs = request.inputs
+        names = request.output_names()
+        tensor = inputs.get(input_name)
+        if tensor is None or len(inputs) != 1 or (names is not None and names != [output]):
+            names = self._output_names(request)  # the general path words every error
+            arrays = self._outputs(self._run({n: t.data for n, t in inputs.items()}), names)
+            return InferenceResponse(outputs=self._tensors(names, arrays))
+        try:
+            result = self._forward(convert(tensor.data))
+        except TritonError:
+            raise
+        except Exception as exc:
+            raise self._forward_error(exc) from exc
+        if type(result) is torch.Tensor and result.dtype is dtype and not result.requires_grad:
+            return InferenceResponse(outputs=[Tensor(output, wire, result.numpy())])
+        return InferenceResponse(outputs=self._tensors([output], self._outputs(result, [output])))
 
     def finalize(self) -> None:
         """Drop the module, which frees its memory (and the GPU's cached blocks)."""
@@ -755,16 +800,20 @@ class PyTorchInstance(ModelInstance):
         except TritonError:
             raise
         except Exception as exc:
-            message = _client_message(exc)
-            if not self._torchscript and message.startswith(_GUARD_FAILURES):
-                # The program's input checks rejected the request's shapes: a client error.
-                raise TritonError(
-                    Status.INVALID_ARG,
-                    f"model '{self._model_name}' rejected the input shapes: {message}",
-                ) from exc
-            raise TritonError(
-                Status.INTERNAL, f"PyTorch execute failure in model '{self._model_name}': {message}"
-            ) from exc
+            raise self._forward_error(exc) from exc
+
+    def _forward_error(self, exc: Exception) -> TritonError:
+        """What a client is told when ``forward`` raised."""
+        message = _client_message(exc)
+        if not self._torchscript and message.startswith(_GUARD_FAILURES):
+            # The program's input checks rejected the request's shapes: a client error.
+            return TritonError(
+                Status.INVALID_ARG,
+                f"model '{self._model_name}' rejected the input shapes: {message}",
+            )
+        return TritonError(
+            Status.INTERNAL, f"PyTorch execute failure in model '{self._model_name}': {message}"
+        )
 
     def _call_forward(self, args: list[Any]) -> Any:
         if self._dict_input:
