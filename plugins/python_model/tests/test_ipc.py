@@ -180,3 +180,34 @@ def test_a_closed_peer_is_reported(pair):
         a.recv()
     with pytest.raises(ipc.PeerClosed):
         a.send(ipc.LOG, 0, (20, "x"), None)
+
+
+def test_small_blocks_are_copied_and_freed_at_once_big_ones_viewed_until_dropped(pair):
+    a, b = pair
+    for size, copied in ((ipc.COPY_LIMIT // 4, True), (ipc.COPY_LIMIT, False)):
+        packer = Packer()
+        descriptor = packer.add("X", "FP32", np.arange(size, dtype=np.float32))
+        block = packer.write(a.memory.arena)
+        a.send(ipc.EXECUTE, 1, [descriptor], block)
+        message = b.recv()
+        owner = b.memory.take_block(message.block)
+        values = unpack(owner, message.body[0])
+        del owner
+        assert values.tolist() == list(range(size))
+        values[0] = 7  # received tensors are writable either way
+        segment = a.memory.arena.segment(block[0])
+        if copied:
+            assert b.memory.leases.held == 0
+            b.send(ipc.EXECUTE_DONE, 1, None, None)  # the free rides on the next message
+            a.recv()
+            assert segment.live == 0  # freed while the copy still lives
+            assert values[1] == 1
+        else:
+            assert b.memory.leases.held == 1
+            b.send(ipc.EXECUTE_DONE, 1, None, None)
+            a.recv()
+            assert segment.live == 1  # a view still reads it
+            del values
+            b.send(ipc.EXECUTE_DONE, 1, None, None)
+            a.recv()
+            assert segment.live == 0

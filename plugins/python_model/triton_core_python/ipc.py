@@ -76,6 +76,11 @@ class Message(NamedTuple):
     block: tuple[int, int, int] | None
 
 
+#: received blocks up to this size are copied out and freed at once: a copy of a few KiB
+#: costs less than tracking when the last view of the block dies
+COPY_LIMIT = 4096
+
+
 class Memory:
     """One side's shared memory: its arena, the peer's segments, and its leases on them."""
 
@@ -83,6 +88,23 @@ class Memory:
         self.arena = arena
         self.peers = PeerSegments()
         self.leases = Leases()
+
+    def take_block(self, block: tuple[int, int, int] | None) -> Any:
+        """The uint8 array of a received message's block (None: no block).
+
+        Every tensor of the message is a view of it. A small block is copied and its free
+        queued at once; a bigger one is viewed in place and freed when the array dies.
+        """
+        if block is None:
+            return None
+        segment_id, offset, length = block
+        if length <= COPY_LIMIT:
+            owner = self.peers.copy(segment_id, offset, length)
+            self.leases.release(segment_id)
+            return owner
+        owner = self.peers.block(segment_id, offset, length)
+        self.leases.hold(owner, segment_id)
+        return owner
 
     def close(self) -> None:
         self.arena.close()
@@ -179,7 +201,7 @@ class Channel:
         if kind == INDIRECT:
             assert block is not None
             inner = bytes(memory.peers.block(*block))
-            memory.leases.pending.append(block[0])  # copied out: release it with the next send
+            memory.leases.release(block[0])  # copied out: freed with the next send
             kind, ident, body, block = marshal.loads(inner)
         return Message(kind, ident, body, block)
 

@@ -33,7 +33,7 @@ from triton_core.types import (
 )
 from triton_core_python import ipc
 from triton_core_python.shm import Arena, SharedMemoryError
-from triton_core_python.wire import Packer, block_owner, unpack
+from triton_core_python.wire import Packer, unpack
 
 if TYPE_CHECKING:
     from triton_core.server import Server
@@ -483,9 +483,7 @@ class StubProcess:
     def _responses(self, block: Any, items: list[Any]) -> list[InferenceResponse]:
         memory = self.memory
         assert memory is not None
-        owner = block_owner(memory.peers, block)
-        if owner is not None:
-            memory.leases.hold(owner, block[0])
+        owner = memory.take_block(block)
         responses = []
         for item in items:
             if item is None:
@@ -729,9 +727,7 @@ class StubProcess:
         ) = body  # fmt: skip
         memory = self.memory
         assert memory is not None and self._server is not None
-        owner = block_owner(memory.peers, block)
-        if owner is not None:
-            memory.leases.hold(owner, block[0])
+        owner = memory.take_block(block)
         request = InferenceRequest(
             model_name,
             {d[0]: Tensor(d[0], d[1], unpack(owner, d)) for d in descriptors},

@@ -268,6 +268,10 @@ class PeerSegments:
         """A uint8 array over one block of a peer segment (no copy)."""
         return np.frombuffer(self._maps[segment_id], np.uint8, length, offset)
 
+    def copy(self, segment_id: int, offset: int, length: int) -> np.ndarray:
+        """A writable uint8 array holding a copy of one block of a peer segment."""
+        return np.frombuffer(bytearray(self._maps[segment_id][offset : offset + length]), np.uint8)
+
     def clear(self) -> None:
         with self._lock:
             self._maps.clear()
@@ -294,9 +298,12 @@ class Leases:
 
     def _release(self, ref: weakref.ref[np.ndarray]) -> None:
         entry = self._refs.pop(id(ref), None)
-        if entry is None:
-            return
-        self.pending.append(entry[1])
+        if entry is not None:
+            self.release(entry[1])
+
+    def release(self, segment_id: int) -> None:
+        """Queue the free of one block of ``segment_id`` for the next message to the peer."""
+        self.pending.append(segment_id)
         callback = self.on_pending
         if callback is not None:
             callback(len(self.pending))

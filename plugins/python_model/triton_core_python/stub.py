@@ -44,7 +44,7 @@ import triton_python_backend_utils as pb_utils
 
 from triton_core_python import ipc
 from triton_core_python.shm import Arena
-from triton_core_python.wire import Packer, block_owner, unpack
+from triton_core_python.wire import Packer, unpack
 
 _Deliver = Callable[[Any, bool], None]
 
@@ -207,10 +207,7 @@ class Stub:
         self._send_control(ipc.EXECUTE_DONE, message.ident, body, block)
 
     def _requests(self, message: ipc.Message) -> list[pb_utils.InferenceRequest]:
-        owner = block_owner(self.memory.peers, message.block)
-        if owner is not None:
-            assert message.block is not None
-            self.memory.leases.hold(owner, message.block[0])
+        owner = self.memory.take_block(message.block)
         received = pb_utils.InferenceRequest._received
         tensor = pb_utils.Tensor._of
         name, version, decoupled = self.model_name, self.model_version, self.decoupled
@@ -456,9 +453,7 @@ class Stub:
 
     def _response(self, block: Any, item: Any) -> pb_utils.InferenceResponse:
         descriptors, error, parameters = item
-        owner = block_owner(self.memory.peers, block)
-        if owner is not None:
-            self.memory.leases.hold(owner, block[0])
+        owner = self.memory.take_block(block)
         tensor = pb_utils.Tensor._of
         tensors = [tensor(d[0], d[1], unpack(owner, d)) for d in descriptors]
         return pb_utils.InferenceResponse(
