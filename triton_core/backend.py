@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 if TYPE_CHECKING:
     import asyncio
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable
 
     from triton_core.protos.model_config_pb2 import ModelConfig
     from triton_core.server import Server
@@ -70,6 +70,11 @@ class ModelInstance(ABC):
     #: :meth:`begin_execute`: the server then drives it from the event loop, with no worker
     #: thread (an instance may set it per object, e.g. only when it has a loop to run on)
     event_driven: ClassVar[bool] = False
+    #: batches an event-driven instance may hold at once. With 2, the default scheduler
+    #: hands it the next batch while one executes (it waits in the instance's own queue,
+    #: such as a socket), so the instance goes on to it without waiting for the event loop;
+    #: schedulers that form batches when an instance frees up still hand over one at a time
+    max_batches_in_flight: ClassVar[int] = 1
 
     @abstractmethod
     def execute(self, requests: list[InferenceRequest]) -> list[InferenceResponse]:
@@ -93,13 +98,16 @@ class ModelInstance(ABC):
     def begin_execute(
         self,
         requests: list[InferenceRequest],
-        done: Callable[[Sequence[InferenceResponse] | BaseException | None], None],
+        done: Callable[..., None],
     ) -> None:
         """Start a batch and return at once (``event_driven`` instances only).
 
-        Called on the event loop, one batch at a time per instance. Call ``done`` exactly
-        once, on the event loop and not from within this call, with what :meth:`execute`
-        would return, or with the exception that fails the batch.
+        Called on the event loop, with at most :attr:`max_batches_in_flight` batches
+        started and not yet done per instance. Call ``done(result, times=None)`` exactly
+        once per batch, on the event loop and not from within this call: ``result`` is what
+        :meth:`execute` would return, or the exception that fails the batch; ``times``
+        (:class:`~triton_core.statistics.ExecutionTimes`, optional) is when and how long
+        the batch really ran, for the statistics, where it did not start at once.
         """
         raise NotImplementedError
 

@@ -7,7 +7,9 @@ finished batch, not once per request.
 Instances that execute in another process (``ModelInstance.event_driven``, e.g. Python
 models) get no thread: the pool hands them batches on the event loop with
 ``begin_execute`` and they answer through a callback on the loop, so a batch costs no
-thread hop and no GIL hand-over.
+thread hop and no GIL hand-over. Such an instance may hold a second batch while one runs
+(``max_batches_in_flight``): it goes on to the next without waiting for the loop. The
+dynamic and sequence batchers still hand over one batch per instance at a time.
 """
 
 from __future__ import annotations
@@ -73,7 +75,9 @@ class InstancePool:
         self._event_driven = bool(self.instances) and all(
             getattr(instance, "event_driven", False) for instance in self.instances
         )
-        self._busy = [False] * len(self.instances)
+        #: batches each event-driven instance holds, and how many it may hold
+        self._busy = [0] * len(self.instances)
+        self._depth = [max(1, getattr(i, "max_batches_in_flight", 1)) for i in self.instances]
         self._waiting: deque[Batch] = deque()
         self._waiting_for: list[deque[Batch]] | None = None
         if self._event_driven:
@@ -103,13 +107,24 @@ class InstancePool:
         """Queue one batch; the next free instance executes it. Call on the event loop."""
         self._outstanding += 1
         if self._event_driven:
-            for index, busy in enumerate(self._busy):
-                if not busy:
-                    self._begin(index, (requests, futures))
-                    return
-            self._waiting.append((requests, futures))
+            index = self._least_busy()
+            if index is None:
+                self._waiting.append((requests, futures))
+            else:
+                self._begin(index, (requests, futures))
             return
         self._queue.put((requests, futures))
+
+    def _least_busy(self) -> int | None:
+        """An idle event-driven instance, else one that may take another batch, else None."""
+        busy = self._busy
+        best = None
+        for index, held in enumerate(busy):
+            if not held:
+                return index
+            if held < self._depth[index] and (best is None or held < busy[best]):
+                best = index
+        return best
 
     def pin(self) -> None:
         """Give each instance its own queue, for schedulers that choose the instance.
@@ -159,12 +174,16 @@ class InstancePool:
 
     def _begin(self, index: int, batch: Batch) -> None:
         """Hand a batch to event-driven instance ``index`` (on the event loop)."""
-        self._busy[index] = True
-        self._idle -= 1
+        self._busy[index] += 1
+        if self._busy[index] == 1:
+            self._idle -= 1
         requests, futures = batch
         start = monotonic_ns()
 
-        def done(result: Sequence[InferenceResponse] | BaseException | None) -> None:
+        def done(
+            result: Sequence[InferenceResponse] | BaseException | None,
+            times: ExecutionTimes | None = None,
+        ) -> None:
             end = monotonic_ns()
             if isinstance(result, BaseException):
                 results = self._failed(result, len(requests))
@@ -173,13 +192,19 @@ class InstancePool:
                     results = self._finish(requests, result)  # type: ignore[arg-type]
                 except Exception as exc:  # fails the batch, as on a thread
                     results = self._failed(exc, len(requests))
-            self._busy[index] = False
-            self._idle += 1
-            # the instance takes its next batch before the futures' callbacks submit more
-            queue = self._waiting if self._waiting_for is None else self._waiting_for[index]
-            if queue:
-                self._begin(index, queue.popleft())
-            self._resolve(requests, futures, results, ExecutionTimes(start, 0, end - start, 0))
+            self._busy[index] -= 1
+            if not self._busy[index]:
+                self._idle += 1
+            # the instance takes its next batch before the futures' callbacks submit more;
+            # a pinned instance (sequences) holds one batch at a time
+            if self._waiting_for is None:
+                if self._waiting and self._busy[index] < self._depth[index]:
+                    self._begin(index, self._waiting.popleft())
+            elif self._waiting_for[index] and not self._busy[index]:
+                self._begin(index, self._waiting_for[index].popleft())
+            if times is None:
+                times = ExecutionTimes(start, 0, end - start, 0)
+            self._resolve(requests, futures, results, times)
 
         try:
             self.instances[index].begin_execute(requests, done)

@@ -62,6 +62,42 @@ async def test_a_killed_process_fails_its_request_and_the_model_keeps_serving(
         assert server.model_ready("proc")
 
 
+async def test_requests_on_one_instance_run_in_turn_and_the_statistics_time_each(
+    repo, write_model, models, make_server, no_leftovers
+):
+    """The second request waits in the process while the first runs: the statistics count
+    that as queue time, and each execution as the time the model really took."""
+    write_model(repo, "proc", models.PROCESS, models.PROCESS_CONFIG.replace("{count}", "1"))
+    async with make_server(repo) as server:
+        first, second = await asyncio.gather(server.infer(action(2)), server.infer(action(2)))
+        (_, _, end1), (_, start2, _) = sorted(
+            (first.output("INFO").data.tolist(), second.output("INFO").data.tolist()),
+            key=lambda info: info[1],
+        )
+        assert end1 <= start2  # one process: one after the other
+        (stats,) = server.statistics("proc")
+        assert stats.compute_infer.count == 2
+        per_execution = stats.compute_infer.ns / 2 / 1e9
+        assert 0.29 <= per_execution < 0.45  # each busy-loops 0.3 s
+        assert stats.queue.ns / 1e9 >= 0.25  # the second waited for the first
+
+
+async def test_a_process_killed_with_a_second_batch_waiting_fails_both_clearly(
+    repo, write_model, models, make_server, no_leftovers
+):
+    write_model(repo, "proc", models.PROCESS, models.PROCESS_CONFIG.replace("{count}", "1"))
+    async with make_server(repo) as server:
+        outcomes = await asyncio.gather(
+            server.infer(action(3)), server.infer(action(0)), return_exceptions=True
+        )
+        for outcome in outcomes:
+            assert isinstance(outcome, TritonError), outcome
+            assert outcome.status is Status.UNAVAILABLE
+            assert "killed by signal 9 (SIGKILL)" in outcome.message
+        response = await server.infer(action(0))
+        assert int(response.output("INFO").data[0]) == instances(server)[0].pid
+
+
 async def test_a_process_killed_while_idle_is_restarted(
     repo, write_model, models, make_server, no_leftovers
 ):

@@ -249,12 +249,15 @@ class PythonInstance(ModelInstance):
         self._settings = model.settings(spec)
         self._loop = model.context.loop
         self.event_driven = self._loop is not None and not model.backend.instance_thread
+        # the next batch waits in the process's socket while one executes: the process goes
+        # on to it without a round trip through the event loop
+        self.max_batches_in_flight = 2 if self.event_driven else 1  # type: ignore[misc]
         self._lock = threading.Lock()  # held while (re)starting or stopping the process
         self._closing = False
         self._restart_error: TritonError | None = None
         self._retry_at = 0.0
-        #: a batch waiting for the process to restart (event-driven mode)
-        self._deferred: tuple[list[InferenceRequest], Any] | None = None
+        #: batches waiting for the process to restart (event-driven mode)
+        self._deferred: list[tuple[list[InferenceRequest], Any]] = []
         self.restarts = 0
         self._stub = self._spawn()
 
@@ -308,14 +311,14 @@ class PythonInstance(ModelInstance):
             self._defer(requests, done, stub)
             return
 
-        def finished(result: Any) -> None:
+        def finished(result: Any, times: Any = None) -> None:
             if isinstance(result, StubDied):
                 if result.sent:
                     done(self._died_error(result))
                 else:
                     self._defer(requests, done, stub)
             else:
-                done(result)
+                done(result, times)
 
         try:
             stub.begin_execute(requests, finished)
@@ -324,25 +327,24 @@ class PythonInstance(ModelInstance):
 
     def _defer(self, requests: list[InferenceRequest], done: Any, stub: StubProcess) -> None:
         """Keep a batch that did not reach the process until a new one runs."""
-        self._deferred = (requests, done)
+        self._deferred.append((requests, done))
         threading.Thread(
             target=self._restart_in_background, args=(stub,), name="python-model-restart"
         ).start()
 
     def _resume(self) -> None:
-        deferred, self._deferred = self._deferred, None
-        if deferred is None:
-            return
-        requests, done = deferred
-        if self._stub.dead:
-            done(
-                self._restart_error
-                or unavailable(
-                    f"model '{self._settings.model_name}' is unavailable: its Python process ended"
+        deferred, self._deferred = self._deferred, []
+        for requests, done in deferred:
+            if self._stub.dead:
+                done(
+                    self._restart_error
+                    or unavailable(
+                        f"model '{self._settings.model_name}' is unavailable: its Python "
+                        "process ended"
+                    )
                 )
-            )
-            return
-        self.begin_execute(requests, done)
+            else:
+                self.begin_execute(requests, done)
 
     # -- deaths and restarts --------------------------------------------------------------------
 
@@ -374,7 +376,7 @@ class PythonInstance(ModelInstance):
                     self._restart_locked()
                 except TritonError as error:
                     logger.error("%s", error.message)
-        if self._deferred is not None and self._loop is not None:
+        if self._deferred and self._loop is not None:
             with contextlib.suppress(RuntimeError):  # the loop is closed
                 self._loop.call_soon_threadsafe(self._resume)
 

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from triton_core.errors import Status, TritonError, internal, unavailable, unsupported
+from triton_core.statistics import ExecutionTimes
 from triton_core.types import (
     InferenceRequest,
     InferenceResponse,
@@ -157,7 +158,8 @@ class StubProcess:
         #: batches are sent from the event loop and answered there (else a worker thread
         #: blocks on each one)
         self.event_driven = event_driven and loop is not None
-        self._in_flight: tuple[list[int], Any] | None = None
+        #: batches sent and not yet answered (event-loop mode): ident -> [keys, done]
+        self._in_flight: dict[int, list[Any]] = {}
         self.memory: ipc.Memory | None = None
         self.control: ipc.Channel | None = None
         self.events: ipc.Channel | None = None
@@ -329,7 +331,7 @@ class StubProcess:
         if self.dead:
             raise StubDied(sent=False)
         body, packer, keys = self._encode(requests)
-        self._send_batch(body, packer, keys)
+        self._send_batch(next(self._ids), body, packer, keys)
         try:
             message = control.recv()
         except ipc.PeerClosed:
@@ -342,41 +344,45 @@ class StubProcess:
         """Send one batch and return (event-loop mode); ``done`` gets the result on the loop.
 
         Raises :class:`StubDied` (not sent) when the process is gone. ``done`` receives the
-        responses, the batch's TritonError, or :class:`StubDied`.
+        responses, the batch's TritonError, or :class:`StubDied`, and the batch's
+        :class:`ExecutionTimes` as the process measured them. Several batches may be in
+        flight: the process runs them in the order they arrive, each answer names its batch.
         """
         if self.dead:
             raise StubDied(sent=False)
+        ident = next(self._ids)
         if _estimated_bytes(requests) < _OFFLOAD_BYTES:
             body, packer, keys = self._encode(requests)
-            self._in_flight = (keys, done)
+            self._in_flight[ident] = [keys, done]
             try:
-                self._send_batch(body, packer, keys)
+                self._send_batch(ident, body, packer, keys)
             except BaseException:
-                self._in_flight = None
+                del self._in_flight[ident]
                 raise
             return
         # serializing and copying big tensors would stall the loop: do it on a thread
         assert self._loop is not None
-        self._in_flight = ([], done)
-        self._loop.run_in_executor(None, self._send_off_loop, requests)
+        self._in_flight[ident] = [[], done]
+        self._loop.run_in_executor(None, self._send_off_loop, ident, requests)
 
-    def _send_off_loop(self, requests: list[InferenceRequest]) -> None:
+    def _send_off_loop(self, ident: int, requests: list[InferenceRequest]) -> None:
         assert self._loop is not None
         try:
             body, packer, keys = self._encode(requests)
-            self._loop.call_soon_threadsafe(self._set_keys, keys)
-            self._send_batch(body, packer, keys)
+            self._loop.call_soon_threadsafe(self._set_keys, ident, keys)
+            self._send_batch(ident, body, packer, keys)
         except BaseException as exc:
-            self._loop.call_soon_threadsafe(self._send_failed, exc)
+            self._loop.call_soon_threadsafe(self._send_failed, ident, exc)
 
-    def _set_keys(self, keys: list[int]) -> None:
-        if self._in_flight is not None:
-            self._in_flight = (keys, self._in_flight[1])
+    def _set_keys(self, ident: int, keys: list[int]) -> None:
+        entry = self._in_flight.get(ident)
+        if entry is not None:
+            entry[0] = keys
 
-    def _send_failed(self, exc: BaseException) -> None:
-        in_flight, self._in_flight = self._in_flight, None
-        if in_flight is not None:
-            in_flight[1](exc)
+    def _send_failed(self, ident: int, exc: BaseException) -> None:
+        entry = self._in_flight.pop(ident, None)
+        if entry is not None:
+            entry[1](exc)
 
     def _encode(self, requests: list[InferenceRequest]) -> tuple[list[Any], Packer, list[int]]:
         packer = Packer()
@@ -409,12 +415,12 @@ class StubProcess:
             )
         return body, packer, keys
 
-    def _send_batch(self, body: list[Any], packer: Packer, keys: list[int]) -> None:
+    def _send_batch(self, ident: int, body: list[Any], packer: Packer, keys: list[int]) -> None:
         memory, control = self.memory, self.control
         assert memory is not None and control is not None
         try:
             block = packer.write(memory.arena)
-            control.send(ipc.EXECUTE, next(self._ids), body, block)
+            control.send(ipc.EXECUTE, ident, body, block)
         except SharedMemoryError as exc:
             self._forget(keys)
             raise unavailable(
@@ -432,7 +438,7 @@ class StubProcess:
             raise
 
     def _result(self, message: ipc.Message, keys: list[int]) -> list[InferenceResponse] | None:
-        status, payload = message.body
+        status, payload, _ = message.body
         if status:
             self._forget(keys)
             code, text = payload
@@ -452,15 +458,15 @@ class StubProcess:
             return
         if message is None:
             return
-        in_flight, self._in_flight = self._in_flight, None
-        if in_flight is None:
+        entry = self._in_flight.pop(message.ident, None)
+        if entry is None:
             return
-        keys, done = in_flight
+        keys, done = entry
         try:
             result: Any = self._result(message, keys)
         except TritonError as error:
             result = error
-        done(result)
+        done(result, _times(message.body[2]))
 
     def _control_ended(self) -> None:
         assert self.control is not None
@@ -473,10 +479,9 @@ class StubProcess:
         ).start()
 
     def _fail_in_flight(self, description: str) -> None:
-        """Fail the batch the process was running when it ended (on the loop)."""
-        in_flight, self._in_flight = self._in_flight, None
-        if in_flight is not None:
-            keys, done = in_flight
+        """Fail the batches sent to the process when it ended (on the loop)."""
+        in_flight, self._in_flight = self._in_flight, {}
+        for keys, done in in_flight.values():
             self._forget(keys)
             done(StubDied(sent=True, description=description))
 
@@ -812,6 +817,17 @@ class StubProcess:
         except TritonError as error:
             answer = (False, error.message)
         self._send_event(ipc.CONTROL_ANSWER, ident, answer, None)
+
+
+def _times(measured: tuple[int, int, int, int] | None) -> ExecutionTimes | None:
+    """The statistics' times of a batch from the process's clock readings (the same
+    monotonic clock as the server's): received, execute called, returned, answer sent."""
+    if measured is None:
+        return None
+    received, started, ended, answered = measured
+    if not received <= started <= ended <= answered:
+        return None
+    return ExecutionTimes(received, started - received, ended - started, answered - ended)
 
 
 def _estimated_bytes(requests: list[InferenceRequest]) -> int:

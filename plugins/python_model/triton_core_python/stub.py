@@ -34,6 +34,7 @@ import queue
 import socket
 import sys
 import threading
+import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
@@ -195,16 +196,20 @@ class Stub:
     # -- execute ---------------------------------------------------------------------------------
 
     def _serve(self, message: ipc.Message) -> None:
+        received = time.monotonic_ns()
         requests = self._requests(message)
+        times = None
         try:
-            body, block = self._run(requests)
+            status, payload, block, started, ended = self._run(requests)
         except BaseException as exc:
-            body, block = (1, self._error_of(exc)), None
+            status, payload, block = 1, self._error_of(exc), None
             exc.__traceback__ = None  # drop the frames holding the requests' tensors
+        else:
+            times = (received, started, ended, time.monotonic_ns())
         # Requests (and their tensors' views) die here unless the model kept them, so the
         # answer below can carry the frees of their shared memory.
         del requests
-        self._send_control(ipc.EXECUTE_DONE, message.ident, body, block)
+        self._send_control(ipc.EXECUTE_DONE, message.ident, (status, payload, times), block)
 
     def _requests(self, message: ipc.Message) -> list[pb_utils.InferenceRequest]:
         owner = self.memory.take_block(message.block)
@@ -241,19 +246,22 @@ class Stub:
             )
         return requests
 
-    def _run(self, requests: list[pb_utils.InferenceRequest]) -> tuple[Any, Any]:
+    def _run(self, requests: list[pb_utils.InferenceRequest]) -> tuple[int, Any, Any, int, int]:
+        """(status 0, answers, their block, execute's start and end times) of a batch."""
         assert self._execute is not None
+        started = time.monotonic_ns()
         if self._async_execute:
             future = asyncio.run_coroutine_threadsafe(self._execute(requests), self._coroutines())
             if self.decoupled:
                 # decoupled coroutines run concurrently, like Triton's: answer at once
                 future.add_done_callback(lambda done: self._coroutine_done(done, requests))
-                return (0, None), None
+                return 0, None, None, started, time.monotonic_ns()
             result = future.result()
         else:
             result = self._execute(requests)
+        ended = time.monotonic_ns()
         if self.decoupled:
-            return (0, None), None
+            return 0, None, None, started, ended
         if result is None:
             # since Triton 23.10 a model may answer through response senders instead
             result = [
@@ -280,7 +288,7 @@ class Stub:
                     "execute() must return InferenceResponse objects, got "
                     f"{type(response).__name__}"
                 )
-        return (0, items), packer.write(self.memory.arena)
+        return 0, items, packer.write(self.memory.arena), started, ended
 
     def _coroutine_done(self, future: Any, requests: list[pb_utils.InferenceRequest]) -> None:
         if future.cancelled() or future.exception() is None:
