@@ -629,3 +629,67 @@ def test_raw_request_needs_one_input_and_one_variable_dim() -> None:
     assert error.message.startswith("Raw request must only have 1 input")
     error = error_of(decode_raw_request, "m", -1, b"", raw_config("TYPE_FP32", [-1, -1]))
     assert "more than one variable-sized dimension" in error.message
+
+
+# ------------------------------------------------------------------------------------------
+# a request header seen before is not parsed again
+
+
+def binary_body(values: np.ndarray, **options: object) -> tuple[bytes, int]:
+    infer_input = httpclient.InferInput("INPUT0", list(values.shape), "FP32")
+    infer_input.set_data_from_numpy(values, binary_data=True)
+    outputs = [httpclient.InferRequestedOutput("OUTPUT0", binary_data=True)]
+    return build_body([infer_input], outputs=outputs, **options)
+
+
+def test_requests_with_the_same_header_get_their_own_data_and_fields() -> None:
+    first_body, length = binary_body(np.zeros((1, 4), np.float32), sequence_id=7)
+    second_body, second_length = binary_body(np.ones((1, 4), np.float32), sequence_id=7)
+    assert first_body[:length] == second_body[:second_length]  # same JSON, other data
+    first = decode_request("m", -1, first_body, length)
+    second = decode_request("m", -1, second_body, second_length)
+    assert first.request.inputs["INPUT0"].data.tolist() == [[0, 0, 0, 0]]
+    assert second.request.inputs["INPUT0"].data.tolist() == [[1, 1, 1, 1]]
+    for decoded in (first, second):
+        assert decoded.request.correlation_id == 7
+        assert [o.name for o in decoded.request.outputs or []] == ["OUTPUT0"]
+        assert decoded.binary_outputs == {"OUTPUT0": True}
+    assert first.request.outputs is not second.request.outputs
+    assert first.request is not second.request
+
+
+def test_a_known_header_still_checks_the_binary_data_against_the_body() -> None:
+    body, length = binary_body(np.zeros((1, 4), np.float32))
+    decode_request("m", -1, body, length)
+    with pytest.raises(TritonError, match="expecting 4 additional bytes"):
+        decode_request("m", -1, body[:-4], length)
+    with pytest.raises(TritonError, match="unexpected additional input data"):
+        decode_request("m", -1, body + b"\0" * 4, length)
+
+
+def test_values_in_the_json_are_decoded_for_each_request() -> None:
+    body = orjson.dumps(
+        {"inputs": [{"name": "INPUT0", "shape": [2], "datatype": "INT32", "data": [1, 2]}]}
+    )
+    first, second = decode_request("m", -1, body), decode_request("m", -1, body)
+    first.request.inputs["INPUT0"].data[0] = 5
+    assert second.request.inputs["INPUT0"].data.tolist() == [1, 2]
+
+
+def test_a_header_that_fails_is_refused_every_time() -> None:
+    body = orjson.dumps(
+        {
+            "inputs": [
+                {
+                    "name": "INPUT0",
+                    "shape": [1],
+                    "datatype": "INT32",
+                    "parameters": {"binary_data_size": 4},
+                }
+            ],
+            "parameters": {"triton_reserved": 1},
+        }
+    )
+    for _ in range(2):
+        with pytest.raises(TritonError, match="reserved for Triton usage"):
+            decode_request("m", -1, body + b"\0" * 4, len(body))

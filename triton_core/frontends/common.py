@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+from typing import Final
 
 from triton_core.errors import invalid_arg
 from triton_core.types import InferenceRequest, ParameterValue, RequestFlag
@@ -28,6 +29,10 @@ def parse_version(text: str) -> int:
     if not text.isdigit():
         raise invalid_arg(f"failed to parse model version '{text}': expected a number")
     return int(text)
+
+
+#: request parameters meant for the frontend alone: they set nothing on the request
+FRONTEND_PARAMETERS: Final = frozenset(("binary_data_output", "headers"))
 
 
 def apply_request_parameters(
@@ -56,7 +61,7 @@ def apply_request_parameters(
             request.priority = _require_uint(key, value)
         elif key == "timeout":
             request.timeout_us = _require_uint(key, value)
-        elif key in ("binary_data_output", "headers"):
+        elif key in FRONTEND_PARAMETERS:
             continue  # consumed by the frontend
         elif key.startswith("triton_"):
             raise invalid_arg(

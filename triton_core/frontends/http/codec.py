@@ -22,7 +22,7 @@ from triton_core.dtypes import (
     serialize_bytes,
 )
 from triton_core.errors import internal, invalid_arg, unsupported
-from triton_core.frontends.common import apply_request_parameters
+from triton_core.frontends.common import FRONTEND_PARAMETERS, apply_request_parameters
 from triton_core.statistics import Duration, ModelStatistics
 from triton_core.types import (
     InferenceRequest,
@@ -73,6 +73,40 @@ class DecodedRequest(NamedTuple):
 # request decoding
 
 
+class _InputPlan(NamedTuple):
+    name: str
+    datatype: str
+    dtype: np.dtype
+    shape: list[int]
+    count: int
+    #: bytes after the JSON (binary data); None when the values are in the JSON
+    byte_size: int | None
+    #: the values from the JSON ``data``, or None for binary data
+    array: np.ndarray | None
+
+
+class _HeaderPlan(NamedTuple):
+    """What a request's JSON says, checked: all but the binary data itself."""
+
+    inputs: tuple[_InputPlan, ...]
+    request_id: str | None
+    #: request parameters that set request fields or travel with it (None: none do)
+    parameters: dict[str, Any] | None
+    default_binary: bool
+    outputs: list[RequestedOutput] | None
+    binary_outputs: dict[str, bool]
+    #: no values in the JSON: the plan holds for any request with the same JSON bytes
+    reusable: bool
+
+
+#: checked JSON headers by their bytes: clients send the same header with every request
+#: (only the binary data changes), so it is parsed and checked once
+_PLANS: dict[bytes, _HeaderPlan] = {}
+_PLANS_MAX: Final = 512
+#: longer headers are not looked up (nor kept)
+_PLAN_KEY_MAX: Final = 4096
+
+
 def decode_request(
     model_name: str,
     model_version: int,
@@ -88,8 +122,24 @@ def decode_request(
     end = len(body)
     if header_length is None:
         header_length = end
+    header = body if header_length == end else body[:header_length]
+    key = header if len(header) <= _PLAN_KEY_MAX else None
+    plan = _PLANS.get(key) if key is not None else None  # type: ignore[arg-type]
+    if plan is not None:
+        return _build_request(plan, model_name, model_version, body, header_length)
+    plan = _plan_header(header, model_name)
+    decoded = _build_request(plan, model_name, model_version, body, header_length)
+    if key is not None and plan.reusable:  # kept only once a request built from it is valid
+        if len(_PLANS) >= _PLANS_MAX:
+            _PLANS.clear()
+        _PLANS[bytes(key)] = plan
+    return decoded
+
+
+def _plan_header(header: bytes, model_name: str) -> _HeaderPlan:
+    """Parse and check a request's JSON."""
     try:
-        doc = orjson.loads(body if header_length == end else body[:header_length])
+        doc = orjson.loads(header)
     except _JSONDecodeError as exc:
         raise invalid_arg(
             f"failed to parse the request JSON buffer for model '{model_name}': {exc}"
@@ -103,8 +153,9 @@ def decode_request(
     if type(inputs_json) is not list:
         raise invalid_arg(f"Unable to parse 'inputs' for model '{model_name}'")
 
-    inputs: dict[str, Tensor] = {}
-    offset = header_length  # binary blobs follow the JSON in the order of the inputs
+    inputs: list[_InputPlan] = []
+    names: set[str] = set()
+    reusable = True
     for input_json in inputs_json:
         if type(input_json) is not dict:
             raise invalid_arg(f"Unable to parse 'inputs' for model '{model_name}'")
@@ -133,8 +184,9 @@ def decode_request(
             raise invalid_arg(
                 f"invalid datatype '{datatype}' for input '{name}' for model '{model_name}'"
             )
-        if name in inputs:
+        if name in names:
             raise invalid_arg(f"input '{name}' already exists in request for model '{model_name}'")
+        names.add(name)
 
         params = input_json.get("parameters")
         byte_size = None
@@ -150,48 +202,71 @@ def decode_request(
         elif count and "data" not in input_json:
             _check_content_fields(name, model_name, input_json, False, None, count)
 
+        array = None
         if byte_size is not None:
             if type(byte_size) is not int or byte_size < 0:
                 raise invalid_arg(
                     f"Unable to parse 'binary_data_size' for input '{name}' for model "
                     f"'{model_name}'"
                 )
+        else:
+            array = _array_from_json(
+                input_json.get("data"), datatype, dtype, shape, count, name, model_name
+            )
+            reusable = False
+        inputs.append(_InputPlan(name, datatype, dtype, shape, count, byte_size, array))
+
+    request_id = doc.get("id")
+    if request_id is not None and type(request_id) is not str:
+        raise invalid_arg(f"Unable to parse 'id' for model '{model_name}'")
+    parameters = doc.get("parameters")
+    default_binary = False
+    if parameters is not None:
+        # checked (and tried) once: only what sets request fields is applied per request
+        default_binary = _apply_parameters(InferenceRequest(model_name, {}), parameters, model_name)
+        if all(key in FRONTEND_PARAMETERS for key in parameters):
+            parameters = None
+    binary_outputs: dict[str, bool] = {}
+    outputs_json = doc.get("outputs")
+    outputs = None
+    if outputs_json is not None:
+        outputs = _decode_outputs(outputs_json, binary_outputs, model_name)
+    return _HeaderPlan(
+        tuple(inputs), request_id, parameters, default_binary, outputs, binary_outputs, reusable
+    )
+
+
+def _build_request(
+    plan: _HeaderPlan, model_name: str, model_version: int, body: bytes, header_length: int
+) -> DecodedRequest:
+    """The request a checked header describes, its tensors viewing the binary data."""
+    end = len(body)
+    inputs: dict[str, Tensor] = {}
+    offset = header_length  # binary blobs follow the JSON in the order of the inputs
+    for name, datatype, dtype, shape, count, byte_size, array in plan.inputs:
+        if byte_size is not None:
             stop = offset + byte_size
             if stop > end:
                 raise invalid_arg(
                     f"unexpected size for input '{name}', expecting {stop - end} additional "
                     f"bytes for model '{model_name}'"
                 )
-            data = _array_from_binary(
+            array = _array_from_binary(
                 body, offset, byte_size, datatype, dtype, shape, count, name, model_name
             )
             offset = stop
-        else:
-            data = _array_from_json(
-                input_json.get("data"), datatype, dtype, shape, count, name, model_name
-            )
-        inputs[name] = Tensor(name, datatype, data)
-
+        inputs[name] = Tensor(name, datatype, array)  # type: ignore[arg-type]
     if offset != end:
         raise invalid_arg(f"unexpected additional input data for model '{model_name}'")
 
     request = InferenceRequest(model_name, inputs, model_version)
-    request_id = doc.get("id")
-    if request_id is not None:
-        if type(request_id) is not str:
-            raise invalid_arg(f"Unable to parse 'id' for model '{model_name}'")
-        request.id = request_id
-
-    default_binary = False
-    parameters = doc.get("parameters")
-    if parameters is not None:
-        default_binary = _apply_parameters(request, parameters, model_name)
-
-    binary_outputs: dict[str, bool] = {}
-    outputs_json = doc.get("outputs")
-    if outputs_json is not None:
-        request.outputs = _decode_outputs(outputs_json, binary_outputs, model_name)
-    return DecodedRequest(request, binary_outputs, default_binary)
+    if plan.request_id is not None:
+        request.id = plan.request_id
+    if plan.parameters is not None:
+        apply_request_parameters(request, plan.parameters)
+    if plan.outputs is not None:
+        request.outputs = list(plan.outputs)
+    return DecodedRequest(request, plan.binary_outputs, plan.default_binary)
 
 
 def decode_raw_request(
