@@ -280,7 +280,9 @@ def main() -> None:
     reading = (
         "How to read it: the python backend's rows differ from the ONNX plugin's by the model's "
         "process boundary (shared memory, two socket messages per batch, the stub's Python "
-        "work); `stub-policy=normal` lets a woken stub preempt the server's event loop (the "
+        "work; the stub holds the next batch in its socket while one runs, so under load it "
+        "goes from one to the next without waiting for the server); `stub-policy=normal` lets "
+        "a woken stub preempt the server's event loop (the "
         "default, SCHED_BATCH, makes it wait for a CPU); `instance-thread=yes` adds the core's "
         "worker-thread hop and GIL hand-over per batch, which the default event-driven "
         "instances avoid. The ONNX plugin rows, with no model.py at all, are the ceiling: "
