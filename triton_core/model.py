@@ -193,6 +193,8 @@ class ModelSignature:
 
 
 def _matches(shape: Sequence[int], dims: Sequence[int]) -> bool:
+    if shape == dims:  # the common case, compared in C
+        return True
     if len(shape) != len(dims):
         return False
     return all(dim == -1 or dim == actual for actual, dim in zip(shape, dims, strict=True))

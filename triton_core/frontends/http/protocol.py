@@ -111,6 +111,23 @@ def _url_target(url: bytes) -> tuple[str, int] | None:
     return target
 
 
+#: answer headers as written, by (name, value): an infer answer's are the same every time
+_HEADER_LINES: dict[tuple[str, str], tuple[bytes, bytes]] = {}
+
+
+def _wire_headers(headers: dict[str, str]) -> list[tuple[bytes, bytes]]:
+    """``{"Content-Type": ...}`` as lowercase ``(name, value)`` bytes pairs."""
+    pairs = []
+    for item in headers.items():
+        pair = _HEADER_LINES.get(item)
+        if pair is None:
+            if len(_HEADER_LINES) >= _TARGETS_MAX:
+                _HEADER_LINES.clear()
+            pair = _HEADER_LINES[item] = (item[0].lower().encode(), item[1].encode("latin-1"))
+        pairs.append(pair)
+    return pairs
+
+
 class _InferCycle:
     """One plain ``POST .../infer`` answered by :class:`HttpProtocol` itself.
 
@@ -199,7 +216,7 @@ class _InferCycle:
             except Exception as exc:
                 self._fail(exc)
                 return
-            self._respond(200, [(k.lower().encode(), v.encode()) for k, v in headers.items()], data)
+            self._respond(200, _wire_headers(headers), data)
 
         future.add_done_callback(answer)
 
