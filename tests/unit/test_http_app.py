@@ -536,13 +536,8 @@ def asgi_scope(
     }
 
 
-async def call_chunked(app: Any, path: str, chunks: list[bytes]) -> tuple[int, bytes]:
-    """A POST with no Content-Length (chunked transfer), straight through ASGI."""
-    scope = asgi_scope("POST", path, [(b"host", b"localhost"), (b"transfer-encoding", b"chunked")])
-    events = [
-        {"type": "http.request", "body": chunk, "more_body": i < len(chunks) - 1}
-        for i, chunk in enumerate(chunks)
-    ]
+async def asgi_exchange(app: Any, scope: dict[str, Any], events: list[dict]) -> list[dict]:
+    """Run ``app`` on ``scope``, receiving ``events`` (then a disconnect); what it sent."""
     sent: list[dict] = []
 
     async def receive() -> dict:
@@ -552,6 +547,17 @@ async def call_chunked(app: Any, path: str, chunks: list[bytes]) -> tuple[int, b
         sent.append(message)
 
     await app(scope, receive, send)
+    return sent
+
+
+async def call_chunked(app: Any, path: str, chunks: list[bytes]) -> tuple[int, bytes]:
+    """A POST with no Content-Length (chunked transfer), straight through ASGI."""
+    scope = asgi_scope("POST", path, [(b"host", b"localhost"), (b"transfer-encoding", b"chunked")])
+    events = [
+        {"type": "http.request", "body": chunk, "more_body": i < len(chunks) - 1}
+        for i, chunk in enumerate(chunks)
+    ]
+    sent = await asgi_exchange(app, scope, events)
     return sent[0]["status"], b"".join(m.get("body", b"") for m in sent[1:])
 
 

@@ -9,7 +9,7 @@ import numpy as np
 import orjson
 import pytest
 
-from tests.unit.test_http_app import StubServer, asgi_scope, binary_infer_body
+from tests.unit.test_http_app import StubServer, asgi_exchange, asgi_scope, binary_infer_body
 from triton_core.frontends.http import create_app
 from triton_core.frontends.http.fast_path import InferFastPath, infer_target
 
@@ -49,16 +49,7 @@ async def call(app: Any, method: str, path: str, body: bytes, headers: dict[str,
     if "transfer-encoding" not in {k.lower() for k in headers}:
         raw_headers.append((b"content-length", str(len(body)).encode()))
     scope = asgi_scope(method, path, raw_headers, path.replace(" ", "%20").encode())
-    events = [{"type": "http.request", "body": body, "more_body": False}]
-    sent: list[dict] = []
-
-    async def receive() -> dict:
-        return events.pop(0) if events else {"type": "http.disconnect"}
-
-    async def send(message: dict) -> None:
-        sent.append(message)
-
-    await app(scope, receive, send)
+    sent = await asgi_exchange(app, scope, [{"type": "http.request", "body": body}])
     start = sent[0]
     headers_out = {k.decode().lower(): v.decode() for k, v in start["headers"]}
     return start["status"], headers_out, b"".join(m.get("body", b"") for m in sent[1:])

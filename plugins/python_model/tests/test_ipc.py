@@ -16,7 +16,7 @@ from triton_core_python.shm import (
     SharedMemoryError,
     create_memory_file,
 )
-from triton_core_python.wire import Packer, block_owner, deserialize_bytes, serialize_bytes, unpack
+from triton_core_python.wire import Packer, deserialize_bytes, serialize_bytes, unpack
 
 
 def test_a_steady_load_reuses_one_segment():
@@ -94,7 +94,7 @@ def test_tensors_round_trip_through_one_block():
     assert block is not None
     segment = arena.segment(block[0])
     peers.add(segment.id, os.dup(segment.fd), segment.size)
-    owner = block_owner(peers, block)
+    owner = peers.block(*block)
     for descriptor, (name, array) in zip(descriptors, DATATYPES.items(), strict=True):
         received = unpack(owner, descriptor)
         assert received.shape == array.shape, name
@@ -145,7 +145,7 @@ def test_messages_carry_segments_tensors_and_frees(pair):
     a.send(ipc.EXECUTE, 3, [descriptor], block)
     message = b.recv()
     assert (message.kind, message.ident) == (ipc.EXECUTE, 3)
-    owner = block_owner(b.memory.peers, message.block)
+    owner = b.memory.peers.block(*message.block)
     b.memory.leases.hold(owner, message.block[0])
     values = unpack(owner, message.body[0])
     assert values.tolist() == [0, 1, 2, 3]

@@ -15,7 +15,7 @@ from typing import Any, Final
 
 import numpy as np
 
-from triton_core_python.shm import Arena, PeerSegments, align
+from triton_core_python.shm import Arena, align
 
 #: wire datatype -> numpy dtype of its values (as triton_core.dtypes; BF16 as uint16 bits)
 NUMPY_DTYPES: Final[dict[str, np.dtype]] = {
@@ -136,13 +136,6 @@ class Packer:
             view[start : start + len(data)] = data
         self._items = []
         return (segment.id, base, self.size)
-
-
-def block_owner(peers: PeerSegments, block: BlockRef | None) -> np.ndarray | None:
-    """The uint8 array over a received block; every tensor of the message is a view of it."""
-    if block is None:
-        return None
-    return peers.block(*block)
 
 
 def unpack(owner: np.ndarray | None, descriptor: Descriptor) -> np.ndarray:

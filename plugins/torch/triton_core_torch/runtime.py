@@ -722,7 +722,9 @@ class PyTorchInstance(ModelInstance):
         if self._thread != thread:
             self._enter_thread()
         if len(requests) == 1 and self._single is not None and self._mode_thread == thread:
-            return [self._execute_single(requests[0], self._single)]
+            response = self._execute_single(requests[0], self._single)
+            if response is not None:
+                return [response]
         try:
             if len(requests) == 1:
                 request = requests[0]
@@ -739,16 +741,17 @@ class PyTorchInstance(ModelInstance):
 
     def _execute_single(
         self, request: InferenceRequest, plan: tuple[Any, ...]
-    ) -> InferenceResponse:
-        """A batch of one through a one-in, one-out CPU model, on the instance's own thread."""
+    ) -> InferenceResponse | None:
+        """A batch of one through a one-in, one-out CPU model, on the instance's own thread.
+
+        None, before anything ran, for a request the general path must word an error for.
+        """
         input_name, convert, output, wire, dtype = plan
         inputs = request.inputs
         names = request.output_names()
         tensor = inputs.get(input_name)
         if tensor is None or len(inputs) != 1 or (names is not None and names != [output]):
-            names = self._output_names(request)  # the general path words every error
-            arrays = self._outputs(self._run({n: t.data for n, t in inputs.items()}), names)
-            return InferenceResponse(outputs=self._tensors(names, arrays))
+            return None
         try:
             result = self._forward(convert(tensor.data))
         except TritonError:

@@ -95,8 +95,6 @@ class _HeaderPlan(NamedTuple):
     default_binary: bool
     outputs: list[RequestedOutput] | None
     binary_outputs: dict[str, bool]
-    #: no values in the JSON: the plan holds for any request with the same JSON bytes
-    reusable: bool
 
 
 #: checked JSON headers by their bytes: clients send the same header with every request
@@ -129,7 +127,8 @@ def decode_request(
         return _build_request(plan, model_name, model_version, body, header_length)
     plan = _plan_header(header, model_name)
     decoded = _build_request(plan, model_name, model_version, body, header_length)
-    if key is not None and plan.reusable:  # kept only once a request built from it is valid
+    # kept once a request built from it is valid, and only without values in the JSON
+    if key is not None and all(spec.array is None for spec in plan.inputs):
         if len(_PLANS) >= _PLANS_MAX:
             _PLANS.clear()
         _PLANS[bytes(key)] = plan
@@ -155,7 +154,6 @@ def _plan_header(header: bytes, model_name: str) -> _HeaderPlan:
 
     inputs: list[_InputPlan] = []
     names: set[str] = set()
-    reusable = True
     for input_json in inputs_json:
         if type(input_json) is not dict:
             raise invalid_arg(f"Unable to parse 'inputs' for model '{model_name}'")
@@ -213,7 +211,6 @@ def _plan_header(header: bytes, model_name: str) -> _HeaderPlan:
             array = _array_from_json(
                 input_json.get("data"), datatype, dtype, shape, count, name, model_name
             )
-            reusable = False
         inputs.append(_InputPlan(name, datatype, dtype, shape, count, byte_size, array))
 
     request_id = doc.get("id")
@@ -232,7 +229,7 @@ def _plan_header(header: bytes, model_name: str) -> _HeaderPlan:
     if outputs_json is not None:
         outputs = _decode_outputs(outputs_json, binary_outputs, model_name)
     return _HeaderPlan(
-        tuple(inputs), request_id, parameters, default_binary, outputs, binary_outputs, reusable
+        tuple(inputs), request_id, parameters, default_binary, outputs, binary_outputs
     )
 
 

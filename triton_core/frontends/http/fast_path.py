@@ -34,7 +34,32 @@ _PREFIX: Final = "/v2/models/"
 _SUFFIX: Final = "/infer"
 #: request headers whose presence sends the request to falcon (compression, chunking)
 _TO_FALCON: Final = frozenset((b"content-encoding", b"transfer-encoding"))
-_JSON_HEADERS: Final = [(b"content-type", b"application/json")]
+#: the headers of an error answer (its length is added)
+JSON_HEADERS: Final = [(b"content-type", b"application/json")]
+#: answer headers as written, by (name, value): an infer answer's are the same every time
+_HEADER_LINES: dict[tuple[str, str], tuple[bytes, bytes]] = {}
+_HEADER_LINES_MAX: Final = 1024
+
+
+def wire_headers(headers: dict[str, str]) -> list[tuple[bytes, bytes]]:
+    """``{"Content-Type": ...}`` as a new list of lowercase ``(name, value)`` bytes pairs."""
+    pairs = []
+    for item in headers.items():
+        pair = _HEADER_LINES.get(item)
+        if pair is None:
+            if len(_HEADER_LINES) >= _HEADER_LINES_MAX:
+                _HEADER_LINES.clear()
+            pair = _HEADER_LINES[item] = (item[0].lower().encode(), item[1].encode("latin-1"))
+        pairs.append(pair)
+    return pairs
+
+
+def infer_failure(exc: BaseException, model_name: str) -> tuple[int, bytes]:
+    """(status, Triton's error document) of a failed infer; an unexpected error is logged."""
+    if isinstance(exc, TritonError):
+        return exc.status.http_status, error_body(exc.message)
+    logger.error("unexpected error handling POST %s infer", model_name, exc_info=exc)
+    return 500, error_body(str(exc) or type(exc).__name__)
 
 
 def infer_target(path: str) -> tuple[str, int] | None:
@@ -118,15 +143,10 @@ class InferFastPath:
             data, headers = await infer_body(
                 self.server, model_name, model_version, body, header_length
             )
-            status = 200
-            response_headers = [(k.lower().encode(), v.encode()) for k, v in headers.items()]
-        except TritonError as error:
-            status, data = error.status.http_status, error_body(error.message)
-            response_headers = None
+            status, headers_out = 200, wire_headers(headers)
         except Exception as exc:
-            logger.exception("unexpected error handling POST %s infer", model_name)
-            status, data, response_headers = 500, error_body(str(exc) or type(exc).__name__), None
-        headers_out = response_headers if response_headers is not None else list(_JSON_HEADERS)
+            status, data = infer_failure(exc, model_name)
+            headers_out = list(JSON_HEADERS)
         headers_out.append((b"content-length", str(len(data)).encode()))
         await send({"type": "http.response.start", "status": status, "headers": headers_out})
         await send({"type": "http.response.body", "body": data})

@@ -12,28 +12,29 @@
 from __future__ import annotations
 
 import asyncio
-import logging
 from typing import TYPE_CHECKING, Any, Final
 
 import httptools
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
-from triton_core.errors import TritonError
 from triton_core.frontends.http.app import (
     check_not_decoupled,
     decode_infer_body,
     encode_infer_answer,
-    error_body,
 )
-from triton_core.frontends.http.fast_path import InferFastPath, infer_target, plain_infer_headers
+from triton_core.frontends.http.fast_path import (
+    JSON_HEADERS,
+    InferFastPath,
+    infer_failure,
+    infer_target,
+    plain_infer_headers,
+    wire_headers,
+)
 
 if TYPE_CHECKING:
     from triton_core.types import InferenceResponse
 
-logger = logging.getLogger(__name__)
-
 _CONTINUE: Final = b"HTTP/1.1 100 Continue\r\n\r\n"
-_JSON_HEADERS: Final = [(b"content-type", b"application/json")]
 
 
 class CorkedTransport:
@@ -109,23 +110,6 @@ def _url_target(url: bytes) -> tuple[str, int] | None:
         _TARGETS.clear()
     _TARGETS[url] = target
     return target
-
-
-#: answer headers as written, by (name, value): an infer answer's are the same every time
-_HEADER_LINES: dict[tuple[str, str], tuple[bytes, bytes]] = {}
-
-
-def _wire_headers(headers: dict[str, str]) -> list[tuple[bytes, bytes]]:
-    """``{"Content-Type": ...}`` as lowercase ``(name, value)`` bytes pairs."""
-    pairs = []
-    for item in headers.items():
-        pair = _HEADER_LINES.get(item)
-        if pair is None:
-            if len(_HEADER_LINES) >= _TARGETS_MAX:
-                _HEADER_LINES.clear()
-            pair = _HEADER_LINES[item] = (item[0].lower().encode(), item[1].encode("latin-1"))
-        pairs.append(pair)
-    return pairs
 
 
 class _InferCycle:
@@ -216,16 +200,13 @@ class _InferCycle:
             except Exception as exc:
                 self._fail(exc)
                 return
-            self._respond(200, _wire_headers(headers), data)
+            self._respond(200, wire_headers(headers), data)
 
         future.add_done_callback(answer)
 
     def _fail(self, exc: BaseException) -> None:
-        if isinstance(exc, TritonError):
-            self._respond(exc.status.http_status, _JSON_HEADERS, error_body(exc.message))
-            return
-        logger.error("unexpected error handling POST %s infer", self._target[0], exc_info=exc)
-        self._respond(500, _JSON_HEADERS, error_body(str(exc) or type(exc).__name__))
+        status, data = infer_failure(exc, self._target[0])
+        self._respond(status, JSON_HEADERS, data)
 
     def _respond(self, status: int, headers: list[tuple[bytes, bytes]], data: bytes) -> None:
         protocol = self._protocol
