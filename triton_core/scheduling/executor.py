@@ -278,11 +278,15 @@ class InstancePool:
         if self._drained is not None and not self._outstanding:
             self._drained.set()
         try:
-            self.statistics.record_execution(
-                sum(request.batch_size for request in requests),
-                [request.queued_ns for request in requests],
-                times,
-            )
+            if len(requests) == 1:
+                request = requests[0]
+                self.statistics.record_execution(request.batch_size, (request.queued_ns,), times)
+            else:
+                self.statistics.record_execution(
+                    sum(request.batch_size for request in requests),
+                    [request.queued_ns for request in requests],
+                    times,
+                )
         except Exception:  # statistics must never keep a response from its client
             logger.exception("recording statistics of model '%s' failed", self._model_name)
         for future, result in zip(futures, results, strict=True):

@@ -275,6 +275,9 @@ class PythonInstance(ModelInstance):
             event_driven=self.event_driven,
         )
         stub.on_death = self._on_death
+        stub.on_batch_died = lambda requests, done, died: self._batch_died(
+            stub, requests, done, died
+        )
         stub.start()
         return stub
 
@@ -310,19 +313,18 @@ class PythonInstance(ModelInstance):
         if stub.dead:
             self._defer(requests, done, stub)
             return
-
-        def finished(result: Any, times: Any = None) -> None:
-            if isinstance(result, StubDied):
-                if result.sent:
-                    done(self._died_error(result))
-                else:
-                    self._defer(requests, done, stub)
-            else:
-                done(result, times)
-
         try:
-            stub.begin_execute(requests, finished)
+            stub.begin_execute(requests, done)
         except StubDied:
+            self._defer(requests, done, stub)
+
+    def _batch_died(
+        self, stub: StubProcess, requests: list[InferenceRequest], done: Any, died: StubDied
+    ) -> None:
+        """A batch that ``stub`` never answered: failed if it reached the process, else kept."""
+        if died.sent:
+            done(self._died_error(died))
+        else:
             self._defer(requests, done, stub)
 
     def _defer(self, requests: list[InferenceRequest], done: Any, stub: StubProcess) -> None:

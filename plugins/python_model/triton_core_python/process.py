@@ -146,6 +146,9 @@ class StubProcess:
         self.closing = False
         #: called once (on any thread) when the process ends unexpectedly
         self.on_death: Any = None
+        #: (requests, done, StubDied) of a batch from begin_execute the process never
+        #: answered, instead of done(StubDied): the owner retries or fails it
+        self.on_batch_died: Any = None
         #: decoupled requests by key, until their final response
         self._pending: dict[int, InferenceRequest] = {}
         self._keys = itertools.count(1)
@@ -158,7 +161,7 @@ class StubProcess:
         #: batches are sent from the event loop and answered there (else a worker thread
         #: blocks on each one)
         self.event_driven = event_driven and loop is not None
-        #: batches sent and not yet answered (event-loop mode): ident -> [keys, done]
+        #: batches sent and not yet answered (event-loop mode): ident -> [keys, done, requests]
         self._in_flight: dict[int, list[Any]] = {}
         self.memory: ipc.Memory | None = None
         self.control: ipc.Channel | None = None
@@ -353,7 +356,7 @@ class StubProcess:
         ident = next(self._ids)
         if _estimated_bytes(requests) < _OFFLOAD_BYTES:
             body, packer, keys = self._encode(requests)
-            self._in_flight[ident] = [keys, done]
+            self._in_flight[ident] = [keys, done, requests]
             try:
                 self._send_batch(ident, body, packer, keys)
             except BaseException:
@@ -362,7 +365,7 @@ class StubProcess:
             return
         # serializing and copying big tensors would stall the loop: do it on a thread
         assert self._loop is not None
-        self._in_flight[ident] = [[], done]
+        self._in_flight[ident] = [[], done, requests]
         self._loop.run_in_executor(None, self._send_off_loop, ident, requests)
 
     def _send_off_loop(self, ident: int, requests: list[InferenceRequest]) -> None:
@@ -382,7 +385,7 @@ class StubProcess:
     def _send_failed(self, ident: int, exc: BaseException) -> None:
         entry = self._in_flight.pop(ident, None)
         if entry is not None:
-            entry[1](exc)
+            self._fail_batch(entry, exc)
 
     def _encode(self, requests: list[InferenceRequest]) -> tuple[list[Any], Packer, list[int]]:
         packer = Packer()
@@ -391,9 +394,7 @@ class StubProcess:
         body = []
         keys = []
         for index, request in enumerate(requests):
-            inputs = tuple(
-                add(name, tensor.datatype, tensor.data) for name, tensor in request.inputs.items()
-            )
+            inputs = [add(name, t.datatype, t.data) for name, t in request.inputs.items()]
             if decoupled:
                 key = next(self._keys)
                 self._pending[key] = request
@@ -461,12 +462,11 @@ class StubProcess:
         entry = self._in_flight.pop(message.ident, None)
         if entry is None:
             return
-        keys, done = entry
         try:
-            result: Any = self._result(message, keys)
+            result: Any = self._result(message, entry[0])
         except TritonError as error:
             result = error
-        done(result, _times(message.body[2]))
+        entry[1](result, _times(message.body[2]))
 
     def _control_ended(self) -> None:
         assert self.control is not None
@@ -481,9 +481,17 @@ class StubProcess:
     def _fail_in_flight(self, description: str) -> None:
         """Fail the batches sent to the process when it ended (on the loop)."""
         in_flight, self._in_flight = self._in_flight, {}
-        for keys, done in in_flight.values():
-            self._forget(keys)
-            done(StubDied(sent=True, description=description))
+        for entry in in_flight.values():
+            self._forget(entry[0])
+            self._fail_batch(entry, StubDied(sent=True, description=description))
+
+    def _fail_batch(self, entry: list[Any], exc: BaseException) -> None:
+        """End a batch sent with :meth:`begin_execute` with ``exc`` (on the loop)."""
+        _, done, requests = entry
+        if isinstance(exc, StubDied) and self.on_batch_died is not None:
+            self.on_batch_died(requests, done, exc)
+        else:
+            done(exc)
 
     def _responses(self, block: Any, items: list[Any]) -> list[InferenceResponse]:
         memory = self.memory

@@ -32,8 +32,6 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 _PREFIX: Final = "/v2/models/"
 _SUFFIX: Final = "/infer"
-#: request headers whose presence sends the request to falcon (compression, chunking)
-_TO_FALCON: Final = frozenset((b"content-encoding", b"transfer-encoding"))
 #: the headers of an error answer (its length is added)
 JSON_HEADERS: Final = [(b"content-type", b"application/json")]
 #: answer headers as written, by (name, value): an infer answer's are the same every time
@@ -52,6 +50,26 @@ def wire_headers(headers: dict[str, str]) -> list[tuple[bytes, bytes]]:
             pair = _HEADER_LINES[item] = (item[0].lower().encode(), item[1].encode("latin-1"))
         pairs.append(pair)
     return pairs
+
+
+#: header blocks as written, by the answer's headers: an infer answer's repeat
+_HEADER_BLOCKS: dict[tuple[tuple[str, str], ...], bytes] = {}
+
+
+def header_block(headers: dict[str, str]) -> bytes:
+    """``{"Content-Type": ...}`` as the header lines of an answer, ``name: value\\r\\n`` each."""
+    key = tuple(headers.items())
+    block = _HEADER_BLOCKS.get(key)
+    if block is None:
+        if len(_HEADER_BLOCKS) >= _HEADER_LINES_MAX:
+            _HEADER_BLOCKS.clear()
+        lines = [name + b": " + value + b"\r\n" for name, value in wire_headers(headers)]
+        block = _HEADER_BLOCKS[key] = b"".join(lines)
+    return block
+
+
+#: the header lines of an error answer (its length is added)
+JSON_HEADER_BLOCK: Final = b"content-type: application/json\r\n"
 
 
 def infer_failure(exc: BaseException, model_name: str) -> tuple[int, bytes]:
@@ -76,29 +94,49 @@ def infer_target(path: str) -> tuple[str, int] | None:
     return None
 
 
+#: the request headers that decide whether a request stays on the fast path
+DECIDING_HEADERS: Final = frozenset(
+    (
+        b"content-length",
+        b"inference-header-content-length",
+        b"accept-encoding",
+        b"content-encoding",
+        b"transfer-encoding",
+    )
+)
+
+
 def plain_infer_headers(
     headers: list[tuple[bytes, bytes]], max_input_size: int
 ) -> tuple[int, str | None] | None:
     """(body length, Inference-Header-Content-Length) when nothing needs falcon, else None."""
-    length = header_length = None
+    deciding = {}
     for raw_name, value in headers:
         name = raw_name.lower()  # ASGI servers send lowercase names; not every client does
-        if name == b"content-length":
-            length = value
-        elif name == b"inference-header-content-length":
-            header_length = value.decode("latin-1")
-        elif name == b"accept-encoding":
-            text = value.decode("latin-1")
-            if text and compression.response_encoding(text) != compression.IDENTITY:
-                return None
-        elif name in _TO_FALCON:
+        if name in DECIDING_HEADERS:
+            deciding[name] = value
+    return plain_infer_request(deciding, max_input_size)
+
+
+def plain_infer_request(
+    deciding: dict[bytes, bytes], max_input_size: int
+) -> tuple[int, str | None] | None:
+    """:func:`plain_infer_headers` from the :data:`DECIDING_HEADERS` a request has, by name."""
+    if b"content-encoding" in deciding or b"transfer-encoding" in deciding:
+        return None
+    accept_encoding = deciding.get(b"accept-encoding")
+    if accept_encoding:
+        text = accept_encoding.decode("latin-1")
+        if compression.response_encoding(text) != compression.IDENTITY:
             return None
+    length = deciding.get(b"content-length")
     if length is None or not length.isdigit():
         return None
     size = int(length)
     if size > max_input_size:
         return None  # falcon words the size error
-    return size, header_length
+    header_length = deciding.get(b"inference-header-content-length")
+    return size, None if header_length is None else header_length.decode("latin-1")
 
 
 class InferFastPath:

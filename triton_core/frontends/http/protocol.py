@@ -23,12 +23,13 @@ from triton_core.frontends.http.app import (
     encode_infer_answer,
 )
 from triton_core.frontends.http.fast_path import (
-    JSON_HEADERS,
+    DECIDING_HEADERS,
+    JSON_HEADER_BLOCK,
     InferFastPath,
+    header_block,
     infer_failure,
     infer_target,
-    plain_infer_headers,
-    wire_headers,
+    plain_infer_request,
 )
 
 if TYPE_CHECKING:
@@ -200,26 +201,25 @@ class _InferCycle:
             except Exception as exc:
                 self._fail(exc)
                 return
-            self._respond(200, wire_headers(headers), data)
+            self._respond(200, header_block(headers), data)
 
         future.add_done_callback(answer)
 
     def _fail(self, exc: BaseException) -> None:
         status, data = infer_failure(exc, self._target[0])
-        self._respond(status, JSON_HEADERS, data)
+        self._respond(status, JSON_HEADER_BLOCK, data)
 
-    def _respond(self, status: int, headers: list[tuple[bytes, bytes]], data: bytes) -> None:
+    def _respond(self, status: int, headers: bytes, data: bytes) -> None:
         protocol = self._protocol
-        head = [STATUS_LINE[status]]
-        for name, value in protocol.server_state.default_headers:
-            head += (name, b": ", value, b"\r\n")
-        for name, value in headers:
-            head += (name, b": ", value, b"\r\n")
-        head += (b"content-length: ", str(len(data)).encode(), b"\r\n")
-        if not self.keep_alive:
-            head.append(b"connection: close\r\n")
-        head += (b"\r\n", data)
-        protocol.transport.write_whole(b"".join(head))
+        answer = (
+            STATUS_LINE[status],
+            protocol.default_header_block(),
+            headers,
+            b"content-length: %d\r\n" % len(data),
+            b"\r\n" if self.keep_alive else b"connection: close\r\n\r\n",
+            data,
+        )
+        protocol.transport.write_whole(b"".join(answer))
         self.response_complete = True
         if not self.keep_alive:
             protocol.transport.close()
@@ -239,6 +239,10 @@ class HttpProtocol(HttpToolsProtocol):
     fast_path: InferFastPath | None
     #: loop time the connection went idle (its last answer); None while a request is open
     _idle_since: float | None = None
+    #: the request's :data:`~.fast_path.DECIDING_HEADERS`, by lowercase name
+    _deciding: dict[bytes, bytes]
+    #: (uvicorn's default headers, as header lines): they change once a second (the date)
+    _default_block: tuple[object, bytes] = (None, b"")
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         loop = asyncio.get_running_loop()
@@ -246,9 +250,25 @@ class HttpProtocol(HttpToolsProtocol):
         app = self.config.app
         self.fast_path = app if isinstance(app, InferFastPath) else None
 
+    def on_message_begin(self) -> None:
+        # uvicorn's ASGI scope is made in on_headers_complete, for requests that need it
+        self.url = b""
+        self.expect_100_continue = False
+        self.headers = []
+        self._deciding = {}
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        name = name.lower()
+        self.headers.append((name, value))
+        if name in DECIDING_HEADERS:
+            self._deciding[name] = value
+        elif name == b"expect" and value.lower() == b"100-continue":
+            self.expect_100_continue = True
+
     def on_headers_complete(self) -> None:
         cycle = self._infer_cycle()
         if cycle is None:
+            self._make_scope()
             super().on_headers_complete()
             return
         existing = self.cycle
@@ -258,6 +278,22 @@ class HttpProtocol(HttpToolsProtocol):
         else:  # pipelined behind a request still being answered: wait, as uvicorn does
             self.flow.pause_reading()
             self.pipeline.appendleft((cycle, self.app))  # type: ignore[arg-type]
+
+    def _make_scope(self) -> None:
+        """uvicorn's ASGI scope for this request, as its on_message_begin makes it."""
+        url, headers, expect_100_continue = self.url, self.headers, self.expect_100_continue
+        super().on_message_begin()
+        self.url, self.expect_100_continue = url, expect_100_continue
+        self.headers.extend(headers)  # the scope's list
+
+    def default_header_block(self) -> bytes:
+        """uvicorn's default headers (date, server) as header lines, made once a second."""
+        headers = self.server_state.default_headers
+        cached, block = self._default_block
+        if cached is not headers:
+            block = b"".join(name + b": " + value + b"\r\n" for name, value in headers)
+            HttpProtocol._default_block = (headers, block)
+        return block
 
     def _infer_cycle(self) -> _InferCycle | None:
         """The cycle for a request the fast path answers; None for everything else."""
@@ -269,7 +305,7 @@ class HttpProtocol(HttpToolsProtocol):
         target = _url_target(self.url)
         if target is None:
             return None
-        plain = plain_infer_headers(self.headers, fast_path.max_input_size)
+        plain = plain_infer_request(self._deciding, fast_path.max_input_size)
         if plain is None:
             return None
         http_version = self.parser.get_http_version()
@@ -303,7 +339,8 @@ class HttpProtocol(HttpToolsProtocol):
         self.server_state.total_requests += 1
         if self.transport.is_closing():
             return
-        self.flow.resume_reading()
+        if self.flow.read_paused:
+            self.flow.resume_reading()
         if self.pipeline:
             cycle, app = self.pipeline.pop()
             self._start_asgi_task(cycle, app)
