@@ -9,7 +9,7 @@ import socket
 import numpy as np
 import pytest
 
-from triton_core.frontends.http.protocol import CorkedTransport
+from triton_core.frontends.http.protocol import CorkedTransport, default_header_lines
 
 
 class FakeTransport:
@@ -267,6 +267,62 @@ async def test_a_body_in_pieces_and_expect_100_continue() -> None:
         status, _, body = await read_answer(reader)
         assert status == 200 and json.loads(body)["id"] == "continued"
         writer.close()
+        assert served.asgi_calls == 0
+
+
+async def test_requests_that_need_falcon_reach_it_with_their_headers() -> None:
+    """Compressed and chunked bodies, compressed answers, other routes: the ASGI app answers,
+    and the scope it gets carries every header as uvicorn would give it."""
+    import gzip
+
+    payload = json_infer([1, 2], id="z")
+    chunked = (
+        b"POST /v2/models/simple/infer HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+        + f"{len(payload):x}\r\n".encode() + payload + b"\r\n0\r\n\r\n"
+    )  # fmt: skip
+    requests = [
+        infer_request(gzip.compress(payload), CONTENT_ENCODING="gzip"),
+        infer_request(payload, accept_encoding="gzip"),
+        chunked,
+        b"GET /v2/models/simple/config HTTP/1.1\r\nHost: x\r\nX-Extra: 1\r\n\r\n",
+    ]
+    async with Served() as served:
+        reader, writer = await served.connect()
+        answers = []
+        for request in requests:
+            writer.write(request)
+            answers.append(await read_answer(reader))
+        writer.close()
+        assert served.asgi_calls == len(requests)
+    for status, headers, body in answers[:3]:
+        if headers.get("content-encoding") == "gzip":
+            body = gzip.decompress(body)
+        assert status == 200 and json.loads(body)["id"] == "z"
+    assert answers[1][1]["content-encoding"] == "gzip"
+    assert answers[3][0] == 200 and json.loads(answers[3][2])["name"] == "simple"
+
+
+def test_default_header_lines_follow_uvicorn_s_list() -> None:
+    first = [(b"date", b"Tue, 01 Dec 2026 10:00:00 GMT"), (b"server", b"triton-core")]
+    lines = default_header_lines(first)
+    assert lines == b"date: Tue, 01 Dec 2026 10:00:00 GMT\r\nserver: triton-core\r\n"
+    assert default_header_lines(first) is lines  # joined once per list
+    second = [(b"date", b"Tue, 01 Dec 2026 10:00:01 GMT")]  # the next second's list
+    assert default_header_lines(second) == b"date: Tue, 01 Dec 2026 10:00:01 GMT\r\n"
+    assert default_header_lines([]) == b""
+
+
+async def test_header_names_are_matched_in_any_case() -> None:
+    from tests.unit.test_http_app import binary_infer_body
+
+    body, headers = binary_infer_body(np.arange(4, dtype=np.float32).reshape(1, 4))
+    length = headers["Inference-Header-Content-Length"]
+    async with Served() as served:
+        reader, writer = await served.connect()
+        writer.write(infer_request(body, INFERENCE_HEADER_CONTENT_LENGTH=length))
+        status, answer_headers, _ = await read_answer(reader)
+        writer.close()
+        assert status == 200 and "inference-header-content-length" in answer_headers
         assert served.asgi_calls == 0
 
 

@@ -113,6 +113,20 @@ def _url_target(url: bytes) -> tuple[str, int] | None:
     return target
 
 
+#: (uvicorn's default headers, as header lines): uvicorn makes a new list once a second
+_default_lines: tuple[object, bytes] = (None, b"")
+
+
+def default_header_lines(headers: list[tuple[bytes, bytes]]) -> bytes:
+    """uvicorn's default headers (date, server) as header lines, joined once per list."""
+    global _default_lines
+    cached, lines = _default_lines
+    if cached is not headers:
+        lines = b"".join(name + b": " + value + b"\r\n" for name, value in headers)
+        _default_lines = (headers, lines)
+    return lines
+
+
 class _InferCycle:
     """One plain ``POST .../infer`` answered by :class:`HttpProtocol` itself.
 
@@ -213,7 +227,7 @@ class _InferCycle:
         protocol = self._protocol
         answer = (
             STATUS_LINE[status],
-            protocol.default_header_block(),
+            default_header_lines(protocol.server_state.default_headers),
             headers,
             b"content-length: %d\r\n" % len(data),
             b"\r\n" if self.keep_alive else b"connection: close\r\n\r\n",
@@ -241,8 +255,6 @@ class HttpProtocol(HttpToolsProtocol):
     _idle_since: float | None = None
     #: the request's :data:`~.fast_path.DECIDING_HEADERS`, by lowercase name
     _deciding: dict[bytes, bytes]
-    #: (uvicorn's default headers, as header lines): they change once a second (the date)
-    _default_block: tuple[object, bytes] = (None, b"")
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         loop = asyncio.get_running_loop()
@@ -285,15 +297,6 @@ class HttpProtocol(HttpToolsProtocol):
         super().on_message_begin()
         self.url, self.expect_100_continue = url, expect_100_continue
         self.headers.extend(headers)  # the scope's list
-
-    def default_header_block(self) -> bytes:
-        """uvicorn's default headers (date, server) as header lines, made once a second."""
-        headers = self.server_state.default_headers
-        cached, block = self._default_block
-        if cached is not headers:
-            block = b"".join(name + b": " + value + b"\r\n" for name, value in headers)
-            HttpProtocol._default_block = (headers, block)
-        return block
 
     def _infer_cycle(self) -> _InferCycle | None:
         """The cycle for a request the fast path answers; None for everything else."""
