@@ -187,6 +187,59 @@ def execute_in_process(model_dir: Path, seconds: float) -> dict:
     return summarize(latencies, perf() - started)
 
 
+def against_triton(
+    ours: Path, theirs: Path, perf_analyzer: str, tritonserver: str, rounds: int, seconds: float
+) -> tuple[str, str]:
+    """The bar's comparison: both servers up at once, perf_analyzer windows at c=4 alternating
+    between them for ``rounds`` rounds (so that a slow spell of a shared machine hits both).
+
+    Returns (table, verdict)."""
+    servers = {
+        "triton-core": ServerUnderTest(triton_core_command(ours), "ours"),
+        "Triton 2.51": ServerUnderTest(
+            [
+                tritonserver, "--model-repository", str(theirs), "--http-port", "{http}",
+                "--grpc-port", "{grpc}", "--metrics-port", "{metrics}", "--log-info=false",
+            ],
+            "triton",
+        ),
+    }  # fmt: skip
+    windows: dict[tuple[str, str], list[float]] = {}
+    try:
+        for server in servers.values():
+            server.wait_ready()
+        for _ in range(rounds):
+            for protocol in ("http", "grpc"):
+                for name, server in servers.items():
+                    url = server.grpc_url if protocol == "grpc" else server.http_url
+                    result = run_perf_analyzer(perf_analyzer, protocol, url, "mlp_py", 4, seconds)
+                    windows.setdefault((name, protocol), []).append(
+                        result["throughput"] if result else 0.0
+                    )
+    finally:
+        for server in servers.values():
+            server.stop()
+    rows = []
+    verdicts = []
+    for protocol in ("http", "grpc"):
+        mine, theirs_ = windows[("triton-core", protocol)], windows[("Triton 2.51", protocol)]
+        per_round = [a / b for a, b in zip(mine, theirs_, strict=True) if b]
+        best = max(mine) / max(theirs_) if max(theirs_) else 0.0
+        median = float(np.median(per_round)) if per_round else 0.0
+        rows.append([
+            protocol, ", ".join(f"{x:,.0f}" for x in mine),
+            ", ".join(f"{x:,.0f}" for x in theirs_),
+            ", ".join(f"{r:.2f}" for r in per_round), f"**{median:.2f}**", f"{best:.2f}",
+        ])  # fmt: skip
+        verdicts.append(f"{protocol} {median:.2f}x (best/best {best:.2f}x)")
+    table = format_table(
+        ["protocol", "triton-core, infer/s per window", "Triton 2.51, infer/s per window",
+         "ratio per round", "median ratio", "best / best"],
+        rows,
+    )  # fmt: skip
+    return table, "; ".join(verdicts)
+
+
 def cell(result: dict | None) -> str:
     if not result:
         return "-"
@@ -198,6 +251,9 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--concurrency", default="1,4")
     parser.add_argument("--quick", action="store_true", help="1.5 s measurements")
+    parser.add_argument(
+        "--rounds", type=int, default=4, help="alternating windows against Triton at c=4"
+    )
     parser.add_argument("--output", type=Path, default=ROOT / "docs" / "benchmarks.md")
     args = parser.parse_args()
     seconds = 1.5 if args.quick else args.seconds
@@ -252,6 +308,13 @@ def main() -> None:
                 finally:
                     server.stop()
 
+        versus = None
+        if perf_analyzer and tritonserver:
+            versus = against_triton(
+                ours, theirs, perf_analyzer, tritonserver, 2 if args.quick else args.rounds, seconds
+            )
+            print(versus[0], flush=True)
+
         x = {"INPUT0": Tensor("INPUT0", "FP32", np.zeros((1, 64), np.float32))}
         results = [asyncio.run(in_process(ours, "mlp_py", x, c, seconds)) for c in levels]
         rows.append(["in-process `Server.infer`, python backend", "none", *map(cell, results)])
@@ -288,10 +351,19 @@ def main() -> None:
         "instances avoid. The ONNX plugin rows, with no model.py at all, are the ceiling: "
         "the same frontends and scheduler without the process boundary."
     )
+    versus_text = ""
+    if versus is not None:
+        versus_text = (
+            "\n\n### Against Triton 2.51 at c=4, alternating\n\nBoth servers up at once, the "
+            f"same model.py; perf_analyzer windows of {seconds:.1f} s alternate between them, "
+            f"HTTP (binary) and gRPC, so that a slow spell of the machine falls on both "
+            f"({versus[1]}).\n\n{versus[0]}"
+        )
     replace_section(
         args.output,
         "python-model",
-        f"## Python models (model.py)\n\n{note}\n\n{table}\n\n{scaling_text}\n\n{reading}",
+        f"## Python models (model.py)\n\n{note}\n\n{table}\n\n{scaling_text}\n\n{reading}"
+        f"{versus_text}",
     )
     print(table)
     print(scaling_text)
