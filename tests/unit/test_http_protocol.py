@@ -330,6 +330,10 @@ async def test_http_1_0_and_connection_close_end_the_connection_after_the_answer
     async with Served() as served:
         for request in (
             infer_request(json_infer([1])).replace(b"HTTP/1.1", b"HTTP/1.0", 1),
+            # as uvicorn does: an HTTP/1.0 connection ends even when the client asks to keep it
+            infer_request(json_infer([1]), Connection="keep-alive").replace(
+                b"HTTP/1.1", b"HTTP/1.0", 1
+            ),
             infer_request(json_infer([1]), Connection="close"),
         ):
             reader, writer = await served.connect()

@@ -94,7 +94,8 @@ def infer_target(path: str) -> tuple[str, int] | None:
     return None
 
 
-#: the request headers that decide whether a request stays on the fast path
+#: the request headers that decide whether a request stays on the fast path, and how it is
+#: answered (``connection``: whether an HTTP/1.0 client asked to keep the connection)
 DECIDING_HEADERS: Final = frozenset(
     (
         b"content-length",
@@ -102,6 +103,7 @@ DECIDING_HEADERS: Final = frozenset(
         b"accept-encoding",
         b"content-encoding",
         b"transfer-encoding",
+        b"connection",
     )
 )
 

@@ -311,8 +311,10 @@ class HttpProtocol(HttpToolsProtocol):
         plain = plain_infer_request(self._deciding, fast_path.max_input_size)
         if plain is None:
             return None
-        http_version = self.parser.get_http_version()
-        keep_alive = http_version != "1.0" and self.parser.should_keep_alive()
+        keep_alive = self.parser.should_keep_alive()
+        if keep_alive and b"connection" in self._deciding:
+            # HTTP/1.0 keeps a connection only when asked to; uvicorn closes those anyway
+            keep_alive = self.parser.get_http_version() != "1.0"
         return _InferCycle(self, target, plain[1], self.expect_100_continue, keep_alive)
 
     def _start_asgi_task(self, cycle: Any, app: Any) -> None:
