@@ -245,8 +245,10 @@ class HttpProtocol(HttpToolsProtocol):
 
     When the app it serves is an :class:`~.fast_path.InferFastPath`, the requests that path
     would answer are answered here from the parser's callbacks (:class:`_InferCycle`); the
-    rest take uvicorn's ASGI cycle to the app as before. The keep-alive timeout is one timer
-    per idle spell rather than one armed and cancelled per request.
+    rest take uvicorn's ASGI cycle to the app as before. The headers that decide between the
+    two are noted as they are parsed, and uvicorn's ASGI scope is made only for the rest. The
+    keep-alive timeout is one timer per idle spell rather than one armed and cancelled per
+    request.
     """
 
     transport: CorkedTransport  # type: ignore[assignment]
