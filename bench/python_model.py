@@ -231,7 +231,7 @@ def against_triton(
             ", ".join(f"{x:,.0f}" for x in theirs_),
             ", ".join(f"{r:.2f}" for r in per_round), f"**{median:.2f}**", f"{best:.2f}",
         ])  # fmt: skip
-        verdicts.append(f"{protocol} {median:.2f}x (best/best {best:.2f}x)")
+        verdicts.append(f"{protocol} median {median:.2f}x, best/best {best:.2f}x")
     table = format_table(
         ["protocol", "triton-core, infer/s per window", "Triton 2.51, infer/s per window",
          "ratio per round", "median ratio", "best / best"],
@@ -357,7 +357,9 @@ def main() -> None:
             "\n\n### Against Triton 2.51 at c=4, alternating\n\nBoth servers up at once, the "
             f"same model.py; perf_analyzer windows of {seconds:.1f} s alternate between them, "
             f"HTTP (binary) and gRPC, so that a slow spell of the machine falls on both "
-            f"({versus[1]}).\n\n{versus[0]}"
+            f"({versus[1]}). The table above measures each server once, one after the other, "
+            f"so a slow spell can fall on either; this one is the comparison with Triton."
+            f"\n\n{versus[0]}"
         )
     replace_section(
         args.output,
