@@ -105,6 +105,32 @@ def test_tensors_round_trip_through_one_block():
     arena.close()
 
 
+@pytest.mark.parametrize(
+    "array",
+    [
+        np.array([1, -2, 3], dtype=">i2"),  # big-endian
+        np.asfortranarray(np.arange(6, dtype=np.uint32).reshape(2, 3)),
+        np.array(7.5, dtype=np.float32),  # no dimensions
+        np.arange(8, dtype=np.float32).reshape(8, 1)[::2],  # strided, a dimension of 1
+        np.broadcast_to(np.arange(3, dtype=np.int64), (2, 3)),  # zero strides
+        np.array(["2020-01-01", "2021-06-30"], dtype="M8[D]"),  # no buffer format
+    ],
+    ids=["big-endian", "fortran", "0-d", "strided", "broadcast", "no-buffer-format"],
+)
+def test_any_layout_is_packed_as_its_values(array):
+    arena, peers = Arena(1 << 16), PeerSegments()
+    packer = Packer()
+    descriptor = packer.add("x", "INT32", array)  # the datatype name only labels it here
+    block = packer.write(arena)
+    segment = arena.segment(block[0])
+    peers.add(segment.id, os.dup(segment.fd), segment.size)
+    _, _, shape, offset, nbytes = descriptor
+    data = bytes(peers.block(*block)[offset : offset + nbytes])
+    expected = np.ascontiguousarray(array.astype(array.dtype.newbyteorder("<")))
+    assert shape == array.shape and data == expected.tobytes()
+    arena.close()
+
+
 def test_bytes_encoding_is_tritons():
     data = np.array([b"ab", b"", "c"], dtype=object)
     encoded = serialize_bytes(data)
