@@ -108,34 +108,18 @@ class ModelStatistics:
         requests = len(queued_ns)
         self.execution_count += 1
         self.inference_count += batch_size
-        start_ns, input_ns, infer_ns, output_ns = (
-            times.start_ns, times.input_ns, times.infer_ns, times.output_ns
-        )  # fmt: skip
-        queue = self.queue
-        queue.count += requests
         for enqueued in queued_ns:
-            if start_ns > enqueued:
-                queue.ns += start_ns - enqueued
-        # written out: this runs for every batch, and a call per counter costs more than it
-        for total, ns in (
-            (self.compute_input, input_ns),
-            (self.compute_infer, infer_ns),
-            (self.compute_output, output_ns),
-        ):
-            total.count += requests
-            total.ns += ns * requests
+            self.queue.add(max(0, times.start_ns - enqueued))
+        self.compute_input.add(times.input_ns * requests, requests)
+        self.compute_infer.add(times.infer_ns * requests, requests)
+        self.compute_output.add(times.output_ns * requests, requests)
         batch = self.batches.get(batch_size)
         if batch is None:
             batch = self.batches[batch_size] = BatchStatistics()
-        for total, ns in (
-            (batch.compute_input, input_ns),
-            (batch.compute_infer, infer_ns),
-            (batch.compute_output, output_ns),
-        ):
-            total.count += 1
-            total.ns += ns
-        histogram = self.batch_size_histogram
-        histogram[batch_size] = histogram.get(batch_size, 0) + 1
+        batch.compute_input.add(times.input_ns)
+        batch.compute_infer.add(times.infer_ns)
+        batch.compute_output.add(times.output_ns)
+        self.batch_size_histogram[batch_size] = self.batch_size_histogram.get(batch_size, 0) + 1
 
     def record_success(self, duration_ns: int) -> None:
         self.success.add(duration_ns)

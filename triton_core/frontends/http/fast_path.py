@@ -11,7 +11,7 @@ paths answer alike, and the HTTP tests run against both.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from typing import Any, Final
 
 from triton_core.errors import TritonError
@@ -52,6 +52,11 @@ def wire_headers(headers: dict[str, str]) -> list[tuple[bytes, bytes]]:
     return pairs
 
 
+def header_lines(pairs: Iterable[tuple[bytes, bytes]]) -> bytes:
+    """``(name, value)`` pairs as the header lines of an answer, ``name: value\\r\\n`` each."""
+    return b"".join(name + b": " + value + b"\r\n" for name, value in pairs)
+
+
 #: header blocks as written, by the answer's headers: an infer answer's repeat
 _HEADER_BLOCKS: dict[tuple[tuple[str, str], ...], bytes] = {}
 
@@ -63,13 +68,12 @@ def header_block(headers: dict[str, str]) -> bytes:
     if block is None:
         if len(_HEADER_BLOCKS) >= _HEADER_LINES_MAX:
             _HEADER_BLOCKS.clear()
-        lines = [name + b": " + value + b"\r\n" for name, value in wire_headers(headers)]
-        block = _HEADER_BLOCKS[key] = b"".join(lines)
+        block = _HEADER_BLOCKS[key] = header_lines(wire_headers(headers))
     return block
 
 
 #: the header lines of an error answer (its length is added)
-JSON_HEADER_BLOCK: Final = b"content-type: application/json\r\n"
+JSON_HEADER_BLOCK: Final = header_lines(JSON_HEADERS)
 
 
 def infer_failure(exc: BaseException, model_name: str) -> tuple[int, bytes]:

@@ -27,6 +27,7 @@ from triton_core.frontends.http.fast_path import (
     JSON_HEADER_BLOCK,
     InferFastPath,
     header_block,
+    header_lines,
     infer_failure,
     infer_target,
     plain_infer_request,
@@ -122,7 +123,7 @@ def default_header_lines(headers: list[tuple[bytes, bytes]]) -> bytes:
     global _default_lines
     cached, lines = _default_lines
     if cached is not headers:
-        lines = b"".join(name + b": " + value + b"\r\n" for name, value in headers)
+        lines = header_lines(headers)
         _default_lines = (headers, lines)
     return lines
 
