@@ -499,7 +499,7 @@ class PyTorchModel(BackendModel):
                 module = program.module()
             except Exception as exc:
                 raise _load_error(self.model_file, self.name, exc) from exc
-        return Loaded(_CheckedOnce(module), signature, module)
+        return Loaded(_CheckedOnce(module, program), signature, module)
 
     def create_instance(self, spec: InstanceSpec) -> PyTorchInstance:
         """Load the module for the instance's device; the first load is checked."""
@@ -540,9 +540,12 @@ def _move_program(program: Any, device: torch.device, model: str) -> Any:
 class _CheckedOnce:
     """Calls a program's module, running its input checks once per distinct input shapes.
 
-    ``program.module()`` checks every call's shapes against the program's guards in forward
-    pre-hooks (about 20 us, more than a small model's forward). Serving sees few distinct
-    shapes (one per batch size), so a shape combination that passed once skips them.
+    ``program.module()`` checks every call's inputs, in forward pre-hooks and in the guard
+    function its generated ``forward`` calls (together about 25 us, more than a small
+    model's forward), and passes inputs and outputs through their pytree specs. Serving
+    sees few distinct shapes (one per batch size), so a combination of shapes and dtypes
+    that passed the checks once goes straight to the program's own graph
+    (:func:`lifted_graph`), or to the module's ``forward`` where the program needs more.
     """
 
     __slots__ = ("_checked", "_forward", "_module")
@@ -550,19 +553,69 @@ class _CheckedOnce:
     #: bound on remembered combinations (a model with free dims sees many)
     LIMIT: Final = 4096
 
-    def __init__(self, module: Any) -> None:
+    def __init__(self, module: Any, program: Any = None) -> None:
         self._module = module
-        self._forward = module.forward
+        lifted = lifted_graph(program) if program is not None else None
+        self._forward = lifted or module.forward
         self._checked: set[tuple[Any, ...]] = set()
 
     def __call__(self, *args: Any) -> Any:
-        key = tuple(arg.shape for arg in args)
+        key = tuple((arg.shape, arg.dtype) for arg in args)
         if key in self._checked:
             return self._forward(*args)
-        result = self._module(*args)  # with the pre-hooks: raises on shapes the guards refuse
+        result = self._module(*args)  # with the checks: raises on inputs the guards refuse
         if len(self._checked) < self.LIMIT:
             self._checked.add(key)
         return result
+
+
+def lifted_graph(program: Any) -> Callable[..., Any] | None:
+    """``program``'s graph as a function of its user inputs, or None where it needs module().
+
+    An ExportedProgram's graph takes its weights, buffers and constants first and the user
+    inputs last, and returns the user outputs flat; ``module()`` wraps the same graph.
+    Programs that write buffers or inputs back, thread effect tokens, or take anything but
+    positional tensors keep module()'s handling.
+    """
+    import torch.utils._pytree as pytree
+    from torch.export.graph_signature import InputKind, OutputKind
+
+    signature = getattr(program, "graph_signature", None)
+    if signature is None:  # not an ExportedProgram (e.g. one moved by _ModuleOnDevice)
+        return None
+    specs = list(signature.input_specs)
+    users = sum(spec.kind == InputKind.USER_INPUT for spec in specs)
+    if any(spec.kind != InputKind.USER_INPUT for spec in specs[len(specs) - users :]):
+        return None
+    if any(spec.kind != OutputKind.USER_OUTPUT for spec in signature.output_specs):
+        return None
+    call_spec = program.call_spec
+    if call_spec.in_spec != pytree.tree_flatten((tuple(range(users)), {}))[1]:
+        return None
+    state, constants = program.state_dict, program.constants
+    leading = []
+    for spec in specs[: len(specs) - users]:
+        if spec.kind in (InputKind.PARAMETER, InputKind.BUFFER) and spec.target in state:
+            leading.append(state[spec.target])
+        elif spec.kind in (InputKind.BUFFER, InputKind.CONSTANT_TENSOR, InputKind.CUSTOM_OBJ):
+            if spec.target not in constants:
+                return None
+            leading.append(constants[spec.target])
+        else:  # effect tokens and kinds this torch adds later
+            return None
+    graph = program.graph_module.forward
+    out_spec = call_spec.out_spec
+    if out_spec.is_leaf():
+
+        def single(*args: Any) -> Any:
+            return graph(*leading, *args)[0]
+
+        return single
+
+    def structured(*args: Any) -> Any:
+        return pytree.tree_unflatten(list(graph(*leading, *args)), out_spec)
+
+    return structured
 
 
 class _ModuleOnDevice:
