@@ -25,9 +25,7 @@ def inputs(value: int, module=httpclient):
 def test_repeated_requests_are_answered_from_the_cache(tmp_path):
     repo = tmp_path / "models"
     write_numpy_model(repo, "cached", kind="add_sub", extra="response_cache { enable: true }")
-    with ServerProcess(
-        [repo], "--cache-config", "local,size=1048576", env=NUMPY_PLUGIN
-    ) as process:
+    with ServerProcess([repo], "--cache-config", "local,size=1048576", env=NUMPY_PLUGIN) as process:
         process.wait_ready()
         http = httpclient.InferenceServerClient(process.http_url)
         grpc = grpcclient.InferenceServerClient(process.grpc_url)

@@ -30,7 +30,7 @@ input [ { name: "INPUT__0" data_type: TYPE_FP32 dims: [ 4 ] } ]
 output [ { name: "OUTPUT__0" data_type: TYPE_FP32 dims: [ 4 ] } ]
 """
 
-BLS_MODEL = '''
+BLS_MODEL = """
 import triton_python_backend_utils as pb_utils
 
 
@@ -51,7 +51,7 @@ class TritonPythonModel:
             scaled = pb_utils.get_output_tensor_by_name(result, "OUTPUT__0").as_numpy()
             responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("Y", scaled + 1)]))
         return responses
-'''
+"""
 
 PY_CONFIG = """
 backend: "python"

@@ -154,8 +154,9 @@ def test_config_and_file_overrides(repo, tmp_path):
         status, body = post(
             process,
             "/v2/repository/models/alpha/load",
-            json.dumps({"parameters": {"file:1/model.npy": base64.b64encode(b"").decode()}})
-            .encode(),
+            json.dumps(
+                {"parameters": {"file:1/model.npy": base64.b64encode(b"").decode()}}
+            ).encode(),
         )
         assert status == 400 and b"need a 'config'" in body
         status, body = post(
@@ -267,8 +268,10 @@ def test_poll_mode_follows_the_repository(repo):
         wait_for(lambda: client.get_model_metadata("alpha")["versions"] == ["2"],
                  what="version 2 to replace version 1")  # fmt: skip
 
-        text = (repo / "beta" / "config.pbtxt").read_text().replace(
-            "max_batch_size: 8", "max_batch_size: 3"
+        text = (
+            (repo / "beta" / "config.pbtxt")
+            .read_text()
+            .replace("max_batch_size: 8", "max_batch_size: 3")
         )
         (repo / "beta" / "config.pbtxt").write_text(text)
         wait_for(lambda: client.get_model_config("beta")["max_batch_size"] == 3,
