@@ -53,6 +53,25 @@ CONCURRENCY = 32
 MAX_BATCH = 32
 PROTOCOLS = ("http-binary", "grpc")
 
+
+def mlp_weight_kib(hidden: int, inputs: int = 64, outputs: int = 10) -> int:
+    """FP32 weights and biases of the MLP ``inputs -> hidden -> outputs``, in KiB."""
+    return (inputs * hidden + hidden + hidden * outputs + outputs) * 4 // 1024
+
+
+#: hidden widths of wider ONNX MLPs: 1536 takes about as long per call as the TorchScript
+#: MLP; 2048 has 0.6 MiB of weights, more than a per-core L2 cache of 512 KiB
+WIDE_HIDDEN = (1536, 2048)
+#: the batch-1 models: served name, input name, label
+MLPS = {
+    "torch": ("mlp_torch", "x", "TorchScript MLP"),
+    "onnx": ("mlp_onnx", "INPUT0", "ONNX MLP"),
+    **{
+        f"onnx_{h}": (f"mlp_onnx_{h}", "INPUT0", f"ONNX MLP, hidden {h} ({mlp_weight_kib(h)} KiB)")
+        for h in WIDE_HIDDEN
+    },
+}
+
 CONVNET_CONFIG = """
 backend: "pytorch"
 max_batch_size: {max_batch}
@@ -104,6 +123,9 @@ def build_repository(root: Path, width: int, layouts: list[tuple[int, int]]) -> 
     (root / "mlp_export" / "config.pbtxt").write_text(EXPORT_MLP_CONFIG)
     onnx_mlp(root / "mlp_onnx" / "1" / "model.onnx")
     (root / "mlp_onnx" / "config.pbtxt").write_text(ONNX_MLP_CONFIG)
+    for hidden in WIDE_HIDDEN:
+        onnx_mlp(root / f"mlp_onnx_{hidden}" / "1" / "model.onnx", hidden=hidden)
+        (root / f"mlp_onnx_{hidden}" / "config.pbtxt").write_text(ONNX_MLP_CONFIG)
     return root
 
 
@@ -393,9 +415,7 @@ def main() -> None:
             for _ in range(rounds):  # torch and onnx alternate: both see the same noise
                 for protocol in PROTOCOLS:
                     url = server.grpc_url if protocol == "grpc" else server.http_url
-                    for backend in ("torch", "onnx"):
-                        name = "x" if backend == "torch" else "INPUT0"
-                        model = f"mlp_{backend}"
+                    for backend, (model, name, _) in MLPS.items():
                         before_times = timings(server.http_url, model)
                         result = run_loadgen(
                             protocol, url, model, [f"{name}:float32:1x64"], 1, seconds
@@ -414,9 +434,10 @@ def main() -> None:
             backend: backend_overhead(repo, backend, 1.0) for backend in ("torch", "export", "onnx")
         }
         mlp_torch = min(direct_latency(repo / "mlp_torch" / "1" / "model.pt", 1) for _ in range(2))
-        mlp_onnx = min(
-            direct_onnx_latency(repo / "mlp_onnx" / "1" / "model.onnx", 1) for _ in range(2)
-        )
+        direct = {"torch": mlp_torch}
+        for backend in [b for b in MLPS if b != "torch"]:
+            path = repo / MLPS[backend][0] / "1" / "model.onnx"
+            direct[backend] = min(direct_onnx_latency(path, 1) for _ in range(2))
         torch_version = directs[layouts[0]].torch.__version__
 
     # -- tables ------------------------------------------------------------------------------
@@ -447,7 +468,7 @@ def main() -> None:
 
     overhead_rows = []
     added = {}
-    for backend, direct_s in (("torch", mlp_torch), ("onnx", mlp_onnx)):
+    for backend, direct_s in direct.items():
         for protocol in PROTOCOLS:
             p50 = min(latency[(backend, protocol)])
             added[(backend, protocol)] = p50 - direct_s * 1e6
@@ -455,7 +476,7 @@ def main() -> None:
             best = latency[(backend, protocol)].index(p50)
             request_us, execute_us = in_server[(backend, protocol)][best]
             overhead_rows.append([
-                "TorchScript MLP" if backend == "torch" else "ONNX MLP", protocol,
+                MLPS[backend][2], protocol,
                 f"{p50:,.0f} us", f"{direct_s * 1e6:,.1f} us",
                 f"{added[(backend, protocol)]:,.0f} us", f"{execute_us:,.0f} us",
                 f"{request_us - execute_us:,.0f} us",
@@ -465,14 +486,17 @@ def main() -> None:
          "`execute` in the server (mean)", "in the server around `execute` (mean)"],
         overhead_rows,
     )  # fmt: skip
-    # per round, torch's added minus onnx's (same direct baselines): the paired comparison
-    gaps = {
-        p: [
-            t - o - (mlp_torch - mlp_onnx) * 1e6
-            for t, o in zip(latency[("torch", p)], latency[("onnx", p)], strict=True)
-        ]
-        for p in PROTOCOLS
-    }
+
+    # per round, torch's added minus an ONNX model's (same direct baselines): paired
+    def gaps(onnx: str) -> dict[str, list[float]]:
+        return {
+            p: [
+                t - o - (direct["torch"] - direct[onnx]) * 1e6
+                for t, o in zip(latency[("torch", p)], latency[(onnx, p)], strict=True)
+            ]
+            for p in PROTOCOLS
+        }
+
     wrapper_labels = {
         "torch": "pytorch (TorchScript): `module.forward(x)`",
         "export": "pytorch (torch.export): `program.module()(x)`",
@@ -496,13 +520,15 @@ def main() -> None:
         ],
     )
     overhead_verdict = "; ".join(
-        f"{p}: torch {added[('torch', p)]:,.0f} us vs onnx {added[('onnx', p)]:,.0f} us"
-        for p in PROTOCOLS
+        f"{p}: " + ", ".join(f"{b} {added[(b, p)]:,.0f} us" for b in MLPS) for p in PROTOCOLS
     )
-    gap_verdict = "; ".join(
-        f"{p}: median {np.median(g):+,.0f} us ({', '.join(f'{x:+,.0f}' for x in g)})"
-        for p, g in gaps.items()
-    )
+
+    def gap_verdict(onnx: str) -> str:
+        return "; ".join(
+            f"{p}: median {np.median(g):+,.0f} us ({', '.join(f'{x:+,.0f}' for x in g)})"
+            for p, g in gaps(onnx).items()
+        )
+
     note = (
         f"{cpus} CPUs ({platform.processor() or platform.machine()}), Python "
         f"{platform.python_version()}, torch {torch_version}; load generator bench/loadgen.py "
@@ -521,15 +547,20 @@ def main() -> None:
         f"the load generator, direct ones do not: the ratio falls where compute threads and "
         f"frontend work compete for cores. 1 x 1 is the plugin's default layout on 2 CPUs "
         f"(one CPU left to the frontends); the other layouts give both CPUs to compute.\n\n"
-        f"### Per-request overhead at batch 1\n\nMLP 64->256->10, 1 instance, 1 thread, no "
-        f"batching, c=1, best of {rounds} alternating windows; added = served p50 - direct p50 "
-        f"({overhead_verdict}). Torch's added minus ONNX's, window by window against the "
-        f"same direct times: {gap_verdict}. The last two columns come from the model's "
-        f"statistics in the best window: the backend's `execute` as the server timed it "
-        f"(framework call and plugin, on the instance thread, between other processes' "
-        f"work), and the rest of the request's time in the server (validation, the hand-over "
-        f"to the instance thread and back, finishing the response), which is the same code "
-        f"for both backends.\n\n{overhead_table}\n\n"
+        f"### Per-request overhead at batch 1\n\nMLP 64->256->10 as TorchScript and as ONNX, "
+        f"and wider ONNX MLPs: hidden {WIDE_HIDDEN[0]}, whose direct call takes about as long "
+        f"as the TorchScript MLP's, and hidden {WIDE_HIDDEN[1]}, whose weights are more than "
+        f"a per-core L2 cache of 512 KiB. 1 instance, 1 thread, no batching, c=1, best of "
+        f"{rounds} alternating windows; added = served p50 - direct p50 ({overhead_verdict}). "
+        f"Torch's added minus an ONNX model's, window by window against the same direct "
+        f"times: "
+        + "; ".join(f"{MLPS[b][2]}: {gap_verdict(b)}" for b in MLPS if b != "torch")
+        + ". The last two columns come from the model's statistics in the best window: the "
+        f"backend's `execute` as the server timed it (framework call and plugin, on the "
+        f"instance thread, between other processes' work), and the rest of the request's "
+        f"time in the server (validation, the hand-over to the instance thread and back, "
+        f"finishing the response), which is the same code for every backend.\n\n"
+        f"{overhead_table}\n\n"
         f"What each backend's `execute` does around its framework call, measured in-process "
         f"at batch 1 on an instance's own thread (median of 1 s). The torch.export program's "
         f"`module()` checks its inputs and passes them through pytree specs on every call; "
