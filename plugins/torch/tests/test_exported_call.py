@@ -107,3 +107,20 @@ def test_new_shapes_are_checked_again(tmp_path: Path) -> None:
     with pytest.raises(Exception, match=r"Expected input|dtype"):
         call(torch.rand(2, 4, dtype=torch.float64))  # nor a seen shape with another dtype
     assert call(torch.rand(3, 4)).shape == (3, 2)
+
+
+def test_a_program_moved_to_a_device_runs_its_graph_with_the_moved_weights(
+    tmp_path: Path,
+) -> None:
+    # GPU instances move the program with move_to_device_pass; the CPU stands in for the
+    # device here, which exercises the same pass and the same lifted graph.
+    from torch.export.passes import move_to_device_pass
+
+    program = exported(
+        tmp_path, mb.seeded(mb.Mlp, in_features=4, out_features=2), torch.zeros(2, 4)
+    )
+    moved = move_to_device_pass(program, torch.device("cpu"))
+    lifted = lifted_graph(moved)
+    assert lifted is not None
+    x = torch.rand(3, 4)
+    assert torch.equal(lifted(x), program.module()(x))
