@@ -132,10 +132,15 @@ def build_repository(root: Path, width: int, layouts: list[tuple[int, int]]) -> 
 # -- the batches the server formed ----------------------------------------------------------------
 
 
+def model_stats(http_url: str, model: str) -> dict:
+    """The model's entry of the statistics extension (``/v2/models/<name>/stats``)."""
+    with urllib.request.urlopen(f"http://{http_url}/v2/models/{model}/stats", timeout=10) as r:
+        return json.loads(r.read())["model_stats"][0]
+
+
 def batch_counts(http_url: str, model: str) -> dict[int, int]:
     """Executions so far by batch size, from the statistics extension."""
-    with urllib.request.urlopen(f"http://{http_url}/v2/models/{model}/stats", timeout=10) as r:
-        stats = json.loads(r.read())["model_stats"][0]
+    stats = model_stats(http_url, model)
     return {b["batch_size"]: b["compute_infer"]["count"] for b in stats["batch_stats"]}
 
 
@@ -144,8 +149,7 @@ Timings = dict[str, tuple[int, int]]
 
 def timings(http_url: str, model: str) -> Timings:
     """(count, ns) of the statistics' request success time and execute (compute_infer) time."""
-    with urllib.request.urlopen(f"http://{http_url}/v2/models/{model}/stats", timeout=10) as r:
-        stats = json.loads(r.read())["model_stats"][0]["inference_stats"]
+    stats = model_stats(http_url, model)["inference_stats"]
     return {key: (stats[key]["count"], stats[key]["ns"]) for key in ("success", "compute_infer")}
 
 

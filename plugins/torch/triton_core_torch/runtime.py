@@ -584,17 +584,17 @@ def lifted_graph(program: Any) -> Callable[..., Any] | None:
     if signature is None:  # not an ExportedProgram (e.g. one moved by _ModuleOnDevice)
         return None
     specs = list(signature.input_specs)
-    users = sum(spec.kind == InputKind.USER_INPUT for spec in specs)
-    if any(spec.kind != InputKind.USER_INPUT for spec in specs[len(specs) - users :]):
+    first_user = len(specs) - sum(spec.kind == InputKind.USER_INPUT for spec in specs)
+    if any(spec.kind != InputKind.USER_INPUT for spec in specs[first_user:]):
         return None
     if any(spec.kind != OutputKind.USER_OUTPUT for spec in signature.output_specs):
         return None
     call_spec = program.call_spec
-    if call_spec.in_spec != pytree.tree_flatten((tuple(range(users)), {}))[1]:
+    if call_spec.in_spec != pytree.tree_flatten((tuple(range(len(specs) - first_user)), {}))[1]:
         return None
     state, constants = program.state_dict, program.constants
     leading = []
-    for spec in specs[: len(specs) - users]:
+    for spec in specs[:first_user]:
         if spec.kind in (InputKind.PARAMETER, InputKind.BUFFER) and spec.target in state:
             leading.append(state[spec.target])
         elif spec.kind in (InputKind.BUFFER, InputKind.CONSTANT_TENSOR, InputKind.CUSTOM_OBJ):
