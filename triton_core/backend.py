@@ -114,6 +114,15 @@ class ModelInstance(ABC):
     def finalize(self) -> None:  # noqa: B027 - optional hook
         """Release what the instance holds. Called once, after its last ``execute``."""
 
+    def abort(self) -> None:  # noqa: B027 - optional hook
+        """The server's stop deadline passed while this instance may still be executing.
+
+        Called at most once, from any thread, when ``--exit-timeout-secs`` runs out before
+        the instance finished its work: end what runs now (kill a process, cancel a call)
+        without waiting for ``execute`` or anything it holds. The server exits right after,
+        with or without :meth:`finalize`; an exception is logged and ignored.
+        """
+
 
 class BackendModel(ABC):
     """One loaded version of a model."""

@@ -184,10 +184,21 @@ class Server:
         except ValueError as exc:
             raise invalid_arg(str(exc)) from None
 
-    async def stop(self, grace_seconds: float | None = None) -> None:
-        """Refuse new requests, let accepted ones finish, unload models and backends."""
+    async def stop(self, grace_seconds: float | None = None) -> bool:
+        """Refuse new requests, let accepted ones finish, unload models and backends.
+
+        ``grace_seconds`` bounds the whole stop (None: no bound). When it runs out, the
+        instances still executing are aborted (:meth:`ModelInstance.abort`) and the stop
+        returns False without waiting for them; True when everything stopped in time.
+        """
         if self._models is None:
-            return
+            return True
+        loop = asyncio.get_running_loop()
+        deadline = None if grace_seconds is None else loop.time() + max(0.0, grace_seconds)
+
+        def remaining() -> float | None:
+            return None if deadline is None else max(0.0, deadline - loop.time())
+
         self._accepting = False
         if self._poller is not None:
             self._poller.cancel()
@@ -196,9 +207,30 @@ class Server:
         if self._inflight:
             self._idle = asyncio.Event()
             try:
-                await asyncio.wait_for(self._idle.wait(), grace_seconds)
+                await asyncio.wait_for(self._idle.wait(), remaining())
             except TimeoutError:
                 logger.warning("%d request(s) still running at shutdown", self._inflight)
+        unload = asyncio.ensure_future(self._release_everything())
+        try:
+            await asyncio.wait_for(asyncio.shield(unload), remaining())
+        except TimeoutError:
+            self.abort()
+            return False
+        return True
+
+    def abort(self) -> None:
+        """End the work of every loaded model now: the stop deadline passed (any thread)."""
+        if self._models is None:
+            return
+        count = self._models.abort_running()
+        logger.error(
+            "Exit timeout expired: aborted %d model version(s) and %d request(s) in flight",
+            count,
+            self._inflight,
+        )
+
+    async def _release_everything(self) -> None:
+        assert self._models is not None
         await self._models.unload_all()
         self._models.close()
         if self.cache is not None:

@@ -15,30 +15,53 @@ from tests.support import ROOT, ServerProcess, write_numpy_model
 NUMPY_PLUGIN = {"TRITON_CORE_PLUGINS": "tests.plugins.numpy_backend"}
 
 
-def test_sigterm_finishes_requests_in_flight_and_exits_zero(tmp_path):
-    repo = tmp_path / "models"
+def _infer_in_background(process: ServerProcess, model: str):  # type: ignore[no-untyped-def]
+    """Start one infer of ``model`` on a thread: (thread, outcome dict, the input data)."""
+    client = httpclient.InferenceServerClient(process.http_url, network_timeout=90)
+    data = np.ones((1, 4), dtype=np.int32)
+    inputs = [httpclient.InferInput(n, [1, 4], "INT32") for n in ("INPUT0", "INPUT1")]
+    for tensor in inputs:
+        tensor.set_data_from_numpy(data)
+    outcome: dict[str, object] = {}
+
+    def call() -> None:
+        try:
+            outcome["result"] = client.infer(model, inputs).as_numpy("OUTPUT0")
+        except Exception as exc:  # recorded for the test's assertions
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=call, daemon=True)
+    thread.start()
+    return thread, outcome, data
+
+
+def _wait_for_file(path, process: ServerProcess, timeout: float = 30.0) -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if path.exists() and path.read_text():
+            return path.read_text()
+        assert process.process.poll() is None, process.log()[-3000:]
+        time.sleep(0.02)
+    raise TimeoutError(f"{path} was not written within {timeout}s:\n{process.log()[-3000:]}")
+
+
+def _slow_model(repo, name: str, sleep_ms: int, started) -> None:  # type: ignore[no-untyped-def]
     write_numpy_model(
-        repo, "slow", extra='parameters { key: "sleep_ms" value { string_value: "800" } }'
+        repo,
+        name,
+        extra=f'parameters {{ key: "sleep_ms" value {{ string_value: "{sleep_ms}" }} }}\n'
+        f'parameters {{ key: "started_file" value {{ string_value: "{started}" }} }}',
     )
-    process = ServerProcess([repo], env=NUMPY_PLUGIN)
+
+
+def test_sigterm_finishes_requests_in_flight_and_exits_zero(tmp_path):
+    started = tmp_path / "started"
+    _slow_model(tmp_path / "models", "slow", 800, started)
+    process = ServerProcess([tmp_path / "models"], env=NUMPY_PLUGIN)
     try:
         process.wait_ready()
-        client = httpclient.InferenceServerClient(process.http_url, network_timeout=30)
-        data = np.ones((1, 4), dtype=np.int32)
-        inputs = [httpclient.InferInput(n, [1, 4], "INT32") for n in ("INPUT0", "INPUT1")]
-        for tensor in inputs:
-            tensor.set_data_from_numpy(data)
-        outcome = {}
-
-        def call():
-            try:
-                outcome["result"] = client.infer("slow", inputs).as_numpy("OUTPUT0")
-            except Exception as exc:  # recorded for the assertion below
-                outcome["error"] = exc
-
-        thread = threading.Thread(target=call)
-        thread.start()
-        time.sleep(0.3)
+        thread, outcome, data = _infer_in_background(process, "slow")
+        _wait_for_file(started, process)
         code = process.stop()
         thread.join(30)
         assert code == 0, process.log()[-3000:]
@@ -122,3 +145,26 @@ def test_plugins_command_lists_what_is_installed():
     )
     assert "disabled: onnx" in disabled.stdout
     assert "triton-core-onnx" not in disabled.stdout
+
+
+def test_exit_timeout_bounds_the_whole_stop_with_a_hung_execute(tmp_path):
+    # a 60 s execute in flight, --exit-timeout-secs 2: the process ends at the deadline
+    started = tmp_path / "started"
+    _slow_model(tmp_path / "models", "hung", 60_000, started)
+    process = ServerProcess([tmp_path / "models"], "--exit-timeout-secs", "2", env=NUMPY_PLUGIN)
+    try:
+        process.wait_ready()
+        thread, outcome, _ = _infer_in_background(process, "hung")
+        _wait_for_file(started, process)
+        began = time.monotonic()
+        code = process.stop(timeout=30)
+        took = time.monotonic() - began
+        thread.join(10)
+        log = process.log()
+        assert code == 1, log[-3000:]
+        # 2 s deadline; the margin absorbs a slow machine, far below the 60 s execute
+        assert took < 10, (took, log[-3000:])
+        assert "Exit timeout expired. Exiting immediately." in log  # not the watchdog
+        assert "error" in outcome, outcome
+    finally:
+        process.stop()

@@ -4,6 +4,8 @@ It is registered on a plugin manager the same way a third-party plugin is, and l
 be tested without any framework installed. The model kind comes from the config parameter
 ``kind`` (``identity`` copies every input to the output of the same index; ``add_sub`` adds
 and subtracts INPUT0 and INPUT1; ``fail`` raises; ``sleep`` waits ``sleep_ms`` first).
+With the parameter ``started_file``, each ``execute`` first appends a line to that file, so
+that a test knows a batch is running.
 
 Stateful kinds, for ``sequence_batching`` models:
 
@@ -49,6 +51,8 @@ class NumpyInstance(ModelInstance):
         self.kind = parameters["kind"].string_value if "kind" in parameters else "identity"
         sleep_ms = parameters["sleep_ms"].string_value if "sleep_ms" in parameters else "0"
         self.sleep = float(sleep_ms) / 1000
+        started = parameters.get("started_file")
+        self.started_file = started.string_value if started is not None else ""
         self.inputs = [t.name for t in config.input]
         self.outputs = [(t.name, wire_datatype(t.data_type)) for t in config.output]
         self.executions: list[int] = []
@@ -63,6 +67,9 @@ class NumpyInstance(ModelInstance):
 
     def execute(self, requests: list[InferenceRequest]) -> list[InferenceResponse]:
         self.executions.append(len(requests))
+        if self.started_file:
+            with open(self.started_file, "a") as started:
+                started.write(f"{len(requests)}\n")
         if self.sleep:
             time.sleep(self.sleep)
         if self.kind == "fail":

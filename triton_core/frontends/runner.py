@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 import socket
+import threading
 from dataclasses import dataclass, field
+from typing import Final, NoReturn
 
 from triton_core.errors import TritonError
 from triton_core.frontends.common import listen_socket
@@ -32,7 +35,8 @@ class FrontendOptions:
     metrics_address: str | None = None
     metrics_port: int = 8002
     metrics: MetricsOptions = field(default_factory=MetricsOptions)
-    #: seconds to let requests in flight finish after a stop signal
+    #: seconds the whole stop may take after a stop signal: draining the frontends, requests
+    #: in flight, unloading; what still runs then is aborted and the process exits (code 1)
     exit_timeout_secs: float = 30.0
 
 
@@ -105,19 +109,68 @@ async def serve(server: Server, options: FrontendOptions) -> int:
 
     await stop.wait()
     logger.info("Stopping: no new requests; waiting for requests in flight to finish")
+    deadline = loop.time() + options.exit_timeout_secs
+    watchdog = _ExitWatchdog(server, options.exit_timeout_secs + _WATCHDOG_MARGIN_SECS)
+
+    def remaining() -> float:
+        return max(0.0, deadline - loop.time())
+
     waits = []
     if grpc_server is not None:
-        waits.append(grpc_server.stop(options.exit_timeout_secs))
+        waits.append(grpc_server.stop(remaining()))
     for uvicorn_server, task in uvicorn_servers:
+        uvicorn_server.config.timeout_graceful_shutdown = remaining()
         uvicorn_server.should_exit = True
-        waits.append(asyncio.wait_for(task, options.exit_timeout_secs + 1))
-    results = await asyncio.gather(*waits, return_exceptions=True)
+        waits.append(task)
+    try:
+        results = await asyncio.wait_for(
+            asyncio.gather(*waits, return_exceptions=True), remaining() + 1.0
+        )
+    except TimeoutError:
+        results = [TimeoutError("the frontends did not stop before the exit timeout")]
     for result in results:
         if isinstance(result, BaseException):
             logger.warning("a frontend did not stop cleanly: %r", result)
-    await server.stop(options.exit_timeout_secs)
+    if not await server.stop(remaining()):
+        _exit_now(1, "Exit timeout expired. Exiting immediately.")
+    watchdog.cancel()
     logger.info("Stopped")
     return 0
+
+
+#: how long past --exit-timeout-secs the watchdog lets a stop run before it ends the process
+_WATCHDOG_MARGIN_SECS: Final = 2.0
+
+
+class _ExitWatchdog:
+    """Ends the process if a stop overruns its deadline even though the loop cannot act.
+
+    The stop path aborts late work itself; this thread covers an event loop that a plugin
+    blocks (so no deadline on the loop can fire): it aborts the model instances (killing
+    stub processes) and exits.
+    """
+
+    def __init__(self, server: Server, seconds: float) -> None:
+        self._server = server
+        self._timer = threading.Timer(seconds, self._expired)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def cancel(self) -> None:
+        self._timer.cancel()
+
+    def _expired(self) -> None:
+        try:
+            self._server.abort()
+        finally:
+            _exit_now(1, "Exit timeout expired and the event loop is not responding. Exiting.")
+
+
+def _exit_now(code: int, message: str) -> NoReturn:
+    """Exit at once: threads still in a hung ``execute`` cannot be joined or interrupted."""
+    logger.error("%s", message)
+    logging.shutdown()  # flush the log before the process goes
+    os._exit(code)
 
 
 def _start_uvicorn(app, sock: socket.socket, options: FrontendOptions):  # type: ignore[no-untyped-def]

@@ -118,6 +118,8 @@ class ModelRepositoryManager:
         self._load_slots = asyncio.Semaphore(max(1, load_threads))
         self._models: dict[str, ModelRecord] = {}
         self._retiring: set[asyncio.Task[None]] = set()
+        #: every loaded version until its unload ends (serving, retiring or unloading)
+        self._live: set[LoadedModel] = set()
         self._override_root = Path(tempfile.mkdtemp(prefix="triton-core-overrides-"))
 
     # -- discovery -----------------------------------------------------------------------------
@@ -315,6 +317,7 @@ class ModelRepositoryManager:
                     state.model = await asyncio.to_thread(
                         self._loader.load_version, prepared, version
                     )
+                    self._live.add(state.model)
                     state.state = READY
                     logger.info("successfully loaded '%s' version %d", record.name, version)
                 except Exception as exc:
@@ -347,14 +350,7 @@ class ModelRepositoryManager:
         """Stop routing to ``model``; let it finish what it accepted, then unload it."""
         model.retired = True
 
-        async def drain() -> None:
-            try:
-                await model.unload()
-                logger.info("successfully unloaded '%s' version %d", model.name, model.version)
-            except Exception:
-                logger.exception("unloading '%s' version %d failed", model.name, model.version)
-
-        task = asyncio.create_task(drain())
+        task = asyncio.create_task(self._unload_model(model))
         self._retiring.add(task)
         task.add_done_callback(self._retiring.discard)
 
@@ -575,13 +571,14 @@ class ModelRepositoryManager:
         if record.source is not None:
             await asyncio.to_thread(record.source.release, record.name)
 
-    @staticmethod
-    async def _unload_model(model: LoadedModel) -> None:
+    async def _unload_model(self, model: LoadedModel) -> None:
         try:
             await model.unload()
             logger.info("successfully unloaded '%s' version %d", model.name, model.version)
         except Exception:
             logger.exception("unloading '%s' version %d failed", model.name, model.version)
+        finally:
+            self._live.discard(model)
 
     async def poll(self) -> None:
         """One pass of poll mode: load added models, unload removed ones, reload changed ones.
@@ -632,6 +629,18 @@ class ModelRepositoryManager:
     async def _unload_locked(self, record: ModelRecord) -> None:
         async with record.lock:
             await self._unload_record(record)
+
+    def abort_running(self) -> int:
+        """The stop deadline passed: every loaded version's instances end what they run now.
+
+        Safe from any thread (the exit watchdog calls it while the loop may be stuck).
+        Returns how many model versions were still loaded.
+        """
+        models = list(self._live)
+        for model in models:
+            logger.warning("aborting model '%s' version %d", model.name, model.version)
+            model.pool.abort()
+        return len(models)
 
     def close(self) -> None:
         """Remove local copies of cloud models and uploaded overrides."""

@@ -301,6 +301,14 @@ class InstancePool:
         if self.on_batch_done is not None:
             self.on_batch_done()  # the scheduler may dispatch its next batch now
 
+    def abort(self) -> None:
+        """The stop deadline passed: each instance ends what it runs now (any thread)."""
+        for instance in self.instances:
+            try:
+                instance.abort()
+            except Exception:
+                logger.exception("aborting an instance of model '%s' failed", self._model_name)
+
     def stop(self) -> None:
         """Let queued batches finish, then end the threads and finalize the instances."""
         queues = self._pinned or [self._queue] * len(self._threads)

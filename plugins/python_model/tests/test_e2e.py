@@ -279,3 +279,81 @@ def test_shutdown_leaves_no_processes_and_no_shared_memory(tmp_path, models, lis
     for pid in pids:
         assert not os.path.exists(f"/proc/{pid}"), f"stub {pid} outlived the server"
     assert list_shm() - shm_before == set()
+
+
+HUNG = """
+import os, time
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.started = args["model_repository"] + "/started"
+
+    def execute(self, requests):
+        with open(self.started, "w") as started:
+            started.write(str(os.getpid()))
+        time.sleep(60)
+        return [pb_utils.InferenceResponse([]) for _ in requests]
+"""
+
+HUNG_CONFIG = """
+backend: "python"
+max_batch_size: 0
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 1 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 1 ] } ]
+"""
+
+
+def _process_gone(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            return any(line.startswith("State:\tZ") for line in status)  # a zombie has ended
+    except FileNotFoundError:
+        return True
+
+
+def test_exit_timeout_kills_a_hung_stub_and_ends_the_process(tmp_path):
+    import threading
+
+    from tests.support import ServerProcess
+
+    _write_repository(tmp_path, {"hung": (HUNG, HUNG_CONFIG)})
+    started = tmp_path / "hung" / "started"
+    process = ServerProcess([tmp_path], "--exit-timeout-secs", "2")
+    try:
+        process.wait_ready()
+        client = httpclient.InferenceServerClient(process.http_url, network_timeout=90)
+        tensor = httpclient.InferInput("INPUT0", [1], "FP32")
+        tensor.set_data_from_numpy(np.ones(1, dtype=np.float32))
+        thread = threading.Thread(
+            target=lambda: _ignore_errors(client.infer, "hung", [tensor]), daemon=True
+        )
+        thread.start()
+        deadline = time.monotonic() + 60
+        while not (started.exists() and started.read_text()):
+            assert time.monotonic() < deadline, process.log()[-3000:]
+            assert process.process.poll() is None, process.log()[-3000:]
+            time.sleep(0.02)
+        stub_pid = int(started.read_text())
+        began = time.monotonic()
+        code = process.stop(timeout=40)
+        took = time.monotonic() - began
+        log = process.log()
+        assert code == 1, log[-3000:]
+        assert took < 10, (took, log[-3000:])  # a 2 s deadline, against a 60 s execute
+        assert "Exit timeout expired. Exiting immediately." in log
+        deadline = time.monotonic() + 10
+        while not _process_gone(stub_pid):
+            assert time.monotonic() < deadline, f"stub {stub_pid} outlived the server"
+            time.sleep(0.05)
+    finally:
+        process.stop()
+
+
+def _ignore_errors(function, *args) -> None:
+    import contextlib
+
+    with contextlib.suppress(Exception):  # the connection ends with the server process
+        function(*args)

@@ -413,6 +413,11 @@ class PythonInstance(ModelInstance):
         )
         return self._stub
 
+    def abort(self) -> None:
+        # the server's stop deadline passed: no finalize, the process goes now
+        self._closing = True
+        self._stub.kill()
+
     def finalize(self) -> None:
         self._closing = True
         with self._lock:

@@ -282,6 +282,13 @@ class StubProcess:
                 )
         self._shutdown(kill=False, timeout=timeout)
 
+    def kill(self) -> None:
+        """End the process at once (SIGKILL), from any thread; the rest is left to exit."""
+        process = self.process
+        if process is not None and process.returncode is None:
+            with contextlib.suppress(OSError):
+                process.kill()
+
     def _shutdown(self, *, kill: bool, timeout: float = 5.0) -> None:
         if self._shut_down:
             return
