@@ -85,6 +85,21 @@ def test_refuses_malformed_values(spec: str) -> None:
         parse_restrictions([spec], "--http-restricted-api")
 
 
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("health:a key=v", "'a key' cannot be a header name"),
+        ("health:k\u00e9=v", "'k\u00e9' cannot be a header name"),
+        ("health:k=caf\u00e9", "the value of 'k' must be printable ASCII"),
+        ("health:k= v", "the value of 'k' must be printable ASCII"),
+        ("health:k=a\r\nb", "the value of 'k' must be printable ASCII"),
+    ],
+)
+def test_refuses_headers_no_client_could_send(spec: str, message: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(message)):
+        parse_restrictions([spec], "--grpc-restricted-protocol")
+
+
 # -- which group each endpoint is in --------------------------------------------------------
 
 #: the endpoint table of the protocol notes (1.1), with the group of each endpoint

@@ -8,6 +8,7 @@ groups below and checks ``<key>: <value>`` (HTTP header) or
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final
@@ -27,6 +28,11 @@ API_GROUPS: Final = (
 
 #: what gRPC puts before the flag's key to make the metadata key (as tritonserver)
 GRPC_HEADER_PREFIX: Final = "triton-grpc-protocol-"
+#: what both an HTTP header name and a gRPC metadata key may hold (a client could never send
+#: anything else, so such a restriction could never be met)
+_HEADER_NAME: Final = re.compile(r"[A-Za-z0-9_.-]+")
+#: what both an HTTP header value and a gRPC ASCII metadata value may hold, no edge spaces
+_HEADER_VALUE: Final = re.compile(r"[\x21-\x7e]([\x20-\x7e]*[\x21-\x7e])?")
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,4 +93,10 @@ def _split(spec: str, flag: str) -> tuple[str, str, str]:
     key, equals, value = setting.partition("=")
     if not (colon and equals and groups and key and value):
         raise ValueError(f"{flag} option format is '<api>[,<api>...]:<key>=<value>'. Got '{spec}'")
+    if not _HEADER_NAME.fullmatch(key):
+        raise ValueError(
+            f"{flag}: '{key}' cannot be a header name (use letters, digits, '-', '_', '.')"
+        )
+    if not _HEADER_VALUE.fullmatch(value):
+        raise ValueError(f"{flag}: the value of '{key}' must be printable ASCII")
     return groups, key, value
