@@ -12,6 +12,7 @@ import pytest
 
 from tests.unit.test_http_app import StubServer, asgi_exchange, asgi_scope, binary_infer_body
 from tests.unit.test_http_fast_path import Spy
+from tests.unit.test_http_protocol import Served, infer_request, json_infer, read_answer
 from triton_core.frontends.grpc.servicer import HEALTH_CHECK_GROUP, RPC_GROUPS
 from triton_core.frontends.http import create_app
 from triton_core.frontends.http.fast_path import InferFastPath, create_asgi_app
@@ -237,6 +238,25 @@ async def test_infer_fast_path_enforces_the_inference_group() -> None:
     status, _ = await request(app, "POST", "/v2/models/simple/infer", allowed, body)
     assert status == 200 and len(server.requests) == 1
     assert falcon_app.calls == 1  # answered by the fast path itself
+
+
+async def test_protocol_fast_path_enforces_the_inference_group() -> None:
+    """The plain infer that the HTTP protocol answers itself, on a real uvicorn server."""
+    restrictions = parse_restrictions(["inference:infer-key=v1"], "--http-restricted-api")
+    async with Served(restrictions=restrictions) as served:
+        reader, writer = await served.connect()
+        writer.write(infer_request(json_infer([1, 2], id="r1")))
+        status, _, body = await read_answer(reader)
+        assert (status, orjson.loads(body)) == (
+            403,
+            {"error": "This API is restricted, expecting header 'infer-key'"},
+        )
+        assert served.asgi_calls == 1 and served.stub.requests == []  # refused by falcon
+        writer.write(infer_request(json_infer([1, 2], id="r2"), infer_key="v1"))
+        status, _, body = await read_answer(reader)
+        assert status == 200 and orjson.loads(body)["id"] == "r2"
+        assert served.asgi_calls == 1  # answered by the protocol itself
+        writer.close()
 
 
 def test_nothing_restricted_adds_nothing_to_the_hot_path() -> None:
