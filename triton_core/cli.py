@@ -13,7 +13,9 @@ import sys
 from collections.abc import Sequence
 
 from triton_core import __version__
+from triton_core.frontends.restricted import API_GROUPS, GRPC_HEADER_PREFIX, parse_restrictions
 from triton_core.frontends.runner import FrontendOptions, serve
+from triton_core.frontends.tls import TlsOptions
 from triton_core.metrics import MetricsOptions
 from triton_core.plugins import create_plugin_manager
 from triton_core.server import Server, ServerOptions
@@ -134,6 +136,9 @@ def build_parser() -> argparse.ArgumentParser:
         default="http2",
         help="http2: the built-in HTTP/2 transport (faster); grpcio: grpc.aio",
     )
+    _add_tls_flags(serve_cmd, "http", "HTTP")
+    _add_tls_flags(serve_cmd, "grpc", "gRPC")
+    _add_restriction_flags(serve_cmd)
     _add_bool(serve_cmd, "--allow-metrics", True, "serve Prometheus metrics")
     serve_cmd.add_argument("--metrics-address", default=None, help="default: --http-address")
     serve_cmd.add_argument("--metrics-port", type=int, default=8002)
@@ -155,6 +160,62 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _add_tls_flags(parser: argparse.ArgumentParser, prefix: str, name: str) -> None:
+    """``--<prefix>-use-ssl`` and the rest, as tritonserver's ``--grpc-use-ssl`` family."""
+    _add_bool(parser, f"--{prefix}-use-ssl", False, f"serve {name} over TLS (1.2 or newer)")
+    _add_bool(
+        parser,
+        f"--{prefix}-use-ssl-mutual",
+        False,
+        f"serve {name} over TLS and require client certificates (implies --{prefix}-use-ssl)",
+    )
+    parser.add_argument(f"--{prefix}-server-cert", metavar="PEM", help="server certificate")
+    parser.add_argument(f"--{prefix}-server-key", metavar="PEM", help="server private key")
+    parser.add_argument(
+        f"--{prefix}-root-cert",
+        metavar="PEM",
+        help=f"CA that signs client certificates (with --{prefix}-use-ssl-mutual)",
+    )
+    parser.add_argument(
+        f"--{prefix}-ssl-handshake-timeout-secs",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="close a connection whose TLS handshake takes longer (default 10)",
+    )
+
+
+def _add_restriction_flags(parser: argparse.ArgumentParser) -> None:
+    groups = ", ".join(API_GROUPS)
+    parser.add_argument(
+        "--http-restricted-api",
+        action="append",
+        default=[],
+        metavar="API[,API...]:KEY=VALUE",
+        help=f"answer these APIs only with header KEY: VALUE (repeatable; APIs: {groups})",
+    )
+    parser.add_argument(
+        "--grpc-restricted-protocol",
+        action="append",
+        default=[],
+        metavar="API[,API...]:KEY=VALUE",
+        help=f"answer these RPCs only with metadata triton-grpc-protocol-KEY: VALUE "
+        f"(repeatable; APIs: {groups})",
+    )
+
+
+def _tls_options(args: argparse.Namespace, prefix: str) -> TlsOptions:
+    return TlsOptions(
+        flag_prefix=f"--{prefix}",
+        use_ssl=getattr(args, f"{prefix}_use_ssl"),
+        use_ssl_mutual=getattr(args, f"{prefix}_use_ssl_mutual"),
+        server_cert=getattr(args, f"{prefix}_server_cert"),
+        server_key=getattr(args, f"{prefix}_server_key"),
+        root_cert=getattr(args, f"{prefix}_root_cert"),
+        handshake_timeout=getattr(args, f"{prefix}_ssl_handshake_timeout_secs"),
+    )
+
+
 def _configure_logging(verbose: int, info: bool) -> None:
     level = logging.DEBUG if verbose > 0 else logging.INFO if info else logging.WARNING
     logging.basicConfig(
@@ -173,6 +234,10 @@ def _run_serve(args: argparse.Namespace) -> int:
     try:
         plugins = create_plugin_manager(args.disable_plugin)
         metrics = MetricsOptions.parse(args.metrics_config, args.allow_cpu_metrics)
+        http_restrictions = parse_restrictions(args.http_restricted_api, "--http-restricted-api")
+        grpc_restrictions = parse_restrictions(
+            args.grpc_restricted_protocol, "--grpc-restricted-protocol", GRPC_HEADER_PREFIX
+        )
     except ValueError as exc:
         logging.getLogger("triton_core").error("%s", exc)
         return 2
@@ -208,6 +273,10 @@ def _run_serve(args: argparse.Namespace) -> int:
         metrics_port=args.metrics_port,
         metrics=metrics,
         exit_timeout_secs=args.exit_timeout_secs,
+        http_tls=_tls_options(args, "http"),
+        grpc_tls=_tls_options(args, "grpc"),
+        http_restrictions=http_restrictions,
+        grpc_restrictions=grpc_restrictions,
     )
     server = Server(options, plugins)
     try:

@@ -128,12 +128,13 @@ def test_served_answers_arrive_whole(pipelined: int) -> None:
 class Served:
     """uvicorn with :class:`HttpProtocol` serving the frontend app over a StubServer."""
 
-    def __init__(self, keep_alive: float = 75) -> None:
+    def __init__(self, keep_alive: float = 75, restrictions: dict | None = None) -> None:
         from tests.unit.test_http_app import StubServer
 
         self.stub = StubServer()
         self.asgi_calls = 0
         self.keep_alive = keep_alive
+        self.restrictions = restrictions
 
     async def __aenter__(self) -> Served:
         import uvicorn
@@ -141,7 +142,7 @@ class Served:
         from triton_core.frontends.http.fast_path import create_asgi_app
         from triton_core.frontends.http.protocol import HttpProtocol
 
-        app = create_asgi_app(self.stub)  # type: ignore[arg-type]
+        app = create_asgi_app(self.stub, restrictions=self.restrictions)  # type: ignore[arg-type]
         inner = app.app
 
         async def counting(scope, receive, send):  # type: ignore[no-untyped-def]

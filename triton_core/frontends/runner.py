@@ -7,12 +7,15 @@ import logging
 import os
 import signal
 import socket
+import ssl
 import threading
 from dataclasses import dataclass, field
 from typing import Final, NoReturn
 
 from triton_core.errors import TritonError
 from triton_core.frontends.common import listen_socket
+from triton_core.frontends.restricted import Restrictions
+from triton_core.frontends.tls import TlsOptions
 from triton_core.metrics import MetricsOptions
 from triton_core.server import Server
 
@@ -38,6 +41,12 @@ class FrontendOptions:
     #: seconds the whole stop may take after a stop signal: draining the frontends, requests
     #: in flight, unloading; what still runs then is aborted and the process exits (code 1)
     exit_timeout_secs: float = 30.0
+    #: ``--http-use-ssl*`` / ``--grpc-use-ssl*``; the metrics endpoint stays plain HTTP
+    http_tls: TlsOptions = field(default_factory=lambda: TlsOptions("--http"))
+    grpc_tls: TlsOptions = field(default_factory=lambda: TlsOptions("--grpc"))
+    #: ``--http-restricted-api`` / ``--grpc-restricted-protocol``, by API group
+    http_restrictions: Restrictions = field(default_factory=dict)
+    grpc_restrictions: Restrictions = field(default_factory=dict)
 
 
 def _check_ports(options: FrontendOptions) -> None:
@@ -62,6 +71,7 @@ def _check_ports(options: FrontendOptions) -> None:
 async def serve(server: Server, options: FrontendOptions) -> int:
     """Start the server and its frontends; return the exit code once a signal stops them."""
     _check_ports(options)
+    http_ssl = _check_tls(options)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
@@ -83,9 +93,18 @@ async def serve(server: Server, options: FrontendOptions) -> int:
     if "HTTP" in sockets:
         from triton_core.frontends.http.fast_path import create_asgi_app
 
-        app = create_asgi_app(server, max_input_size=options.http_max_input_size)
-        uvicorn_servers.append(_start_uvicorn(app, sockets["HTTP"], options))
-        logger.info("Started HTTPService at %s:%d", options.http_address, options.http_port)
+        app = create_asgi_app(
+            server,
+            max_input_size=options.http_max_input_size,
+            restrictions=options.http_restrictions,
+        )
+        uvicorn_servers.append(_start_uvicorn(app, sockets["HTTP"], options, http_ssl))
+        logger.info(
+            "Started HTTPService at %s:%d%s",
+            options.http_address,
+            options.http_port,
+            " (TLS)" if http_ssl else "",
+        )
     if "metrics" in sockets:
         from triton_core.metrics import create_metrics_app, create_registry
 
@@ -101,10 +120,15 @@ async def serve(server: Server, options: FrontendOptions) -> int:
             options.grpc_address,
             options.grpc_port,
             transport=options.grpc_transport,  # type: ignore[arg-type]
+            restrictions=options.grpc_restrictions,
+            tls=options.grpc_tls,
         )
         await grpc_server.start()
         logger.info(
-            "Started GRPCInferenceService at %s:%d", options.grpc_address, options.grpc_port
+            "Started GRPCInferenceService at %s:%d%s",
+            options.grpc_address,
+            options.grpc_port,
+            " (TLS)" if options.grpc_tls.enabled else "",
         )
 
     await stop.wait()
@@ -173,17 +197,49 @@ def _exit_now(code: int, message: str) -> NoReturn:
     os._exit(code)
 
 
-def _start_uvicorn(app, sock: socket.socket, options: FrontendOptions):  # type: ignore[no-untyped-def]
+def _check_tls(options: FrontendOptions) -> ssl.SSLContext | None:
+    """Refuse bad TLS flags or files before models load; the HTTP endpoint's SSLContext."""
+    options.http_tls.check()
+    options.grpc_tls.check()
+    options.grpc_tls.server_context(["h2"])  # built again by the gRPC frontend
+    return options.http_tls.server_context(["http/1.1"])
+
+
+def _start_uvicorn(  # type: ignore[no-untyped-def]
+    app, sock: socket.socket, options: FrontendOptions, ssl_context: ssl.SSLContext | None = None
+):
     import contextlib
 
     import uvicorn
 
     from triton_core.frontends.http.protocol import HttpProtocol
 
+    handshake_timeout = options.http_tls.handshake_timeout_secs
+
     class _QuietSignalsServer(uvicorn.Server):
         # Signals belong to serve(): it stops the frontends in order.
         def capture_signals(self):  # type: ignore[no-untyped-def,override]
             return contextlib.nullcontext()
+
+        async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+            if ssl_context is None or not sockets:
+                await super().startup(sockets=sockets)
+                return
+            # uvicorn's create_server passes no TLS handshake timeout: listen here instead
+            await super().startup(sockets=[])
+            config, state = self.config, self.server_state
+            app_state = self.lifespan.state
+            self.servers.append(
+                await asyncio.get_running_loop().create_server(
+                    lambda: config.http_protocol_class(  # type: ignore[call-arg]
+                        config=config, server_state=state, app_state=app_state
+                    ),
+                    sock=sockets[0],
+                    ssl=ssl_context,
+                    ssl_handshake_timeout=handshake_timeout,
+                    backlog=config.backlog,
+                )
+            )
 
     config = uvicorn.Config(
         app,

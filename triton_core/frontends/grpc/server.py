@@ -10,6 +10,8 @@ import grpc
 from triton_core.frontends.common import listen_socket
 from triton_core.frontends.grpc.servicer import GRPCInferenceServicer, HealthServicer, ServerAPI
 from triton_core.frontends.grpc.transport import GrpcServer, method_table
+from triton_core.frontends.restricted import Restrictions
+from triton_core.frontends.tls import TlsOptions
 from triton_core.protos import grpc_service_pb2, grpc_service_pb2_grpc, health_pb2, health_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -30,18 +32,24 @@ def create_grpc_server(
     *,
     reuse_port: bool = False,
     transport: Transport = "http2",
+    restrictions: Restrictions | None = None,
+    tls: TlsOptions | None = None,
 ) -> GrpcServer | grpc.aio.Server:
     """A gRPC server with the inference and health services, bound but not started.
 
     Call it from the event loop that will run it, then ``await grpc_server.start()`` and, on
     shutdown, ``await grpc_server.stop(grace)`` on that same loop. ``reuse_port`` lets several
     worker processes share the port; it is off by default so that a port already in use is an
-    error. Both transports run the same servicers.
+    error. Both transports run the same servicers. ``restrictions``: the RPC groups that need
+    a metadata header (``--grpc-restricted-protocol``); ``tls``: the ``--grpc-use-ssl*`` flags.
 
-    Raises ``RuntimeError`` when the address cannot be bound.
+    Raises ``RuntimeError`` when the address cannot be bound, ``ValueError`` for TLS flags or
+    files that cannot be used.
     """
-    inference = GRPCInferenceServicer(server)
-    health = HealthServicer(server)
+    inference = GRPCInferenceServicer(server, restrictions)
+    health = HealthServicer(server, restrictions)
+    tls = tls or TlsOptions("--grpc")
+    ssl_context = tls.server_context(["h2"])  # on both transports: the same checks of the files
     if transport == "http2":
         methods = method_table(
             [
@@ -56,12 +64,14 @@ def create_grpc_server(
             sock = listen_socket(address, port, "gRPC", reuse_port)
         except OSError as exc:
             raise RuntimeError(str(exc)) from exc
-        grpc_server = GrpcServer(methods, sock)
+        grpc_server = GrpcServer(
+            methods, sock, ssl=ssl_context, ssl_handshake_timeout=tls.handshake_timeout_secs
+        )
         log.info("gRPC frontend bound to %s:%d", address, grpc_server.port)
         return grpc_server
     if transport != "grpcio":
         raise ValueError(f"unknown gRPC transport '{transport}'; choose one of {TRANSPORTS}")
-    return _create_grpcio_server(inference, health, address, port, reuse_port)
+    return _create_grpcio_server(inference, health, address, port, reuse_port, tls)
 
 
 def _create_grpcio_server(
@@ -70,20 +80,37 @@ def _create_grpcio_server(
     address: str,
     port: int,
     reuse_port: bool,
+    tls: TlsOptions,
 ) -> grpc.aio.Server:
     options = [
         ("grpc.max_send_message_length", MAX_MESSAGE_LENGTH),
         ("grpc.max_receive_message_length", MAX_MESSAGE_LENGTH),
         ("grpc.so_reuseport", 1 if reuse_port else 0),
     ]
+    if tls.enabled:
+        timeout_ms = int(tls.handshake_timeout_secs * 1000)
+        options.append(("grpc.server_handshake_timeout_ms", timeout_ms))
     grpc_server = grpc.aio.server(options=options)
     grpc_service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(inference, grpc_server)
     health_pb2_grpc.add_HealthServicer_to_server(health, grpc_server)
     # an IPv6 literal needs brackets before the port
     host = f"[{address}]" if ":" in address and not address.startswith("[") else address
     target = f"{host}:{port}"
-    bound = grpc_server.add_insecure_port(target)
+    if tls.enabled:
+        bound = grpc_server.add_secure_port(target, _credentials(tls))
+    else:
+        bound = grpc_server.add_insecure_port(target)
     if bound == 0:  # older grpcio reports failure this way instead of raising
         raise RuntimeError(f"failed to bind the gRPC server to {target}")
     log.info("gRPC frontend (grpcio) bound to %s (port %d)", target, bound)
     return grpc_server
+
+
+def _credentials(tls: TlsOptions) -> grpc.ServerCredentials:
+    """gRPC's server credentials from the ``--grpc-use-ssl*`` files (TLS 1.2 or newer)."""
+    chain, key, root = tls.pem_files()
+    return grpc.ssl_server_credentials(
+        [(key, chain)],
+        root_certificates=root if tls.use_ssl_mutual else None,
+        require_client_auth=tls.use_ssl_mutual,
+    )

@@ -24,6 +24,7 @@ from triton_core.frontends.grpc.codec import (
     encode_stream_error,
     encode_stream_response,
 )
+from triton_core.frontends.restricted import Restriction, Restrictions, first_value
 from triton_core.protos import grpc_service_pb2 as pb
 from triton_core.protos import grpc_service_pb2_grpc as pb_grpc
 from triton_core.protos import health_pb2, health_pb2_grpc
@@ -103,13 +104,93 @@ class CallbackCall(Protocol):
     def respond(self, message: Any) -> None: ...
     def fail(self, code: grpc.StatusCode, details: str) -> None: ...
     def cancel_with(self, future: asyncio.Future[Any]) -> None: ...
+    def invocation_metadata(self) -> tuple[tuple[str, str | bytes], ...]: ...
+
+
+#: the restricted-protocol group of every RPC (``--grpc-restricted-protocol``), as Triton
+RPC_GROUPS: Final = {
+    "ServerLive": "health",
+    "ServerReady": "health",
+    "ModelReady": "health",
+    "ServerMetadata": "metadata",
+    "ModelMetadata": "metadata",
+    "ModelInfer": "inference",
+    "ModelStreamInfer": "inference",
+    "ModelConfig": "model-config",
+    "ModelStatistics": "statistics",
+    "RepositoryIndex": "model-repository",
+    "RepositoryModelLoad": "model-repository",
+    "RepositoryModelUnload": "model-repository",
+    "SystemSharedMemoryStatus": "shared-memory",
+    "SystemSharedMemoryRegister": "shared-memory",
+    "SystemSharedMemoryUnregister": "shared-memory",
+    "CudaSharedMemoryStatus": "shared-memory",
+    "CudaSharedMemoryRegister": "shared-memory",
+    "CudaSharedMemoryUnregister": "shared-memory",
+    "TraceSetting": "trace",
+    "LogSettings": "logging",
+}
+#: ``grpc.health.v1.Health/Check`` is in the health group too (Triton)
+HEALTH_CHECK_GROUP: Final = "health"
+
+
+def restricted_message(restriction: Restriction) -> str:
+    """Triton's words for a call without the metadata (or with another value)."""
+    return f"This protocol is restricted, expecting header '{restriction.header}'"
+
+
+def _allows(restriction: Restriction, metadata: Any) -> bool:
+    return first_value(metadata or (), restriction.key) == restriction.value
+
+
+def _guarded(handler: Callable[..., Any], restriction: Restriction) -> Callable[..., Any]:
+    """``handler`` (unary or streaming), answering UNAVAILABLE to calls without the header."""
+    message = restricted_message(restriction)
+
+    async def guarded(request: Any, context: grpc.aio.ServicerContext) -> Any:
+        if not _allows(restriction, context.invocation_metadata()):
+            await context.abort(grpc.StatusCode.UNAVAILABLE, message)
+        return await handler(request, context)
+
+    guarded.__name__ = getattr(handler, "__name__", "guarded")
+    return guarded
+
+
+def _guarded_callback(
+    handler: Callable[[Any, CallbackCall], None], restriction: Restriction
+) -> Callable[[Any, CallbackCall], None]:
+    """A callback handler, answering UNAVAILABLE to calls without the header."""
+    message = restricted_message(restriction)
+
+    def guarded(request: Any, call: CallbackCall) -> None:
+        if _allows(restriction, call.invocation_metadata()):
+            handler(request, call)
+        else:
+            call.fail(grpc.StatusCode.UNAVAILABLE, message)
+
+    return guarded
 
 
 class GRPCInferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
-    """``inference.GRPCInferenceService`` on grpc.aio, delegating to a :class:`ServerAPI`."""
+    """``inference.GRPCInferenceService`` on grpc.aio, delegating to a :class:`ServerAPI`.
 
-    def __init__(self, server: ServerAPI) -> None:
+    ``restrictions``: the RPC groups that answer only calls with a metadata header
+    (``--grpc-restricted-protocol``). Only the restricted RPCs are wrapped: the others,
+    and every RPC when nothing is restricted, run as they are.
+    """
+
+    def __init__(self, server: ServerAPI, restrictions: Restrictions | None = None) -> None:
         self._server = server
+        for rpc, group in RPC_GROUPS.items():
+            restriction = (restrictions or {}).get(group)
+            if restriction is None:
+                continue
+            # an instance attribute: both transports look handlers up on the instance
+            setattr(self, rpc, _guarded(getattr(self, rpc), restriction))
+            if rpc == "ModelInfer":
+                self.model_infer_callback = _guarded_callback(  # type: ignore[method-assign]
+                    self.model_infer_callback, restriction
+                )
 
     # -- health and metadata --------------------------------------------------------------
 
@@ -446,10 +527,16 @@ class GRPCInferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
 
 
 class HealthServicer(health_pb2_grpc.HealthServicer):
-    """``grpc.health.v1.Health/Check``: SERVING while the server is ready."""
+    """``grpc.health.v1.Health/Check``: SERVING while the server is ready.
 
-    def __init__(self, server: ServerAPI) -> None:
+    Restricted with the health group, as Triton restricts it.
+    """
+
+    def __init__(self, server: ServerAPI, restrictions: Restrictions | None = None) -> None:
         self._server = server
+        restriction = (restrictions or {}).get(HEALTH_CHECK_GROUP)
+        if restriction is not None:
+            self.Check = _guarded(self.Check, restriction)  # type: ignore[method-assign]
 
     async def Check(
         self, request: health_pb2.HealthCheckRequest, context: grpc.aio.ServicerContext

@@ -19,6 +19,7 @@ import contextlib
 import inspect
 import logging
 import socket
+import ssl as ssl_module
 import struct
 import zlib
 from collections import deque
@@ -524,9 +525,19 @@ _REFUSED: Final = _Refused()
 class GrpcServer:
     """gRPC services on a bound socket; ``start``/``stop`` as grpc.aio's server has them."""
 
-    def __init__(self, methods: dict[str, RpcMethod], sock: socket.socket) -> None:
+    def __init__(
+        self,
+        methods: dict[str, RpcMethod],
+        sock: socket.socket,
+        *,
+        ssl: ssl_module.SSLContext | None = None,
+        ssl_handshake_timeout: float = 10.0,
+    ) -> None:
         self._methods = methods
         self._socket = sock
+        #: TLS (ALPN h2) when set; a handshake longer than the timeout closes its connection
+        self._ssl = ssl
+        self._ssl_handshake_timeout = ssl_handshake_timeout
         self._server: asyncio.Server | None = None
         self._connections: set[Http2Connection] = set()
         self._tasks: set[asyncio.Task[None]] = set()
@@ -540,7 +551,15 @@ class GrpcServer:
     async def start(self) -> None:
         """Accept connections."""
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(self._connection, sock=self._socket)
+        if self._ssl is None:
+            self._server = await loop.create_server(self._connection, sock=self._socket)
+        else:
+            self._server = await loop.create_server(
+                self._connection,
+                sock=self._socket,
+                ssl=self._ssl,
+                ssl_handshake_timeout=self._ssl_handshake_timeout,
+            )
 
     async def stop(self, grace: float | None) -> None:
         """Stop accepting; let calls in flight finish for ``grace`` seconds, then cancel them."""

@@ -30,6 +30,8 @@ from triton_core.frontends.http.codec import (
     encode_statistics,
 )
 from triton_core.frontends.http.generate import GenerateResource
+from triton_core.frontends.http.restricted import RestrictedApiMiddleware
+from triton_core.frontends.restricted import Restrictions
 
 if TYPE_CHECKING:
     from triton_core.statistics import ModelStatistics
@@ -70,13 +72,21 @@ class InferenceServerAPI(Protocol):
     async def unload_model(self, name: str, unload_dependents: bool = False) -> None: ...
 
 
-def create_app(server: InferenceServerAPI, *, max_input_size: int = 1 << 26) -> falcon.asgi.App:
+def create_app(
+    server: InferenceServerAPI,
+    *,
+    max_input_size: int = 1 << 26,
+    restrictions: Restrictions | None = None,
+) -> falcon.asgi.App:
     """Build the ASGI app serving ``server`` over Triton's HTTP/REST protocol.
 
     ``max_input_size`` caps request bodies, before and after decompression
-    (``--http-max-input-size``).
+    (``--http-max-input-size``). ``restrictions``: the API groups that answer only requests
+    with a header (``--http-restricted-api``).
     """
     app = falcon.asgi.App(request_type=_Request, router=_Router())
+    if restrictions:
+        app.add_middleware(RestrictedApiMiddleware(restrictions))
     app.router_options.converters["digits"] = _DigitsConverter
     app.set_error_serializer(_serialize_http_error)
     app.add_error_handler(TritonError, _handle_triton_error)

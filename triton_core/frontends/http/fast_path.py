@@ -22,6 +22,8 @@ from triton_core.frontends.http.app import (
     error_body,
     infer_body,
 )
+from triton_core.frontends.http.restricted import HeaderCheck
+from triton_core.frontends.restricted import Restrictions
 
 logger = logging.getLogger(__name__)
 
@@ -146,12 +148,23 @@ def plain_infer_request(
 
 
 class InferFastPath:
-    """An ASGI app: the plain infer case here, the rest to ``app`` (the falcon app)."""
+    """An ASGI app: the plain infer case here, the rest to ``app`` (the falcon app).
 
-    def __init__(self, app: ASGIApp, server: InferenceServerAPI, max_input_size: int) -> None:
+    ``inference_check``: the header the ``inference`` group requires, when restricted; a
+    request without it goes to ``app``, whose middleware answers 403.
+    """
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        server: InferenceServerAPI,
+        max_input_size: int,
+        inference_check: HeaderCheck | None = None,
+    ) -> None:
         self.app = app
         self.server = server
         self.max_input_size = max_input_size
+        self.inference_check = inference_check
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if (
@@ -165,7 +178,8 @@ class InferFastPath:
                 if not isinstance(headers, list):  # ASGI allows any iterables: keep them for falcon
                     headers = scope["headers"] = [tuple(pair) for pair in headers]
                 plain = plain_infer_headers(headers, self.max_input_size)
-                if plain is not None:
+                check = self.inference_check
+                if plain is not None and (check is None or check.allows(headers)):
                     await self._infer(target, plain, receive, send)
                     return
         await self.app(scope, receive, send)
@@ -213,9 +227,16 @@ async def _read_body(receive: Receive) -> bytes | None:
     return b"".join(chunks)
 
 
-def create_asgi_app(server: InferenceServerAPI, *, max_input_size: int = 1 << 26) -> InferFastPath:
+def create_asgi_app(
+    server: InferenceServerAPI,
+    *,
+    max_input_size: int = 1 << 26,
+    restrictions: Restrictions | None = None,
+) -> InferFastPath:
     """The HTTP frontend as served: the falcon app behind the infer fast path."""
     from triton_core.frontends.http.app import create_app
 
-    app = create_app(server, max_input_size=max_input_size)
-    return InferFastPath(app, server, max_input_size)
+    app = create_app(server, max_input_size=max_input_size, restrictions=restrictions)
+    inference = (restrictions or {}).get("inference")
+    check = None if inference is None else HeaderCheck(inference)
+    return InferFastPath(app, server, max_input_size, check)

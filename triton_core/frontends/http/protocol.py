@@ -314,6 +314,9 @@ class HttpProtocol(HttpToolsProtocol):
         plain = plain_infer_request(self._deciding, fast_path.max_input_size)
         if plain is None:
             return None
+        check = fast_path.inference_check
+        if check is not None and not check.allows(self.headers):
+            return None  # the ASGI path answers 403
         keep_alive = self.parser.should_keep_alive()
         if keep_alive and b"connection" in self._deciding:
             # HTTP/1.0 keeps a connection only when asked to; uvicorn closes those anyway
