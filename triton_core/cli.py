@@ -13,6 +13,7 @@ import sys
 from collections.abc import Sequence
 
 from triton_core import __version__
+from triton_core.frontends.grpc import limits as grpc_limits
 from triton_core.frontends.runner import FrontendOptions, serve
 from triton_core.metrics import MetricsOptions
 from triton_core.plugins import create_plugin_manager
@@ -134,6 +135,7 @@ def build_parser() -> argparse.ArgumentParser:
         default="http2",
         help="http2: the built-in HTTP/2 transport (faster); grpcio: grpc.aio",
     )
+    grpc_limits.add_arguments(serve_cmd, _bool)
     _add_bool(serve_cmd, "--allow-metrics", True, "serve Prometheus metrics")
     serve_cmd.add_argument("--metrics-address", default=None, help="default: --http-address")
     serve_cmd.add_argument("--metrics-port", type=int, default=8002)
@@ -173,6 +175,9 @@ def _run_serve(args: argparse.Namespace) -> int:
     try:
         plugins = create_plugin_manager(args.disable_plugin)
         metrics = MetricsOptions.parse(args.metrics_config, args.allow_cpu_metrics)
+        limits = grpc_limits.from_arguments(args)
+        if args.grpc_transport == "grpcio":
+            grpc_limits.grpcio_options(limits)  # refuses what grpcio cannot honour
     except ValueError as exc:
         logging.getLogger("triton_core").error("%s", exc)
         return 2
@@ -203,6 +208,7 @@ def _run_serve(args: argparse.Namespace) -> int:
         grpc_address=args.grpc_address,
         grpc_port=args.grpc_port,
         grpc_transport=args.grpc_transport,
+        grpc_limits=limits,
         allow_metrics=args.allow_metrics,
         metrics_address=args.metrics_address,
         metrics_port=args.metrics_port,

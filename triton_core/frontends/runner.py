@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from triton_core.errors import TritonError
 from triton_core.frontends.common import listen_socket
+from triton_core.frontends.grpc.limits import DEFAULT_LIMITS, GrpcLimits
 from triton_core.metrics import MetricsOptions
 from triton_core.server import Server
 
@@ -27,6 +28,7 @@ class FrontendOptions:
     grpc_port: int = 8001
     #: "http2" (the built-in transport) or "grpcio" (grpc.aio)
     grpc_transport: str = "http2"
+    grpc_limits: GrpcLimits = DEFAULT_LIMITS
     allow_metrics: bool = True
     #: None: the HTTP address, as Triton does
     metrics_address: str | None = None
@@ -97,6 +99,7 @@ async def serve(server: Server, options: FrontendOptions) -> int:
             options.grpc_address,
             options.grpc_port,
             transport=options.grpc_transport,  # type: ignore[arg-type]
+            limits=options.grpc_limits,
         )
         await grpc_server.start()
         logger.info(

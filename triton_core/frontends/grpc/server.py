@@ -8,6 +8,7 @@ from typing import Final, Literal
 import grpc
 
 from triton_core.frontends.common import listen_socket
+from triton_core.frontends.grpc.limits import DEFAULT_LIMITS, GrpcLimits, grpcio_options
 from triton_core.frontends.grpc.servicer import GRPCInferenceServicer, HealthServicer, ServerAPI
 from triton_core.frontends.grpc.transport import GrpcServer, method_table
 from triton_core.protos import grpc_service_pb2, grpc_service_pb2_grpc, health_pb2, health_pb2_grpc
@@ -30,13 +31,14 @@ def create_grpc_server(
     *,
     reuse_port: bool = False,
     transport: Transport = "http2",
+    limits: GrpcLimits = DEFAULT_LIMITS,
 ) -> GrpcServer | grpc.aio.Server:
     """A gRPC server with the inference and health services, bound but not started.
 
     Call it from the event loop that will run it, then ``await grpc_server.start()`` and, on
     shutdown, ``await grpc_server.stop(grace)`` on that same loop. ``reuse_port`` lets several
     worker processes share the port; it is off by default so that a port already in use is an
-    error. Both transports run the same servicers.
+    error. Both transports run the same servicers, within the same ``limits``.
 
     Raises ``RuntimeError`` when the address cannot be bound.
     """
@@ -56,12 +58,12 @@ def create_grpc_server(
             sock = listen_socket(address, port, "gRPC", reuse_port)
         except OSError as exc:
             raise RuntimeError(str(exc)) from exc
-        grpc_server = GrpcServer(methods, sock)
+        grpc_server = GrpcServer(methods, sock, limits)
         log.info("gRPC frontend bound to %s:%d", address, grpc_server.port)
         return grpc_server
     if transport != "grpcio":
         raise ValueError(f"unknown gRPC transport '{transport}'; choose one of {TRANSPORTS}")
-    return _create_grpcio_server(inference, health, address, port, reuse_port)
+    return _create_grpcio_server(inference, health, address, port, reuse_port, limits)
 
 
 def _create_grpcio_server(
@@ -70,11 +72,12 @@ def _create_grpcio_server(
     address: str,
     port: int,
     reuse_port: bool,
+    limits: GrpcLimits,
 ) -> grpc.aio.Server:
     options = [
         ("grpc.max_send_message_length", MAX_MESSAGE_LENGTH),
-        ("grpc.max_receive_message_length", MAX_MESSAGE_LENGTH),
         ("grpc.so_reuseport", 1 if reuse_port else 0),
+        *grpcio_options(limits),
     ]
     grpc_server = grpc.aio.server(options=options)
     grpc_service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(inference, grpc_server)

@@ -9,6 +9,9 @@ protobuf descriptors. The context offers what grpc.aio's does for such handlers:
 Per call, the work in Python is small and fixed: a cached header block, one task, the
 message parsed by protobuf, and the answer written as three frames in one system call.
 Messages compressed with ``gzip`` or ``deflate`` are accepted; answers are not compressed.
+A request message is bounded by ``--grpc-max-message-size`` before it is buffered (from its
+5-byte prefix) and while it is inflated, and a client stream's messages wait in a bounded
+queue: past it, the stream's flow-control window stays shut until the handler catches up.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from triton_core.frontends.grpc.http2 import (
     StreamHandler,
     encode_literal,
 )
+from triton_core.frontends.grpc.limits import DEFAULT_LIMITS, GrpcLimits
 
 log = logging.getLogger(__name__)
 
@@ -48,10 +52,32 @@ _ANSWER_HEADERS: Final = (
     + encode_literal("content-type", "application/grpc")
     + encode_literal("grpc-accept-encoding", "identity,deflate,gzip")
 )
-_DECOMPRESSORS: Final[dict[str, Callable[[bytes], bytes]]] = {
-    "gzip": lambda data: zlib.decompress(data, 16 + zlib.MAX_WBITS),
-    "deflate": zlib.decompress,
+
+
+class MessageTooLarge(Exception):
+    """A request message beyond the maximum message size."""
+
+
+def _inflater(wbits: int) -> Callable[[bytes | memoryview, int], bytes]:
+    def inflate(data: bytes | memoryview, limit: int) -> bytes:
+        """``data`` inflated, to ``limit`` bytes at most: a bomb stops at the limit."""
+        inflater = zlib.decompressobj(wbits)
+        out = inflater.decompress(data, limit + 1)
+        if len(out) > limit or inflater.unconsumed_tail:
+            raise MessageTooLarge(limit)
+        if not inflater.eof:
+            raise zlib.error("incomplete or truncated stream")
+        return out
+
+    return inflate
+
+
+_DECOMPRESSORS: Final = {
+    "gzip": _inflater(16 + zlib.MAX_WBITS),
+    "deflate": _inflater(zlib.MAX_WBITS),
 }
+#: messages a client stream may queue for its handler before its window stays shut
+_STREAM_QUEUE: Final = 16
 #: a message's 5-byte prefix: the compressed flag and the length
 _prefix: Final = struct.Struct(">BL").pack
 _TIMEOUT_UNITS: Final = {"H": 3600.0, "M": 60.0, "S": 1.0, "m": 1e-3, "u": 1e-6, "n": 1e-9}
@@ -147,17 +173,27 @@ def parse_timeout(value: str) -> float | None:
 
 
 class _RequestIterator:
-    """The messages of a client stream, as an async iterator for the handler."""
+    """The messages of a client stream, as an async iterator for the handler.
 
-    __slots__ = ("_ended", "_items", "_waiter")
+    Past :data:`_STREAM_QUEUE` waiting messages the stream's window stays shut, so that a
+    slow handler bounds what the client can make this side hold.
+    """
 
-    def __init__(self) -> None:
+    __slots__ = ("_conn", "_ended", "_held", "_items", "_stream_id", "_waiter")
+
+    def __init__(self, conn: Http2Connection, stream_id: int) -> None:
+        self._conn = conn
+        self._stream_id = stream_id
         self._items: deque[Message] = deque()
         self._waiter: asyncio.Future[None] | None = None
         self._ended = False
+        self._held = False
 
     def push(self, message: Message) -> None:
         self._items.append(message)
+        if len(self._items) >= _STREAM_QUEUE and not self._held:
+            self._held = True
+            self._conn.hold_window(self._stream_id)
         self._wake()
 
     def end(self) -> None:
@@ -181,6 +217,9 @@ class _RequestIterator:
                 await self._waiter
             finally:
                 self._waiter = None
+        if self._held and len(self._items) <= _STREAM_QUEUE // 2:
+            self._held = False
+            self._conn.release_window(self._stream_id)
         return self._items.popleft()
 
 
@@ -245,7 +284,7 @@ class _Call:
             self._deadline = loop.time() + timeout
             self._timer = loop.call_at(self._deadline, self._deadline_exceeded)
         if method.client_streaming:
-            self._requests = _RequestIterator()
+            self._requests = _RequestIterator(conn, stream_id)
             self._start(self._requests)
 
     # -- from the connection ----------------------------------------------------------------
@@ -266,6 +305,9 @@ class _Call:
         available = len(buffer)
         while available - position >= 5:
             length = int.from_bytes(buffer[position + 1 : position + 5], "big")
+            if length > self._server.max_message_size:  # before a byte of it is kept
+                self._fail_too_large(length)
+                return
             end = position + 5 + length
             if end > available:
                 break
@@ -304,7 +346,10 @@ class _Call:
                 self._fail(grpc.StatusCode.INTERNAL, "a compressed message without grpc-encoding")
                 return False
             try:
-                payload = self._decompress(payload)
+                payload = self._decompress(payload, self._server.max_message_size)
+            except MessageTooLarge:
+                self._fail_too_large(None)
+                return False
             except zlib.error as exc:
                 self._fail(grpc.StatusCode.INTERNAL, f"failed to decompress the message: {exc}")
                 return False
@@ -397,6 +442,15 @@ class _Call:
             self._task.cancel()
         if self._pending is not None:
             self._pending.cancel()
+
+    def _fail_too_large(self, length: int | None) -> None:
+        limit = self._server.max_message_size
+        size = f"{length}" if length is not None else f"more than {limit} once inflated"
+        self._buffer = bytearray()
+        self._fail(
+            grpc.StatusCode.RESOURCE_EXHAUSTED,
+            f"Received message larger than max ({size} vs. {limit})",
+        )
 
     def _deadline_exceeded(self) -> None:
         self._timer = None
@@ -524,9 +578,16 @@ _REFUSED: Final = _Refused()
 class GrpcServer:
     """gRPC services on a bound socket; ``start``/``stop`` as grpc.aio's server has them."""
 
-    def __init__(self, methods: dict[str, RpcMethod], sock: socket.socket) -> None:
+    def __init__(
+        self,
+        methods: dict[str, RpcMethod],
+        sock: socket.socket,
+        limits: GrpcLimits = DEFAULT_LIMITS,
+    ) -> None:
         self._methods = methods
         self._socket = sock
+        self._limits = limits
+        self.max_message_size = limits.max_message_size
         self._server: asyncio.Server | None = None
         self._connections: set[Http2Connection] = set()
         self._tasks: set[asyncio.Task[None]] = set()
@@ -573,7 +634,7 @@ class GrpcServer:
         task.add_done_callback(self._tasks.discard)
 
     def _connection(self) -> Http2Connection:
-        conn = Http2Connection(self._open_stream, self._connections.discard)
+        conn = Http2Connection(self._open_stream, self._connections.discard, self._limits)
         self._connections.add(conn)
         return conn
 
