@@ -277,6 +277,7 @@ class Http2Connection(asyncio.Protocol):
         self._limits = limits
         self._max_frame = limits.max_frame_size
         self._max_streams = limits.max_concurrent_streams
+        self._stream_window = limits.stream_window_size
         self._loop = asyncio.get_running_loop()
         self.transport: asyncio.Transport | None = None
         self.peer = ""
@@ -300,6 +301,7 @@ class Http2Connection(asyncio.Protocol):
         self._control: list[bytes] = []  # frames to write at the end of this read
         self._going_away = False
         self._closed = False  # nothing more is written
+        self._closing = False  # the transport is closing
         self._lost = False  # the transport is gone
         self._write_paused = False
         self._drain_waiters: dict[int, list[asyncio.Future[None]]] = {}
@@ -557,7 +559,7 @@ class Http2Connection(asyncio.Protocol):
             self._spend_reset()
             self._control.append(frame(RST_STREAM, 0, stream_id, _U32.pack(REFUSED_STREAM)))
             return
-        stream = _Stream(stream_id, self._peer_initial_window, self._limits.stream_window_size)
+        stream = _Stream(stream_id, self._peer_initial_window, self._stream_window)
         stream.remote_closed = end_stream
         self._streams[stream_id] = stream
         stream.handler = self._open_stream(self, stream_id, headers, end_stream)
@@ -843,8 +845,8 @@ class Http2Connection(asyncio.Protocol):
 
         A client that does not read that output is dropped after the close timeout.
         """
-        if self.transport is not None and not self._closed:
-            self._closed = True
+        if self.transport is not None and not self._lost and not self._closing:
+            self._closed = self._closing = True  # a lingering connection closes now too
             self.transport.close()
             self._loop.call_later(self._limits.close_timeout, self._abort)
 
