@@ -337,3 +337,45 @@ def test_a_client_that_never_reads_its_answers(hostile_server) -> None:
         return dropped
 
     assert under_attack(hostile_server, never_read)
+
+
+# ---------------------------------------------------------------------------------------
+# the flags on the grpcio transport: honoured as channel options, or refused
+
+
+def test_grpcio_transport_refuses_flags_it_cannot_honour(onnx_repository: Path) -> None:
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [
+            sys.executable, "-m", "triton_core", "serve",
+            "--model-repository", str(onnx_repository),
+            "--grpc-transport", "grpcio", "--grpc-http2-reset-budget", "5",
+        ],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert "--grpc-http2-reset-budget applies to --grpc-transport http2 only" in done.stderr
+
+
+def test_grpcio_transport_honours_the_message_size_flag(onnx_repository: Path) -> None:
+    from tritonclient.utils import InferenceServerException
+
+    with ServerProcess(
+        [onnx_repository], "--grpc-transport", "grpcio", "--grpc-max-message-size", "100000"
+    ) as process:
+        process.wait_ready()
+        client = grpcclient.InferenceServerClient(process.grpc_url)
+        try:
+            data = np.zeros((1, 200_000), np.uint8)
+            inputs = [grpcclient.InferInput("INPUT0", list(data.shape), "UINT8")]
+            inputs[0].set_data_from_numpy(data)
+            with pytest.raises(InferenceServerException, match="larger than max"):
+                client.infer("identity_uint8", inputs)
+            small = np.zeros((1, 1000), np.uint8)
+            inputs = [grpcclient.InferInput("INPUT0", list(small.shape), "UINT8")]
+            inputs[0].set_data_from_numpy(small)
+            assert client.infer("identity_uint8", inputs).as_numpy("OUTPUT0").shape == (1, 1000)
+        finally:
+            client.close()
