@@ -559,6 +559,7 @@ LARGE_ECHO = message(echo_request(np.arange(50_000, dtype=np.float32)))  # 200 k
 async def test_a_client_that_never_reads_is_dropped(serve: Serve) -> None:
     served = await serve(max_queued_output=1 << 16)
     client = await non_reading_client(served.server.port)
+    await eventually(lambda: served.server._connections)  # accepted
     try:
         for stream_id in range(1, 121, 2):  # 12 MB of answers asked for, at most
             client.call(stream_id, INFER, LARGE_ECHO)
