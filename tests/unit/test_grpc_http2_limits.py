@@ -637,3 +637,12 @@ def test_flags_parse_to_limits_and_grpcio_refuses_what_it_lacks() -> None:
     )
     with pytest.raises(ValueError, match="--grpc-max-message-size must not be negative"):
         from_arguments(bad)
+
+
+def test_every_limit_flag_is_documented() -> None:
+    from tests.support import ROOT
+    from triton_core.frontends.grpc.limits import _FLAGS
+
+    guide = (ROOT / "docs" / "configuration.md").read_text()
+    for flag in _FLAGS:
+        assert f"| `{flag.name}` |" in guide, flag.name
