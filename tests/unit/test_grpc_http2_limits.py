@@ -307,6 +307,22 @@ async def test_streams_refused_over_and_over_spend_the_reset_budget(serve: Serve
         assert code == h2.ENHANCE_YOUR_CALM
 
 
+async def test_connections_beyond_the_maximum_are_sent_away(serve: Serve) -> None:
+    served = await serve(max_connections=2)
+    first, second = await served.connect(), await served.connect()
+    await eventually(lambda: len(served.server._connections) == 2)
+    third = await served.connect()
+    _, code, reason = await goaway(third)
+    assert (code, reason) == (
+        h2.ENHANCE_YOUR_CALM,
+        b"more than 2 connections (--grpc-max-connections)",
+    )
+    await first.close()
+    await eventually(lambda: len(served.server._connections) == 1)
+    await second.close()
+    await still_serves(served)  # room again
+
+
 # ---------------------------------------------------------------------------------------
 # frames and time
 

@@ -325,6 +325,11 @@ class Http2Connection(asyncio.Protocol):
         self._age_deadline: float | None = None  # when the age GOAWAY's grace ends
         self._timer: asyncio.TimerHandle | None = None
         self._tick_interval = _tick_interval(limits)
+        self._refusal: str | None = None
+
+    def refuse(self, reason: str) -> None:
+        """Send the connection away as soon as it is made: GOAWAY ENHANCE_YOUR_CALM."""
+        self._refusal = reason
 
     # -- asyncio.Protocol -------------------------------------------------------------------
 
@@ -353,6 +358,9 @@ class Http2Connection(asyncio.Protocol):
         else:
             self._recv_window = DEFAULT_WINDOW  # the protocol's initial window stands
         transport.write(out)
+        if self._refusal is not None:
+            self._fail(Http2Error(ENHANCE_YOUR_CALM, self._refusal))
+            return
         self._timer = self._loop.call_later(self._tick_interval, self._tick)
 
     def data_received(self, data: bytes) -> None:

@@ -15,6 +15,8 @@ from typing import Final
 
 @dataclass(frozen=True, slots=True)
 class GrpcLimits:
+    #: connections open at once; more are sent away at once
+    max_connections: int = 1000
     #: streams a client may have open at once (SETTINGS_MAX_CONCURRENT_STREAMS)
     max_concurrent_streams: int = 100
     #: decoded bytes of one header block, in HPACK's accounting (SETTINGS_MAX_HEADER_LIST_SIZE)
@@ -70,6 +72,8 @@ class _Flag:
 
 
 _FLAGS: Final = (
+    _Flag("--grpc-max-connections", "max_connections", "int",
+          "connections open at once; more get GOAWAY and are closed (raise with ulimit -n)"),
     _Flag("--grpc-max-concurrent-streams", "max_concurrent_streams", "int",
           "streams open at once per connection; more are refused", "grpc.max_concurrent_streams"),
     _Flag("--grpc-max-header-list-size", "max_header_list_size", "int",
@@ -165,6 +169,7 @@ def checked(limits: GrpcLimits) -> GrpcLimits:
             f" got {limits.max_frame_size}"
         )
     for field, low in (
+        ("max_connections", 1),
         ("max_concurrent_streams", 1),
         ("max_header_list_size", 1024),
         ("max_message_size", 1),

@@ -635,6 +635,10 @@ class GrpcServer:
 
     def _connection(self) -> Http2Connection:
         conn = Http2Connection(self._open_stream, self._connections.discard, self._limits)
+        if len(self._connections) >= self._limits.max_connections:
+            limit = self._limits.max_connections
+            conn.refuse(f"more than {limit} connections (--grpc-max-connections)")
+            return conn
         self._connections.add(conn)
         return conn
 
