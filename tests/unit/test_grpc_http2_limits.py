@@ -313,6 +313,7 @@ async def test_connections_beyond_the_maximum_are_sent_away(serve: Serve) -> Non
     await eventually(lambda: len(served.server._connections) == 2)
     third = await served.connect()
     _, code, reason = await goaway(third)
+    await third.close()
     assert (code, reason) == (
         h2.ENHANCE_YOUR_CALM,
         b"more than 2 connections (--grpc-max-connections)",
