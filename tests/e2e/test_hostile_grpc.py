@@ -41,6 +41,7 @@ def hostile_server(onnx_repository: Path):
     process = ServerProcess(
         [onnx_repository],
         "--grpc-max-message-size", str(MAX_MESSAGE),
+        "--grpc-max-buffered-input", str(16 * MIB),
         "--grpc-http2-max-queued-output", str(64 * 1024),
         "--grpc-http2-handshake-timeout", "500",
         "--grpc-http2-frame-timeout", "500",
@@ -310,6 +311,32 @@ def test_messages_over_the_maximum_and_compression_bombs(hostile_server) -> None
     assert too_big == ("8", f"Received message larger than max ({1 << 30} vs. {MAX_MESSAGE})")
     inflated = f"more than {MAX_MESSAGE} once inflated"
     assert bombed == ("8", f"Received message larger than max ({inflated} vs. {MAX_MESSAGE})")
+
+
+def test_many_messages_left_unfinished(hostile_server) -> None:
+    async def unfinished_messages(port: int, sent: asyncio.Event) -> list[tuple[str, str]]:
+        client = await connect(port)
+        block = client.headers_block(INFER)
+        most = b"\x00" + (MAX_MESSAGE - 1000).to_bytes(4, "big") + b"x" * (MAX_MESSAGE - 2000)
+        for stream_id in range(1, 61, 2):  # 30 calls, 4 MiB each, 120 MiB in all unbounded
+            client.send(h2.frame(h2.HEADERS, h2.END_HEADERS, stream_id, block))
+            client.send_data(stream_id, most, end_stream=False)
+            await client.writer.drain()
+        sent.set()
+        for stream_id in range(1, 61, 2):  # the end: calls still waiting fail, INTERNAL
+            client.send(h2.frame(h2.DATA, h2.END_STREAM, stream_id))
+        statuses: dict[int, dict[str, str]] = {}
+        while len(statuses) < 30:  # the trailers of every call, in whatever order they come
+            frame_type, flags, stream_id, payload = await client.read_frame(10)
+            if frame_type == h2.HEADERS and flags & h2.END_STREAM:
+                statuses[stream_id] = dict(client.decoder.decode(payload))
+        await client.close()
+        return [(s["grpc-status"], s.get("grpc-message", "")) for s in statuses.values()]
+
+    answers = under_attack(hostile_server, unfinished_messages)
+    exhausted = [a for a in answers if a[0] == "8"]
+    assert len(exhausted) >= 26  # at most four calls fit in 16 MiB
+    assert "--grpc-max-buffered-input" in exhausted[0][1]
 
 
 def test_a_client_that_never_reads_its_answers(hostile_server) -> None:

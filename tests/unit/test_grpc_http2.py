@@ -59,6 +59,8 @@ class RawClient:
         self.encoder = hpack.Encoder()
         self.decoder = hpack.Decoder()
         self.frames: list[tuple[int, int, int, bytes]] = []
+        #: frames read while waiting for another stream's, kept for its answer()
+        self.unread: dict[int, list[tuple[int, int, int, bytes]]] = {}
 
     @classmethod
     async def connect(cls, port: int, settings: dict[int, int] | None = None) -> RawClient:
@@ -118,11 +120,14 @@ class RawClient:
         """Frames of one stream until it ends: headers, data, trailers (decoded)."""
         result: dict[str, Any] = {"headers": None, "data": b"", "trailers": None, "reset": None}
         while True:
-            frame_type, flags, sid, payload = await self.read_frame()
+            waiting = self.unread.get(stream_id)
+            frame_type, flags, sid, payload = waiting.pop(0) if waiting else await self.read_frame()
             if frame_type == h2.SETTINGS and not flags & h2.ACK:
                 self.send(h2.frame(h2.SETTINGS, h2.ACK, 0))
                 continue
             if sid != stream_id:
+                if sid:
+                    self.unread.setdefault(sid, []).append((frame_type, flags, sid, payload))
                 continue
             if frame_type == h2.HEADERS:
                 headers = dict(self.decoder.decode(payload))

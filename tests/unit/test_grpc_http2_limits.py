@@ -522,6 +522,29 @@ async def test_a_message_over_the_max_is_refused_from_its_prefix(serve: Serve) -
         assert served.stand_in.requests == []
 
 
+async def test_messages_still_arriving_are_bounded_over_all_calls(serve: Serve) -> None:
+    served = await serve(max_buffered_input=90_000)
+    payload = message(echo_request(np.arange(15_000, dtype=np.float32)))  # 60 kB each
+    clients = [await served.connect() for _ in range(2)]
+    try:
+        for client in clients:  # most of a message on each, one after the other
+            client.send(headers_frame(client, 1, INFER))
+            client.send_data(1, payload[:50_000], end_stream=False)
+            await eventually(lambda: served.server.buffered_input == 50_000)
+        refused = status(await clients[1].answer(1))
+        assert refused == (
+            "8",
+            "the server holds more than 90000 bytes of request messages still arriving"
+            " (--grpc-max-buffered-input)",
+        )
+        clients[0].send_data(1, payload[50_000:])  # the first call completes
+        assert status(await clients[0].answer(1)) == ("0", "")
+        assert served.server.buffered_input == 0  # all given back
+    finally:
+        for client in clients:
+            await client.close()
+
+
 @pytest.mark.parametrize("encoding", ["gzip", "deflate"])
 async def test_a_compression_bomb_stops_at_the_max(serve: Serve, encoding: str) -> None:
     served = await serve(max_message_size=1 << 20)

@@ -25,6 +25,8 @@ class GrpcLimits:
     max_frame_size: int = 16_384
     #: the largest request message, compressed or inflated
     max_message_size: int = 1 << 26
+    #: bytes of request messages held while they arrive, over all calls of the server
+    max_buffered_input: int = 1 << 30
     #: flow-control window this side grants per stream and per connection
     stream_window_size: int = 1 << 20
     connection_window_size: int = 1 << 22
@@ -81,6 +83,8 @@ _FLAGS: Final = (
     _Flag("--grpc-max-message-size", "max_message_size", "int",
           "bytes of one request message, compressed or inflated",
           "grpc.max_receive_message_length"),
+    _Flag("--grpc-max-buffered-input", "max_buffered_input", "int",
+          "bytes of request messages held while they arrive, over all calls"),
     _Flag("--grpc-http2-max-frame-size", "max_frame_size", "int",
           "bytes of one frame's payload (16384-16777215)", "grpc.http2.max_frame_size"),
     _Flag("--grpc-http2-stream-window-size", "stream_window_size", "int",
@@ -173,6 +177,7 @@ def checked(limits: GrpcLimits) -> GrpcLimits:
         ("max_concurrent_streams", 1),
         ("max_header_list_size", 1024),
         ("max_message_size", 1),
+        ("max_buffered_input", 1),
         ("stream_window_size", 65_535),
         ("connection_window_size", 65_535),
         ("max_continuation_frames", 1),

@@ -227,6 +227,7 @@ class _Call:
     """One RPC on one stream; also the servicer context its handler gets."""
 
     __slots__ = (
+        "_accounted",
         "_buffer",
         "_cancelled",
         "_code",
@@ -266,6 +267,7 @@ class _Call:
         self._headers = headers
         self._decompress = decompress
         self._buffer = bytearray()  # the part of a message that has arrived so far
+        self._accounted = 0  # the bytes of _buffer counted in the server's buffered input
         self._need = 0  # how many bytes complete that message
         self._unary_request: Message | None = None
         self._requests: _RequestIterator | None = None
@@ -296,6 +298,7 @@ class _Call:
             # a message spread over frames: gather it once, without re-copying each time
             self._buffer += data
             if len(self._buffer) < self._need and not end_stream:
+                self._account()
                 return
             buffer: bytes | memoryview = memoryview(bytes(self._buffer))
             self._buffer = bytearray()
@@ -319,6 +322,8 @@ class _Call:
         if position < available:
             self._buffer = bytearray(buffer[position:])
             self._need = end - position if available - position >= 5 else 5
+        if (self._buffer or self._accounted) and not self._account():
+            return
         if not end_stream:
             return
         if self._buffer:
@@ -333,6 +338,8 @@ class _Call:
     def stream_reset(self) -> None:
         if self._done:
             return
+        if self._accounted:
+            self._release_buffer()
         self._done = self._cancelled = True
         self._cancel_timer()
         if self._task is not None:
@@ -419,6 +426,8 @@ class _Call:
         data = response.SerializeToString()
         self._done = True
         self._cancel_timer()
+        if self._accounted:
+            self._release_buffer()
         headers = None if self._headers_sent else _ANSWER_HEADERS
         self._headers_sent = True
         trailers = encode_status(self._code or _OK, self._details, self._trailing)
@@ -430,6 +439,8 @@ class _Call:
             return
         self._done = True
         self._cancel_timer()
+        if self._accounted:
+            self._release_buffer()
         trailers = encode_status(code, details, self._trailing)
         if not self._headers_sent:
             self._headers_sent = True
@@ -442,6 +453,26 @@ class _Call:
             self._task.cancel()
         if self._pending is not None:
             self._pending.cancel()
+
+    def _account(self) -> bool:
+        """Count the partial message in the server's buffered input; False: over the bound."""
+        server = self._server
+        size = len(self._buffer)
+        server.buffered_input += size - self._accounted
+        self._accounted = size
+        if size and server.buffered_input > server.max_buffered_input:
+            self._fail(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"the server holds more than {server.max_buffered_input} bytes of request"
+                " messages still arriving (--grpc-max-buffered-input)",
+            )
+            return False
+        return True
+
+    def _release_buffer(self) -> None:
+        self._server.buffered_input -= self._accounted
+        self._accounted = 0
+        self._buffer = bytearray()
 
     def _fail_too_large(self, length: int | None) -> None:
         limit = self._server.max_message_size
@@ -588,6 +619,9 @@ class GrpcServer:
         self._socket = sock
         self._limits = limits
         self.max_message_size = limits.max_message_size
+        self.max_buffered_input = limits.max_buffered_input
+        #: bytes of request messages received in part, over all calls
+        self.buffered_input = 0
         self._server: asyncio.Server | None = None
         self._connections: set[Http2Connection] = set()
         self._tasks: set[asyncio.Task[None]] = set()
