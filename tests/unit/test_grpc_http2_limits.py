@@ -451,31 +451,69 @@ async def test_stream_window_overflow_resets_the_stream(serve: Serve) -> None:
         assert await reset_of(client, 1) == h2.FLOW_CONTROL_ERROR
 
 
-async def test_a_handler_behind_shuts_its_window_and_data_beyond_it_is_refused() -> None:
-    """A client stream whose handler reads nothing: its queue fills, its window stays shut."""
+async def never_reads(requests: object, context: object) -> None:
+    await asyncio.sleep(30)
+
+
+@contextlib.asynccontextmanager
+async def holding_server(**limits: object) -> AsyncIterator[RawClient]:
+    """A client connected to a server whose client-streaming /t.T/Hold reads nothing."""
     from triton_core.frontends.common import listen_socket
     from triton_core.frontends.grpc.transport import RpcMethod
     from triton_core.protos import grpc_service_pb2 as pb
 
-    async def never_reads(requests: object, context: object) -> None:
-        await asyncio.sleep(30)
-
     methods = {"/t.T/Hold": RpcMethod(never_reads, pb.ModelInferRequest, True, False)}
-    limits = GrpcLimits(stream_window_size=65_535)
-    server = GrpcServer(methods, listen_socket("127.0.0.1", 0, "gRPC"), limits)
+    sock = listen_socket("127.0.0.1", 0, "gRPC")
+    server = GrpcServer(methods, sock, GrpcLimits(**limits))  # type: ignore[arg-type]
     await server.start()
     client = await RawClient.connect(server.port)
     try:
         client.send(headers_frame(client, 1, "/t.T/Hold"))
+        yield client
+    finally:
+        await client.close()
+        await server.stop(None)
+
+
+async def test_a_handler_behind_shuts_its_window_and_data_beyond_it_is_refused() -> None:
+    """A client stream whose handler reads nothing: its queue fills, its window stays shut."""
+    async with holding_server(stream_window_size=65_535) as client:
         client.send_data(1, message(b"") * 40, end_stream=False)  # past the queue: held
         small = message(b"\x0a\x03abc")  # model_name "abc": 10 bytes on the wire
         client.send_data(1, small * 13_000, end_stream=False)  # 130 kB, twice the window
         assert await reset_of(client, 1) == h2.FLOW_CONTROL_ERROR
         updates = [f for f in client.frames if f[0] == h2.WINDOW_UPDATE and f[2] == 1]
         assert updates == []  # never reopened: the handler consumed nothing
-    finally:
-        await client.close()
-        await server.stop(None)
+
+
+def rss_kib() -> int:
+    for line in open("/proc/self/status").read().splitlines():  # noqa: SIM115
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise AssertionError("no VmRSS")
+
+
+async def test_a_slow_client_stream_holds_what_was_sent_not_what_it_inflates_to() -> None:
+    """Ten gzip messages of 8 MiB each wait compressed (80 kB), not inflated (80 MiB)."""
+    from triton_core.protos import grpc_service_pb2 as pb
+
+    request = pb.ModelInferRequest(raw_input_contents=[bytes(8 << 20)]).SerializeToString()
+    compressed = message(gzip.compress(request), compressed=True)
+    async with holding_server(max_message_size=16 << 20) as client:
+        before = rss_kib()
+        client.send(
+            h2.frame(
+                h2.HEADERS,
+                h2.END_HEADERS,
+                3,
+                client.headers_block("/t.T/Hold", (("grpc-encoding", "gzip"),)),
+            )
+        )
+        client.send_data(3, compressed * 10, end_stream=False)
+        client.send(h2.frame(h2.PING, 0, 0, b"received"))  # answered after the data is read
+        while (await client.read_frame())[3] != b"received":
+            pass
+        assert rss_kib() - before < 20 << 10  # KiB: not the 80 MiB the messages inflate to
 
 
 async def test_windows_reopen_as_data_is_consumed(serve: Serve) -> None:

@@ -175,23 +175,46 @@ def parse_timeout(value: str) -> float | None:
 class _RequestIterator:
     """The messages of a client stream, as an async iterator for the handler.
 
-    Past :data:`_STREAM_QUEUE` waiting messages the stream's window stays shut, so that a
-    slow handler bounds what the client can make this side hold.
+    Messages wait as they came (compressed or not) and are inflated and parsed when the
+    handler asks for them, so that what waits is what the client sent. Past
+    :data:`_STREAM_QUEUE` messages, or a window's bytes, the stream's window stays shut
+    until the handler catches up: a slow handler bounds what the client can make this side
+    hold.
     """
 
-    __slots__ = ("_conn", "_ended", "_held", "_items", "_stream_id", "_waiter")
+    __slots__ = (
+        "_bytes",
+        "_conn",
+        "_decode",
+        "_ended",
+        "_held",
+        "_items",
+        "_stream_id",
+        "_waiter",
+        "_window",
+    )
 
-    def __init__(self, conn: Http2Connection, stream_id: int) -> None:
+    def __init__(
+        self,
+        conn: Http2Connection,
+        stream_id: int,
+        decode: Callable[[int, bytes], Message | None],
+        window: int,
+    ) -> None:
         self._conn = conn
         self._stream_id = stream_id
-        self._items: deque[Message] = deque()
+        self._decode = decode  # None: the message was bad, and the call has failed
+        self._window = window
+        self._items: deque[tuple[int, bytes]] = deque()
+        self._bytes = 0
         self._waiter: asyncio.Future[None] | None = None
         self._ended = False
         self._held = False
 
-    def push(self, message: Message) -> None:
-        self._items.append(message)
-        if len(self._items) >= _STREAM_QUEUE and not self._held:
+    def push(self, compressed: int, payload: bytes) -> None:
+        self._items.append((compressed, payload))
+        self._bytes += len(payload)
+        if not self._held and (len(self._items) >= _STREAM_QUEUE or self._bytes >= self._window):
             self._held = True
             self._conn.hold_window(self._stream_id)
         self._wake()
@@ -217,10 +240,16 @@ class _RequestIterator:
                 await self._waiter
             finally:
                 self._waiter = None
-        if self._held and len(self._items) <= _STREAM_QUEUE // 2:
+        compressed, payload = self._items.popleft()
+        self._bytes -= len(payload)
+        if self._held and len(self._items) <= _STREAM_QUEUE // 2 and self._bytes < self._window:
             self._held = False
             self._conn.release_window(self._stream_id)
-        return self._items.popleft()
+        message = self._decode(compressed, payload)
+        if message is None:
+            self._items.clear()
+            raise StopAsyncIteration
+        return message
 
 
 class _Call:
@@ -286,7 +315,8 @@ class _Call:
             self._deadline = loop.time() + timeout
             self._timer = loop.call_at(self._deadline, self._deadline_exceeded)
         if method.client_streaming:
-            self._requests = _RequestIterator(conn, stream_id)
+            window = server.stream_window_size
+            self._requests = _RequestIterator(conn, stream_id, self._decode_message, window)
             self._start(self._requests)
 
     # -- from the connection ----------------------------------------------------------------
@@ -348,31 +378,37 @@ class _Call:
             self._pending.cancel()
 
     def _message_received(self, compressed: int, payload: bytes | memoryview) -> bool:
+        if self._requests is not None:
+            self._requests.push(compressed, bytes(payload))  # decoded when the handler asks
+            return True
+        message = self._decode_message(compressed, payload)
+        if message is None:
+            return False
+        if self._unary_request is None:
+            self._unary_request = message
+            return True
+        self._fail(grpc.StatusCode.INTERNAL, "more than one message for a unary call")
+        return False
+
+    def _decode_message(self, compressed: int, payload: bytes | memoryview) -> Message | None:
+        """The message, inflated and parsed; None when it is bad (the call has failed)."""
         if compressed:
             if self._decompress is None:
                 self._fail(grpc.StatusCode.INTERNAL, "a compressed message without grpc-encoding")
-                return False
+                return None
             try:
                 payload = self._decompress(payload, self._server.max_message_size)
             except MessageTooLarge:
                 self._fail_too_large(None)
-                return False
+                return None
             except zlib.error as exc:
                 self._fail(grpc.StatusCode.INTERNAL, f"failed to decompress the message: {exc}")
-                return False
+                return None
         try:
-            message = self._method.request_type.FromString(payload)
+            return self._method.request_type.FromString(payload)
         except DecodeError:
             self._fail(grpc.StatusCode.INTERNAL, "Exception deserializing request!")
-            return False
-        if self._requests is not None:
-            self._requests.push(message)
-        elif self._unary_request is None:
-            self._unary_request = message
-        else:
-            self._fail(grpc.StatusCode.INTERNAL, "more than one message for a unary call")
-            return False
-        return True
+            return None
 
     # -- running the handler ----------------------------------------------------------------
 
@@ -620,6 +656,7 @@ class GrpcServer:
         self._limits = limits
         self.max_message_size = limits.max_message_size
         self.max_buffered_input = limits.max_buffered_input
+        self.stream_window_size = limits.stream_window_size
         #: bytes of request messages received in part, over all calls
         self.buffered_input = 0
         self._server: asyncio.Server | None = None
