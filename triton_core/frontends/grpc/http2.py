@@ -434,7 +434,8 @@ class Http2Connection(asyncio.Protocol):
             if length > max_frame:
                 raise Http2Error(
                     FRAME_SIZE_ERROR,
-                    f"a frame of {length} bytes, over SETTINGS_MAX_FRAME_SIZE {max_frame}",
+                    f"a frame of {length} bytes, over SETTINGS_MAX_FRAME_SIZE {max_frame}"
+                    " (--grpc-http2-max-frame-size)",
                 )
             end = position + 9 + length
             if end > end_of_data:
@@ -474,7 +475,11 @@ class Http2Connection(asyncio.Protocol):
         size = len(payload)  # padding included: flow control counts the whole payload
         self._recv_window -= size
         if self._recv_window < 0:
-            raise Http2Error(FLOW_CONTROL_ERROR, "DATA beyond the connection's window")
+            raise Http2Error(
+                FLOW_CONTROL_ERROR,
+                f"DATA beyond the connection's window of {self._limits.connection_window_size}"
+                " bytes (--grpc-http2-connection-window-size)",
+            )
         # the connection's window reopens at once: each stream's own window bounds its data
         self._received += size
         if self._received >= self._connection_update_at:
