@@ -25,7 +25,7 @@ import socket
 import struct
 import zlib
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -198,7 +198,7 @@ class _RequestIterator:
         self,
         conn: Http2Connection,
         stream_id: int,
-        decode: Callable[[int, bytes], Message | None],
+        decode: Callable[[int, bytes], Awaitable[Message | None]],
         window: int,
     ) -> None:
         self._conn = conn
@@ -245,7 +245,7 @@ class _RequestIterator:
         if self._held and len(self._items) <= _STREAM_QUEUE // 2 and self._bytes < self._window:
             self._held = False
             self._conn.release_window(self._stream_id)
-        message = self._decode(compressed, payload)
+        message = await self._decode(compressed, payload)
         if message is None:
             self._items.clear()
             raise StopAsyncIteration
@@ -260,6 +260,7 @@ class _Call:
         "_buffer",
         "_cancelled",
         "_code",
+        "_compressed",
         "_conn",
         "_deadline",
         "_decompress",
@@ -299,6 +300,7 @@ class _Call:
         self._accounted = 0  # the bytes of _buffer counted in the server's buffered input
         self._need = 0  # how many bytes complete that message
         self._unary_request: Message | None = None
+        self._compressed: bytes | None = None  # a unary request to inflate once it has ended
         self._requests: _RequestIterator | None = None
         self._task: asyncio.Task[None] | None = None
         self._pending: asyncio.Future[Any] | None = None  # what a callback handler awaits
@@ -316,7 +318,7 @@ class _Call:
             self._timer = loop.call_at(self._deadline, self._deadline_exceeded)
         if method.client_streaming:
             window = server.stream_window_size
-            self._requests = _RequestIterator(conn, stream_id, self._decode_message, window)
+            self._requests = _RequestIterator(conn, stream_id, self._decode_queued, window)
             self._start(self._requests)
 
     # -- from the connection ----------------------------------------------------------------
@@ -360,6 +362,13 @@ class _Call:
             self._fail(grpc.StatusCode.INTERNAL, "the request stream ended inside a message")
         elif self._requests is not None:
             self._requests.end()
+        elif self._compressed is not None:
+            if self._task is None:
+                payload, self._compressed = self._compressed, None
+                self._task = asyncio.get_running_loop().create_task(
+                    self._inflate_then_start(payload)
+                )
+                self._server.track(self._task)
         elif self._unary_request is None:
             self._fail(grpc.StatusCode.INTERNAL, "the request carried no message")
         elif self._task is None:
@@ -381,34 +390,52 @@ class _Call:
         if self._requests is not None:
             self._requests.push(compressed, bytes(payload))  # decoded when the handler asks
             return True
-        message = self._decode_message(compressed, payload)
-        if message is None:
+        if self._unary_request is not None or self._compressed is not None:
+            self._fail(grpc.StatusCode.INTERNAL, "more than one message for a unary call")
             return False
-        if self._unary_request is None:
-            self._unary_request = message
-            return True
-        self._fail(grpc.StatusCode.INTERNAL, "more than one message for a unary call")
-        return False
-
-    def _decode_message(self, compressed: int, payload: bytes | memoryview) -> Message | None:
-        """The message, inflated and parsed; None when it is bad (the call has failed)."""
         if compressed:
-            if self._decompress is None:
-                self._fail(grpc.StatusCode.INTERNAL, "a compressed message without grpc-encoding")
-                return None
-            try:
-                payload = self._decompress(payload, self._server.max_message_size)
-            except MessageTooLarge:
-                self._fail_too_large(None)
-                return None
-            except zlib.error as exc:
-                self._fail(grpc.StatusCode.INTERNAL, f"failed to decompress the message: {exc}")
-                return None
+            self._compressed = bytes(payload)  # inflated off the event loop at the end
+            return True
+        self._unary_request = self._parse(payload)
+        return self._unary_request is not None
+
+    def _parse(self, payload: bytes | memoryview) -> Message | None:
+        """The request message; None when it does not parse (the call has failed)."""
         try:
             return self._method.request_type.FromString(payload)
         except DecodeError:
             self._fail(grpc.StatusCode.INTERNAL, "Exception deserializing request!")
             return None
+
+    async def _inflate(self, payload: bytes) -> bytes | None:
+        """``payload`` inflated in a worker thread (zlib lets the GIL go), so that a large
+        message does not stall the event loop; None when it fails (the call has failed)."""
+        if self._decompress is None:
+            self._fail(grpc.StatusCode.INTERNAL, "a compressed message without grpc-encoding")
+            return None
+        loop = asyncio.get_running_loop()
+        limit = self._server.max_message_size
+        try:
+            return await loop.run_in_executor(None, self._decompress, payload, limit)
+        except MessageTooLarge:
+            self._fail_too_large(None)
+        except zlib.error as exc:
+            self._fail(grpc.StatusCode.INTERNAL, f"failed to decompress the message: {exc}")
+        return None
+
+    async def _decode_queued(self, compressed: int, payload: bytes) -> Message | None:
+        """A client stream's message, when its handler asks for it."""
+        if compressed:
+            inflated = await self._inflate(payload)
+            return None if inflated is None else self._parse(inflated)
+        return self._parse(payload)
+
+    async def _inflate_then_start(self, payload: bytes) -> None:
+        inflated = await self._inflate(payload)
+        request = None if inflated is None else self._parse(inflated)
+        if request is not None and not self._done:
+            self._task = None
+            self._start(request)
 
     # -- running the handler ----------------------------------------------------------------
 
