@@ -650,6 +650,24 @@ async def test_a_client_that_never_reads_is_dropped(serve: Serve) -> None:
     await still_serves(served)
 
 
+async def test_control_frames_owed_to_a_client_that_never_reads_are_bounded(serve: Serve) -> None:
+    """Pings the policy allows, never an ACK read: the server stops reading, then drops it."""
+    served = await serve(
+        max_queued_output=1 << 16,
+        min_recv_ping_interval_without_data=0.0,
+        keepalive_permit_without_calls=True,
+        max_ping_strikes=0,
+    )
+    client = await non_reading_client(served.server.port)
+    await eventually(lambda: served.server._connections)  # accepted
+    try:
+        client.send(h2.frame(h2.PING, 0, 0, b"12345678") * 300_000)  # 5 MB of ACKs owed
+        await eventually(lambda: not served.server._connections, 20)
+    finally:
+        client.writer.transport.abort()
+    await still_serves(served)
+
+
 async def test_a_server_stream_waits_while_its_client_does_not_read(serve: Serve) -> None:
     """ModelStreamInfer answers wait on the client reading, not in the transport's buffer."""
     served = await serve()
