@@ -9,12 +9,15 @@ meanings and defaults; the others bound what RFC 9113 leaves to the server.
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
 
 @dataclass(frozen=True, slots=True)
 class GrpcLimits:
+    """Every bound of the gRPC frontend; times in seconds."""
+
     #: connections open at once; more are sent away at once
     max_connections: int = 1000
     #: streams a client may have open at once (SETTINGS_MAX_CONCURRENT_STREAMS)
@@ -127,15 +130,15 @@ _FLAGS: Final = (
           "strikes before GOAWAY ENHANCE_YOUR_CALM too_many_pings (0: no limit)",
           "grpc.http2.max_ping_strikes"),
     _Flag("--grpc-max-connection-age", "max_connection_age", "ms",
-          "ms a connection may live before GOAWAY (default: no limit)",
+          "ms a connection may live before GOAWAY NO_ERROR (none: no limit)",
           "grpc.max_connection_age_ms"),
     _Flag("--grpc-max-connection-age-grace", "max_connection_age_grace", "ms",
-          "ms for calls to finish after the age GOAWAY (default: no limit)",
+          "ms for calls to finish after the age GOAWAY, then the close (none: no limit)",
           "grpc.max_connection_age_grace_ms"),
 )  # fmt: skip
 
 
-def add_arguments(parser: argparse.ArgumentParser, parse_bool) -> None:  # type: ignore[no-untyped-def]
+def add_arguments(parser: argparse.ArgumentParser, parse_bool: Callable[[str], bool]) -> None:
     """Add the ``--grpc-...`` limit flags; ``parse_bool`` reads Triton's true/false values."""
     for flag in _FLAGS:
         default = getattr(DEFAULT_LIMITS, flag.field)
