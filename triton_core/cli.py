@@ -13,6 +13,7 @@ import sys
 from collections.abc import Sequence
 
 from triton_core import __version__
+from triton_core.frontends.grpc import limits as grpc_limits
 from triton_core.frontends.restricted import API_GROUPS, GRPC_HEADER_PREFIX, parse_restrictions
 from triton_core.frontends.runner import FrontendOptions, serve
 from triton_core.frontends.tls import TlsOptions
@@ -139,6 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_tls_flags(serve_cmd, "http", "HTTP")
     _add_tls_flags(serve_cmd, "grpc", "gRPC")
     _add_restriction_flags(serve_cmd)
+    grpc_limits.add_arguments(serve_cmd, _bool)
     _add_bool(serve_cmd, "--allow-metrics", True, "serve Prometheus metrics")
     serve_cmd.add_argument("--metrics-address", default=None, help="default: --http-address")
     serve_cmd.add_argument("--metrics-port", type=int, default=8002)
@@ -238,6 +240,9 @@ def _run_serve(args: argparse.Namespace) -> int:
         grpc_restrictions = parse_restrictions(
             args.grpc_restricted_protocol, "--grpc-restricted-protocol", GRPC_HEADER_PREFIX
         )
+        limits = grpc_limits.from_arguments(args)
+        if args.grpc_transport == "grpcio":
+            grpc_limits.grpcio_options(limits)  # refuses what grpcio cannot honour
     except ValueError as exc:
         logging.getLogger("triton_core").error("%s", exc)
         return 2
@@ -268,6 +273,7 @@ def _run_serve(args: argparse.Namespace) -> int:
         grpc_address=args.grpc_address,
         grpc_port=args.grpc_port,
         grpc_transport=args.grpc_transport,
+        grpc_limits=limits,
         allow_metrics=args.allow_metrics,
         metrics_address=args.metrics_address,
         metrics_port=args.metrics_port,

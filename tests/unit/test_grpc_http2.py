@@ -23,6 +23,7 @@ import pytest
 from tests.unit.test_grpc_servicer import StandInServer, free_port
 from triton_core.frontends.grpc import create_grpc_server
 from triton_core.frontends.grpc import http2 as h2
+from triton_core.frontends.grpc.limits import GrpcLimits
 from triton_core.frontends.grpc.transport import parse_timeout, percent_encode
 from triton_core.protos import grpc_service_pb2 as pb
 
@@ -58,6 +59,8 @@ class RawClient:
         self.encoder = hpack.Encoder()
         self.decoder = hpack.Decoder()
         self.frames: list[tuple[int, int, int, bytes]] = []
+        #: frames read while waiting for another stream's, kept for its answer()
+        self.unread: dict[int, list[tuple[int, int, int, bytes]]] = {}
 
     @classmethod
     async def connect(cls, port: int, settings: dict[int, int] | None = None) -> RawClient:
@@ -93,11 +96,17 @@ class RawClient:
     ) -> None:
         """HEADERS and one DATA frame carrying ``payload`` (already length-prefixed)."""
         block = self.headers_block(path, extra)
+        self.send(h2.frame(h2.HEADERS, h2.END_HEADERS, stream_id, block))
+        self.send_data(stream_id, payload, end_stream)
+
+    def send_data(self, stream_id: int, payload: bytes, end_stream: bool = True) -> None:
+        """``payload`` in DATA frames of the default maximum frame size."""
+        size = h2.DEFAULT_MAX_FRAME
+        chunks = [payload[i : i + size] for i in range(0, len(payload), size)] or [b""]
+        for chunk in chunks[:-1]:
+            self.send(h2.frame(h2.DATA, 0, stream_id, chunk))
         flags = h2.END_STREAM if end_stream else 0
-        self.send(
-            h2.frame(h2.HEADERS, h2.END_HEADERS, stream_id, block)
-            + h2.frame(h2.DATA, flags, stream_id, payload)
-        )
+        self.send(h2.frame(h2.DATA, flags, stream_id, chunks[-1]))
 
     async def read_frame(self, timeout: float = 5.0) -> tuple[int, int, int, bytes]:
         header = await asyncio.wait_for(self.reader.readexactly(9), timeout)
@@ -111,11 +120,14 @@ class RawClient:
         """Frames of one stream until it ends: headers, data, trailers (decoded)."""
         result: dict[str, Any] = {"headers": None, "data": b"", "trailers": None, "reset": None}
         while True:
-            frame_type, flags, sid, payload = await self.read_frame()
+            waiting = self.unread.get(stream_id)
+            frame_type, flags, sid, payload = waiting.pop(0) if waiting else await self.read_frame()
             if frame_type == h2.SETTINGS and not flags & h2.ACK:
                 self.send(h2.frame(h2.SETTINGS, h2.ACK, 0))
                 continue
             if sid != stream_id:
+                if sid:
+                    self.unread.setdefault(sid, []).append((frame_type, flags, sid, payload))
                 continue
             if frame_type == h2.HEADERS:
                 headers = dict(self.decoder.decode(payload))
@@ -187,11 +199,18 @@ async def test_server_settings_and_acks(client: RawClient) -> None:
     frame_type, flags, _, payload = await client.read_frame()
     assert (frame_type, flags) == (h2.SETTINGS, 0)
     settings = dict(struct.unpack_from(">HL", payload, i) for i in range(0, len(payload), 6))
-    assert settings[h2.SETTINGS_ENABLE_PUSH] == 0
-    assert settings[h2.SETTINGS_INITIAL_WINDOW_SIZE] == h2.LOCAL_WINDOW
+    limits = GrpcLimits()
+    assert settings == {
+        h2.SETTINGS_ENABLE_PUSH: 0,
+        h2.SETTINGS_MAX_CONCURRENT_STREAMS: limits.max_concurrent_streams,
+        h2.SETTINGS_INITIAL_WINDOW_SIZE: limits.stream_window_size,
+        h2.SETTINGS_MAX_FRAME_SIZE: limits.max_frame_size,
+        h2.SETTINGS_MAX_HEADER_LIST_SIZE: limits.max_header_list_size,
+    }
     frame_type, _, _, payload = await client.read_frame()
-    assert frame_type == h2.WINDOW_UPDATE  # the connection window opened as wide
-    assert struct.unpack(">L", payload)[0] == h2.LOCAL_WINDOW - h2.DEFAULT_WINDOW
+    assert frame_type == h2.WINDOW_UPDATE  # the connection window opened wider
+    increment = struct.unpack(">L", payload)[0]
+    assert increment == limits.connection_window_size - h2.DEFAULT_WINDOW
     frame_type, flags, _, _ = await client.read_frame()
     assert (frame_type, flags) == (h2.SETTINGS, h2.ACK)  # our SETTINGS acknowledged
     client.send(h2.frame(h2.PING, 0, 0, b"12345678"))

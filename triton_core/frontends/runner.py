@@ -14,6 +14,7 @@ from typing import Final, NoReturn
 
 from triton_core.errors import TritonError
 from triton_core.frontends.common import listen_socket
+from triton_core.frontends.grpc.limits import DEFAULT_LIMITS, GrpcLimits
 from triton_core.frontends.restricted import Restrictions
 from triton_core.frontends.tls import TlsOptions
 from triton_core.metrics import MetricsOptions
@@ -33,6 +34,7 @@ class FrontendOptions:
     grpc_port: int = 8001
     #: "http2" (the built-in transport) or "grpcio" (grpc.aio)
     grpc_transport: str = "http2"
+    grpc_limits: GrpcLimits = DEFAULT_LIMITS
     allow_metrics: bool = True
     #: None: the HTTP address, as Triton does
     metrics_address: str | None = None
@@ -122,6 +124,7 @@ async def serve(server: Server, options: FrontendOptions) -> int:
             transport=options.grpc_transport,  # type: ignore[arg-type]
             restrictions=options.grpc_restrictions,
             tls=options.grpc_tls,
+            limits=options.grpc_limits,
         )
         await grpc_server.start()
         logger.info(

@@ -145,7 +145,7 @@ def _decode_raw(
     raw: bytes, datatype: str, shape: tuple[int, ...], name: str, model: str
 ) -> np.ndarray:
     count = prod(shape)
-    if count <= 0:
+    if count <= 0 or min(shape, default=0) < 0:  # two negative dimensions make a positive
         _check_shape(shape, name, model)
     fixed = _FIXED.get(datatype)
     if fixed is not None:
@@ -182,7 +182,7 @@ def _decode_contents(
     model: str,
 ) -> np.ndarray:
     count = prod(shape)
-    if count <= 0:
+    if count <= 0 or min(shape, default=0) < 0:
         _check_shape(shape, name, model)
     expected_field = _CONTENTS_FIELD.get(datatype)
     if expected_field is None:
@@ -229,12 +229,18 @@ def _decode_contents(
 
 
 def _check_shape(shape: tuple[int, ...], name: str, model: str) -> None:
+    """A shape with no elements (or negative dimensions) names no array too large to shape."""
     for dim in shape:
         if dim < 0:
             raise invalid_arg(
                 f"invalid shape {list(shape)} for input '{name}' for model '{model}': "
                 "dimensions must not be negative"
             )
+    if prod(dim for dim in shape if dim) > _INT64_MAX // 16:  # numpy's bound, at any itemsize
+        raise invalid_arg(
+            f"invalid shape {list(shape)} for input '{name}' for model '{model}': "
+            "dimensions too large"
+        )
 
 
 def _bad_datatype(datatype: str, name: str, model: str) -> TritonError:

@@ -6,6 +6,11 @@ streams are opened by the client only, server push is never used and priorities 
 references to the tables (what a gRPC client sends for every call after its first on a
 connection) decodes from a cache, which stays valid while the dynamic table is unchanged.
 
+Every client is hostile until checked: what a connection may make this side hold or do is
+bounded by its :class:`~.limits.GrpcLimits` (frame and header sizes, streams, windows granted
+as data is consumed, queued output, reset, SETTINGS and PING rates, and time), and a client
+that goes beyond gets the RFC's answer: RST_STREAM, or GOAWAY and a close.
+
 A :class:`Http2Connection` hands each new stream to the ``open_stream`` callable it was given,
 which returns the :class:`StreamHandler` that receives the stream's data; the handler answers
 through :meth:`Http2Connection.send_headers`, :meth:`~Http2Connection.send_data` and
@@ -23,6 +28,9 @@ from collections.abc import Callable
 from typing import Final, Protocol
 
 import hpack
+from hpack.table import HeaderTable
+
+from triton_core.frontends.grpc.limits import DEFAULT_LIMITS, GrpcLimits
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +57,7 @@ FRAME_SIZE_ERROR: Final = 0x6
 REFUSED_STREAM: Final = 0x7
 CANCEL: Final = 0x8
 COMPRESSION_ERROR: Final = 0x9
+ENHANCE_YOUR_CALM: Final = 0xB
 
 # settings
 SETTINGS_HEADER_TABLE_SIZE: Final = 0x1
@@ -61,13 +70,11 @@ SETTINGS_MAX_HEADER_LIST_SIZE: Final = 0x6
 DEFAULT_WINDOW: Final = 65_535
 DEFAULT_MAX_FRAME: Final = 16_384
 MAX_WINDOW: Final = 2**31 - 1
-#: what this side lets a peer send unacknowledged, per stream and per connection: large, so
-#: that requests of any size flow without waiting for window updates round trips
-LOCAL_WINDOW: Final = 1 << 30
-#: the largest frame this side accepts (the protocol's maximum)
-LOCAL_MAX_FRAME: Final = (1 << 24) - 1
-#: the largest header list this side accepts, in HPACK's accounting
-LOCAL_MAX_HEADER_LIST: Final = 1 << 20
+#: the largest frame size the protocol allows
+PROTOCOL_MAX_FRAME: Final = (1 << 24) - 1
+#: header blocks a connection's decode cache keeps, and their decoded bytes at most
+_CACHE_ENTRIES: Final = 64
+_CACHE_BYTES: Final = 1 << 16
 
 _FRAME_HEADER: Final = struct.Struct(">BHBBL")
 _pack_frame_header = _FRAME_HEADER.pack
@@ -142,55 +149,114 @@ class StreamHandler(Protocol):
 OpenStream = Callable[["Http2Connection", int, Headers, bool], StreamHandler]
 
 
+class _CountedTable(HeaderTable):
+    """hpack's dynamic table, counting its changes so that a cache can tell when it moved.
+
+    Every insertion (and the evictions it causes) and every resize bumps ``generation``; a
+    block decoded at one generation decodes the same while the generation stays.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.generation = 0
+
+    def add(self, name: bytes, value: bytes) -> None:
+        self.generation += 1
+        super().add(name, value)
+
+    @property
+    def maxsize(self) -> int:
+        return self._maxsize
+
+    @maxsize.setter
+    def maxsize(self, newmax: int) -> None:
+        self.generation += 1
+        HeaderTable.maxsize.fset(self, newmax)  # type: ignore[attr-defined]
+
+
 class HeaderDecoder:
     """HPACK decoding with a cache for blocks that leave the dynamic table as it was."""
 
-    __slots__ = ("_cache", "_decoder")
+    __slots__ = ("_cache", "_cache_bytes", "_decoder", "_limit", "_table")
 
-    def __init__(self) -> None:
-        self._decoder = hpack.Decoder(max_header_list_size=LOCAL_MAX_HEADER_LIST)
+    def __init__(self, max_header_list_size: int = DEFAULT_LIMITS.max_header_list_size) -> None:
+        self._decoder = hpack.Decoder(max_header_list_size=max_header_list_size)
+        self._table = _CountedTable()
+        self._decoder.header_table = self._table
+        self._limit = max_header_list_size
         self._cache: dict[bytes, Headers] = {}
+        self._cache_bytes = 0
 
     def decode(self, block: bytes) -> Headers:
         """The header fields of one complete block; raises :class:`Http2Error` when invalid."""
         cached = self._cache.get(block)
         if cached is not None:
             return cached
-        table = self._decoder.header_table
-        before = _table_state(table)
+        before = self._table.generation
         try:
             headers = tuple(self._decoder.decode(block))
+        except hpack.OversizedHeaderListError as exc:
+            raise Http2Error(
+                ENHANCE_YOUR_CALM,
+                f"a header list over {self._limit} bytes (--grpc-max-header-list-size)",
+            ) from exc
         except hpack.HPACKError as exc:
             raise Http2Error(COMPRESSION_ERROR, f"invalid header block: {exc}") from exc
-        if _table_state(table) != before:
+        if self._table.generation != before:
             self._cache.clear()  # cached blocks may refer to entries that moved
-        elif len(self._cache) < 512:
-            self._cache[block] = headers
+            self._cache_bytes = 0
+        else:
+            self._remember(block, headers)
         return headers
 
+    def _remember(self, block: bytes, headers: Headers) -> None:
+        size = len(block) + sum(len(name) + len(value) for name, value in headers)
+        if len(self._cache) < _CACHE_ENTRIES and self._cache_bytes + size <= _CACHE_BYTES:
+            self._cache[block] = headers
+            self._cache_bytes += size
 
-def _table_state(table: hpack.table.HeaderTable) -> tuple[int, int, int]:
-    entries = table.dynamic_entries
-    # entries are added at the left: a new entry changes the identity of the first one
-    return len(entries), id(entries[0]) if entries else 0, table.maxsize
+
+class _Budget:
+    """A token bucket: ``capacity`` events at once, refilled by a tenth of it a second."""
+
+    __slots__ = ("_capacity", "_rate", "_stamp", "_tokens")
+
+    def __init__(self, capacity: int, now: float) -> None:
+        self._capacity = float(capacity)
+        self._rate = capacity / 10
+        self._tokens = float(capacity)
+        self._stamp = now
+
+    def spend(self, now: float) -> bool:
+        tokens = min(self._capacity, self._tokens + (now - self._stamp) * self._rate)
+        self._stamp = now
+        if tokens < 1:
+            self._tokens = tokens
+            return False
+        self._tokens = tokens - 1
+        return True
 
 
 class _Stream:
     __slots__ = (
         "handler",
+        "held",
         "id",
         "local_closed",
         "outbound",
         "received",
+        "recv_window",
         "remote_closed",
         "send_window",
     )
 
-    def __init__(self, stream_id: int, send_window: int) -> None:
+    def __init__(self, stream_id: int, send_window: int, recv_window: int) -> None:
         self.id = stream_id
         self.handler: StreamHandler | None = None
         self.send_window = send_window
+        self.recv_window = recv_window  # what the peer may still send before a window update
         self.received = 0  # bytes received since this side last opened the peer's window
+        self.held = False  # the handler is behind: its window stays shut until it catches up
         self.remote_closed = False
         self.local_closed = False
         #: what waits for the peer to open its windows: [data, end_stream] or headers
@@ -200,28 +266,70 @@ class _Stream:
 class Http2Connection(asyncio.Protocol):
     """One client connection: frames in, streams out to ``open_stream``'s handlers."""
 
-    def __init__(self, open_stream: OpenStream, on_closed: Callable[[Http2Connection], None]):
+    def __init__(
+        self,
+        open_stream: OpenStream,
+        on_closed: Callable[[Http2Connection], None],
+        limits: GrpcLimits = DEFAULT_LIMITS,
+    ) -> None:
         self._open_stream = open_stream
         self._on_closed = on_closed
+        self._limits = limits
+        self._max_frame = limits.max_frame_size
+        self._max_streams = limits.max_concurrent_streams
+        self._stream_window = limits.stream_window_size
+        self._loop = asyncio.get_running_loop()
         self.transport: asyncio.Transport | None = None
         self.peer = ""
         self._streams: dict[int, _Stream] = {}
         self._pending = bytearray()
         self._need = len(PREFACE)
         self._preface_seen = False
-        self._decoder = HeaderDecoder()
+        self._settings_seen = False
+        self._decoder = HeaderDecoder(limits.max_header_list_size)
         self._last_stream_id = 0
-        # continuation of a header block split over frames: (stream id, end_stream, fragments)
-        self._continuing: tuple[int, bool, list[bytes]] | None = None
+        # a header block split over frames: [stream id, end_stream, fragments, bytes]
+        self._continuing: list | None = None
         self._peer_initial_window = DEFAULT_WINDOW
         self._peer_max_frame = DEFAULT_MAX_FRAME
         self._send_window = DEFAULT_WINDOW  # the connection's window, towards the peer
+        self._recv_window = limits.connection_window_size  # what the peer may still send
         self._received = 0  # connection-level bytes since the last window update sent
+        self._connection_update_at = limits.connection_window_size // 2
+        self._stream_update_at = limits.stream_window_size // 2
         self._blocked: dict[int, _Stream] = {}  # streams with data waiting for window
         self._control: list[bytes] = []  # frames to write at the end of this read
         self._going_away = False
-        self._closed = False
+        self._closed = False  # nothing more is written
+        self._closing = False  # the transport is closing
+        self._lost = False  # the transport is gone
+        self._write_paused = False
         self._drain_waiters: dict[int, list[asyncio.Future[None]]] = {}
+        self._resume_waiters: list[asyncio.Future[None]] = []
+        now = self._loop.time()
+        self._reset_budget = _Budget(limits.reset_budget, now)
+        self._settings_budget = _Budget(limits.settings_budget, now)
+        # time: what the periodic check compares against
+        self._created = now
+        self._reads = 0  # data_received calls, so far
+        self._reads_seen = 0
+        self._last_read_at = now
+        self._partial_since = now  # when the frame in _pending began to arrive
+        self._sent = 0  # answer frames sent, so far: pings between them are not abuse
+        self._ping_strikes = 0
+        self._last_ping_at = float("-inf")
+        self._sent_at_last_ping = 0
+        self._keepalive_out: tuple[bytes, float] | None = None  # payload, sent at
+        self._keepalive_pings = 0  # sent since the last answer frame
+        self._sent_at_keepalive = 0
+        self._age_deadline: float | None = None  # when the age GOAWAY's grace ends
+        self._timer: asyncio.TimerHandle | None = None
+        self._tick_interval = _tick_interval(limits)
+        self._refusal: str | None = None
+
+    def refuse(self, reason: str) -> None:
+        """Send the connection away as soon as it is made: GOAWAY ENHANCE_YOUR_CALM."""
+        self._refusal = reason
 
     # -- asyncio.Protocol -------------------------------------------------------------------
 
@@ -232,21 +340,33 @@ class Http2Connection(asyncio.Protocol):
             family = "ipv6" if ":" in str(peer[0]) else "ipv4"
             host = f"[{peer[0]}]" if family == "ipv6" else peer[0]
             self.peer = f"{family}:{host}:{peer[1]}"
+        limits = self._limits
         settings = b"".join(
             _SETTING.pack(key, value)
             for key, value in (
                 (SETTINGS_ENABLE_PUSH, 0),
-                (SETTINGS_INITIAL_WINDOW_SIZE, LOCAL_WINDOW),
-                (SETTINGS_MAX_FRAME_SIZE, LOCAL_MAX_FRAME),
-                (SETTINGS_MAX_HEADER_LIST_SIZE, LOCAL_MAX_HEADER_LIST),
+                (SETTINGS_MAX_CONCURRENT_STREAMS, limits.max_concurrent_streams),
+                (SETTINGS_INITIAL_WINDOW_SIZE, limits.stream_window_size),
+                (SETTINGS_MAX_FRAME_SIZE, limits.max_frame_size),
+                (SETTINGS_MAX_HEADER_LIST_SIZE, limits.max_header_list_size),
             )
         )
-        transport.write(
-            frame(SETTINGS, 0, 0, settings)
-            + frame(WINDOW_UPDATE, 0, 0, _U32.pack(LOCAL_WINDOW - DEFAULT_WINDOW))
-        )
+        out = frame(SETTINGS, 0, 0, settings)
+        if limits.connection_window_size > DEFAULT_WINDOW:
+            increment = limits.connection_window_size - DEFAULT_WINDOW
+            out += frame(WINDOW_UPDATE, 0, 0, _U32.pack(increment))
+        else:
+            self._recv_window = DEFAULT_WINDOW  # the protocol's initial window stands
+        transport.write(out)
+        if self._refusal is not None:
+            self._fail(Http2Error(ENHANCE_YOUR_CALM, self._refusal))
+            return
+        self._timer = self._loop.call_later(self._tick_interval, self._tick)
 
     def data_received(self, data: bytes) -> None:
+        if self._closed:
+            return  # lingering after GOAWAY: what the client still sends is dropped
+        self._reads += 1
         if self._pending:
             self._pending += data
             if len(self._pending) < self._need:
@@ -255,6 +375,7 @@ class Http2Connection(asyncio.Protocol):
             self._pending.clear()
         elif len(data) < self._need:
             self._pending += data
+            self._partial_since = self._loop.time()
             return
         try:
             position = 0 if self._preface_seen else self._read_preface(data)
@@ -264,10 +385,14 @@ class Http2Connection(asyncio.Protocol):
             return
         if position < len(data):
             self._pending += data[position:]
+            self._partial_since = self._loop.time()
         self._write_control()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._closed = True
+        self._closed = self._lost = True
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         streams = list(self._streams.values())
         self._streams.clear()
         self._blocked.clear()
@@ -275,7 +400,21 @@ class Http2Connection(asyncio.Protocol):
             if stream.handler is not None:
                 stream.handler.stream_reset()
         self._release_drain_waiters()
+        self._release_resume_waiters()
         self._on_closed(self)
+
+    def pause_writing(self) -> None:
+        # the client does not read what it asked for: read nothing more from it until it does
+        self._write_paused = True
+        if self.transport is not None and not self._closed:
+            self.transport.pause_reading()
+        self._police_output()
+
+    def resume_writing(self) -> None:
+        self._write_paused = False
+        if self.transport is not None and not self._closed:
+            self.transport.resume_reading()
+        self._release_resume_waiters()
 
     # -- reading ----------------------------------------------------------------------------
 
@@ -288,11 +427,16 @@ class Http2Connection(asyncio.Protocol):
 
     def _read_frames(self, data: bytes, position: int) -> int:
         end_of_data = len(data)
+        max_frame = self._max_frame
         while end_of_data - position >= 9:
             high, low, frame_type, flags, stream_id = _unpack_frame_header(data, position)
             length = (high << 16) | low
-            if length > LOCAL_MAX_FRAME:
-                raise Http2Error(FRAME_SIZE_ERROR, f"a frame of {length} bytes")
+            if length > max_frame:
+                raise Http2Error(
+                    FRAME_SIZE_ERROR,
+                    f"a frame of {length} bytes, over SETTINGS_MAX_FRAME_SIZE {max_frame}"
+                    " (--grpc-http2-max-frame-size)",
+                )
             end = position + 9 + length
             if end > end_of_data:
                 self._need = end - position
@@ -328,26 +472,41 @@ class Http2Connection(asyncio.Protocol):
     def _on_data(self, stream_id: int, flags: int, payload: bytes) -> None:
         if stream_id == 0:
             raise Http2Error(PROTOCOL_ERROR, "DATA on stream 0")
-        size = len(payload)
+        size = len(payload)  # padding included: flow control counts the whole payload
+        self._recv_window -= size
+        if self._recv_window < 0:
+            raise Http2Error(
+                FLOW_CONTROL_ERROR,
+                f"DATA beyond the connection's window of {self._limits.connection_window_size}"
+                " bytes (--grpc-http2-connection-window-size)",
+            )
+        # the connection's window reopens at once: each stream's own window bounds its data
         self._received += size
-        if self._received >= LOCAL_WINDOW // 2:
+        if self._received >= self._connection_update_at:
             self._control.append(frame(WINDOW_UPDATE, 0, 0, _U32.pack(self._received)))
+            self._recv_window += self._received
             self._received = 0
         stream = self._streams.get(stream_id)
-        if stream is None or stream.remote_closed:
+        if stream is None:
             if stream_id > self._last_stream_id:
                 raise Http2Error(PROTOCOL_ERROR, f"DATA on idle stream {stream_id}")
             return  # a stream this side already finished: its data is dropped
+        if stream.remote_closed:
+            self._reset(stream, STREAM_CLOSED, notify=True)
+            return
+        stream.recv_window -= size
+        if stream.recv_window < 0:
+            self._reset(stream, FLOW_CONTROL_ERROR, notify=True)
+            return
         if flags & PADDED:
             payload = _strip_padding(payload)
         end_stream = bool(flags & END_STREAM)
-        if not end_stream:
-            stream.received += size
-            if stream.received >= LOCAL_WINDOW // 2:
-                self._control.append(frame(WINDOW_UPDATE, 0, stream_id, _U32.pack(stream.received)))
-                stream.received = 0
-        else:
+        if end_stream:
             stream.remote_closed = True
+        else:
+            stream.received += size
+            if stream.received >= self._stream_update_at and not stream.held:
+                self._open_stream_window(stream)
         if stream.handler is not None:
             stream.handler.data_received(payload, end_stream)
         if end_stream:
@@ -359,36 +518,49 @@ class Http2Connection(asyncio.Protocol):
         if flags & PADDED:
             payload = _strip_padding(payload)
         if flags & PRIORITY_FLAG:
+            if len(payload) < 5:
+                raise Http2Error(FRAME_SIZE_ERROR, "HEADERS too short for its priority")
             payload = payload[5:]
         end_stream = bool(flags & END_STREAM)
         if flags & END_HEADERS:
             self._on_header_block(stream_id, end_stream, payload)
         else:
-            self._continuing = (stream_id, end_stream, [payload])
+            self._continuing = [stream_id, end_stream, [payload], 0]
+            self._count_fragment(self._continuing, len(payload))
 
     def _on_continuation(self, stream_id: int, flags: int, payload: bytes) -> None:
-        if self._continuing is None or self._continuing[0] != stream_id:
+        continuing = self._continuing
+        if continuing is None or continuing[0] != stream_id:
             raise Http2Error(PROTOCOL_ERROR, "CONTINUATION without a header block")
-        fragments = self._continuing[2]
+        fragments = continuing[2]
         fragments.append(payload)
-        if sum(map(len, fragments)) > LOCAL_MAX_HEADER_LIST:
-            raise Http2Error(PROTOCOL_ERROR, "a header block beyond the header list limit")
+        self._count_fragment(continuing, len(payload))
         if flags & END_HEADERS:
-            _, end_stream, _ = self._continuing
             self._continuing = None
-            self._on_header_block(stream_id, end_stream, b"".join(fragments))
+            self._on_header_block(stream_id, continuing[1], b"".join(fragments))
+
+    def _count_fragment(self, continuing: list, size: int) -> None:
+        """Bound a header block as it arrives: its bytes (a running sum) and its frames."""
+        continuing[3] += size
+        limits = self._limits
+        if continuing[3] > limits.max_header_list_size:
+            raise Http2Error(
+                ENHANCE_YOUR_CALM,
+                f"a header block over {limits.max_header_list_size} bytes"
+                " (--grpc-max-header-list-size)",
+            )
+        if len(continuing[2]) > limits.max_continuation_frames:
+            raise Http2Error(
+                ENHANCE_YOUR_CALM,
+                f"a header block in more than {limits.max_continuation_frames} frames"
+                " (--grpc-http2-max-continuation-frames)",
+            )
 
     def _on_header_block(self, stream_id: int, end_stream: bool, block: bytes) -> None:
         headers = self._decoder.decode(block)  # always: the dynamic table must stay in step
         stream = self._streams.get(stream_id)
         if stream is not None:
-            # trailers from the client: gRPC has none, so only the end of the stream matters
-            if not end_stream:
-                raise Http2Error(PROTOCOL_ERROR, f"a second header block on stream {stream_id}")
-            stream.remote_closed = True
-            if stream.handler is not None:
-                stream.handler.data_received(b"", True)
-            self._forget_if_done(stream)
+            self._on_trailers(stream, end_stream)
             return
         if stream_id % 2 == 0 or stream_id <= self._last_stream_id:
             raise Http2Error(PROTOCOL_ERROR, f"a client cannot open stream {stream_id}")
@@ -396,16 +568,35 @@ class Http2Connection(asyncio.Protocol):
         if self._going_away:
             self._control.append(frame(RST_STREAM, 0, stream_id, _U32.pack(REFUSED_STREAM)))
             return
-        stream = _Stream(stream_id, self._peer_initial_window)
+        if len(self._streams) >= self._max_streams:
+            self._spend_reset()
+            self._control.append(frame(RST_STREAM, 0, stream_id, _U32.pack(REFUSED_STREAM)))
+            return
+        stream = _Stream(stream_id, self._peer_initial_window, self._stream_window)
         stream.remote_closed = end_stream
         self._streams[stream_id] = stream
         stream.handler = self._open_stream(self, stream_id, headers, end_stream)
+
+    def _on_trailers(self, stream: _Stream, end_stream: bool) -> None:
+        if stream.remote_closed:
+            # half-closed (remote): a second block must not start the call again
+            self._reset(stream, STREAM_CLOSED, notify=True)
+            return
+        # trailers from the client: gRPC has none, so only the end of the stream matters
+        if not end_stream:
+            raise Http2Error(PROTOCOL_ERROR, f"a second header block on stream {stream.id}")
+        stream.remote_closed = True
+        if stream.handler is not None:
+            stream.handler.data_received(b"", True)
+        self._forget_if_done(stream)
 
     def _on_window_update(self, stream_id: int, payload: bytes) -> None:
         if len(payload) != 4:
             raise Http2Error(FRAME_SIZE_ERROR, "WINDOW_UPDATE of the wrong size")
         increment = _U32.unpack(payload)[0] & 0x7FFFFFFF
         if stream_id == 0:
+            if increment == 0:
+                raise Http2Error(PROTOCOL_ERROR, "a connection WINDOW_UPDATE of 0")
             self._send_window += increment
             if self._send_window > MAX_WINDOW:
                 raise Http2Error(FLOW_CONTROL_ERROR, "connection window beyond 2^31-1")
@@ -413,57 +604,128 @@ class Http2Connection(asyncio.Protocol):
             return
         stream = self._streams.get(stream_id)
         if stream is None:
+            if stream_id > self._last_stream_id:
+                raise Http2Error(PROTOCOL_ERROR, f"WINDOW_UPDATE on idle stream {stream_id}")
+            return
+        if increment == 0:
+            self._reset(stream, PROTOCOL_ERROR, notify=True)
             return
         stream.send_window += increment
         if stream.send_window > MAX_WINDOW:
-            self._reset(stream, FLOW_CONTROL_ERROR)
+            self._reset(stream, FLOW_CONTROL_ERROR, notify=True)
             return
         if stream.outbound:
             self._flush(stream)
 
     def _on_rst_stream(self, stream_id: int, payload: bytes) -> None:
-        if stream_id == 0 or len(payload) != 4:
-            raise Http2Error(PROTOCOL_ERROR, "malformed RST_STREAM")
-        stream = self._streams.pop(stream_id, None)
+        if stream_id == 0:
+            raise Http2Error(PROTOCOL_ERROR, "RST_STREAM on stream 0")
+        if len(payload) != 4:
+            raise Http2Error(FRAME_SIZE_ERROR, "RST_STREAM of the wrong size")
+        if stream_id > self._last_stream_id:
+            raise Http2Error(PROTOCOL_ERROR, f"RST_STREAM on idle stream {stream_id}")
+        stream = self._streams.get(stream_id)
         if stream is None:
             return
+        self._spend_reset()  # a call started and dropped at once: rapid reset, when many
+        del self._streams[stream_id]
         self._blocked.pop(stream_id, None)
         self._release_drain_waiters(stream_id)
         if stream.handler is not None:
             stream.handler.stream_reset()
         self._close_if_idle()
 
+    def _spend_reset(self) -> None:
+        if not self._reset_budget.spend(self._loop.time()):
+            raise Http2Error(
+                ENHANCE_YOUR_CALM,
+                f"more than {self._limits.reset_budget} streams reset or refused in a burst"
+                " (--grpc-http2-reset-budget)",
+            )
+
     def _on_settings(self, stream_id: int, flags: int, payload: bytes) -> None:
         if stream_id != 0:
             raise Http2Error(PROTOCOL_ERROR, "SETTINGS on a stream")
         if flags & ACK:
+            if payload:
+                raise Http2Error(FRAME_SIZE_ERROR, "a SETTINGS ACK with a payload")
             return
         if len(payload) % 6:
             raise Http2Error(FRAME_SIZE_ERROR, "SETTINGS of the wrong size")
+        limits = self._limits
+        if len(payload) // 6 > limits.max_settings_entries:
+            raise Http2Error(
+                ENHANCE_YOUR_CALM,
+                f"a SETTINGS frame of {len(payload) // 6} entries, over"
+                f" {limits.max_settings_entries} (--grpc-http2-max-settings-entries)",
+            )
+        if not self._settings_budget.spend(self._loop.time()):
+            raise Http2Error(
+                ENHANCE_YOUR_CALM,
+                f"more than {limits.settings_budget} SETTINGS frames in a burst"
+                " (--grpc-http2-settings-budget)",
+            )
+        self._settings_seen = True
+        window = None
         for offset in range(0, len(payload), 6):
             key, value = _SETTING.unpack_from(payload, offset)
             if key == SETTINGS_INITIAL_WINDOW_SIZE:
                 if value > MAX_WINDOW:
                     raise Http2Error(FLOW_CONTROL_ERROR, "initial window beyond 2^31-1")
-                delta = value - self._peer_initial_window
-                self._peer_initial_window = value
-                for stream in self._streams.values():
-                    stream.send_window += delta
+                window = value
             elif key == SETTINGS_MAX_FRAME_SIZE:
-                if not DEFAULT_MAX_FRAME <= value <= LOCAL_MAX_FRAME:
+                if not DEFAULT_MAX_FRAME <= value <= PROTOCOL_MAX_FRAME:
                     raise Http2Error(PROTOCOL_ERROR, f"max frame size {value}")
                 self._peer_max_frame = value
+            elif key == SETTINGS_ENABLE_PUSH and value > 1:
+                raise Http2Error(PROTOCOL_ERROR, f"SETTINGS_ENABLE_PUSH {value}")
             # the others do not change what this side sends: answers never index headers
+        if window is not None:
+            self._apply_initial_window(window)  # once a frame, however many entries it repeats
         # the peer applies its new limits once it reads the ACK: send it before any data
         self._control.append(frame(SETTINGS, ACK, 0))
         self._write_control()
         self._flush_blocked()
 
+    def _apply_initial_window(self, window: int) -> None:
+        delta = window - self._peer_initial_window
+        self._peer_initial_window = window
+        for stream in self._streams.values():
+            stream.send_window += delta
+            if stream.send_window > MAX_WINDOW:
+                raise Http2Error(FLOW_CONTROL_ERROR, "a stream window beyond 2^31-1")
+
     def _on_ping(self, stream_id: int, flags: int, payload: bytes) -> None:
-        if stream_id != 0 or len(payload) != 8:
-            raise Http2Error(PROTOCOL_ERROR, "malformed PING")
-        if not flags & ACK:
-            self._control.append(frame(PING, ACK, 0, payload))
+        if stream_id != 0:
+            raise Http2Error(PROTOCOL_ERROR, "PING on a stream")
+        if len(payload) != 8:
+            raise Http2Error(FRAME_SIZE_ERROR, "PING of the wrong size")
+        if flags & ACK:
+            if self._keepalive_out is not None and payload == self._keepalive_out[0]:
+                self._keepalive_out = None
+            return
+        self._police_ping()
+        self._control.append(frame(PING, ACK, 0, payload))
+
+    def _police_ping(self) -> None:
+        """gRPC's ping policy: a ping sooner than allowed is a strike; too many end it all."""
+        limits = self._limits
+        if self._sent != self._sent_at_last_ping:  # answers went out since: a fresh start
+            self._sent_at_last_ping = self._sent
+            self._ping_strikes = 0
+            self._last_ping_at = float("-inf")
+        now = self._loop.time()
+        if not self._streams and not limits.keepalive_permit_without_calls:
+            interval = 7200.0  # no call to keep alive: one ping in two hours, as gRPC allows
+        else:
+            interval = limits.min_recv_ping_interval_without_data
+        too_soon = now < self._last_ping_at + interval
+        self._last_ping_at = now
+        if not too_soon:
+            return
+        self._ping_strikes += 1
+        if limits.max_ping_strikes and self._ping_strikes > limits.max_ping_strikes:
+            raise Http2Error(ENHANCE_YOUR_CALM, "too_many_pings")
 
     # -- writing ----------------------------------------------------------------------------
 
@@ -472,6 +734,7 @@ class Http2Connection(asyncio.Protocol):
         stream = self._streams.get(stream_id)
         if stream is None or stream.local_closed:
             return
+        self._sent += 1
         if end_stream:
             stream.local_closed = True
         if stream.outbound:  # behind data that waits for window
@@ -523,6 +786,7 @@ class Http2Connection(asyncio.Protocol):
             if trailers is not None:
                 self.send_headers(stream_id, trailers, end_stream=True)
             return
+        self._sent += 1
         self._send_window -= size
         stream.send_window -= size
         pack = _pack_frame_header
@@ -547,26 +811,84 @@ class Http2Connection(asyncio.Protocol):
             self._reset(stream, code)
 
     def drained(self, stream_id: int) -> asyncio.Future[None] | None:
-        """A future done once the stream's queued data is sent; None when nothing waits."""
-        stream = self._streams.get(stream_id)
-        if stream is None or not stream.outbound:
-            return None
-        future = asyncio.get_running_loop().create_future()
-        self._drain_waiters.setdefault(stream_id, []).append(future)
-        return future
+        """A future done once the stream's queued data is sent and the client reads again.
 
-    def go_away(self) -> None:
+        None when nothing waits: the handler may write its next message at once.
+        """
+        stream = self._streams.get(stream_id)
+        if stream is None:
+            return None
+        if stream.outbound:
+            future = self._loop.create_future()
+            self._drain_waiters.setdefault(stream_id, []).append(future)
+            return future
+        if self._write_paused and not self._closed:
+            future = self._loop.create_future()
+            self._resume_waiters.append(future)
+            return future
+        return None
+
+    def hold_window(self, stream_id: int) -> None:
+        """Stop opening the stream's window: its handler has not caught up with its data."""
+        stream = self._streams.get(stream_id)
+        if stream is not None:
+            stream.held = True
+
+    def release_window(self, stream_id: int) -> None:
+        """Open the stream's window again for what its handler has consumed."""
+        stream = self._streams.get(stream_id)
+        if stream is None or not stream.held:
+            return
+        stream.held = False
+        if stream.received and not stream.remote_closed:
+            self._open_stream_window(stream)
+            self._write_control()
+
+    def go_away(self, code: int = NO_ERROR, reason: str = "") -> None:
         """Refuse new streams; the connection closes once the open ones are done."""
         if self._closed or self._going_away:
             return
         self._going_away = True
-        self._write(frame(GOAWAY, 0, 0, _GOAWAY.pack(self._last_stream_id, NO_ERROR)))
+        payload = _GOAWAY.pack(self._last_stream_id, code) + reason.encode()[:256]
+        self._write(frame(GOAWAY, 0, 0, payload))
         self._close_if_idle()
 
     def close(self) -> None:
-        """Close the connection now; open streams are reset."""
-        if self.transport is not None and not self._closed:
+        """Close the connection once its output is sent; open streams are reset.
+
+        A client that does not read that output is dropped after the close timeout.
+        """
+        if self.transport is not None and not self._lost and not self._closing:
+            self._closed = self._closing = True  # a lingering connection closes now too
             self.transport.close()
+            self._loop.call_later(self._limits.close_timeout, self._abort)
+
+    def _linger(self) -> None:
+        """Close after a GOAWAY: end the output and drop the input until the client closes.
+
+        Closing at once would reset the connection while client frames are unread, and a
+        reset may destroy the GOAWAY before the client reads it.
+        """
+        transport = self.transport
+        if transport is None or self._closed:
+            return
+        if not transport.can_write_eof():
+            self.close()
+            return
+        self._closed = True
+        try:
+            transport.write_eof()
+        except OSError:  # the client is gone already
+            self._abort()
+            return
+        if self._write_paused:
+            transport.resume_reading()  # to see the client close
+        self._loop.call_later(self._limits.close_timeout, self._abort)
+
+    def _abort(self) -> None:
+        if self.transport is not None and not self._lost:
+            self._closed = True
+            self.transport.abort()
 
     @property
     def open_streams(self) -> int:
@@ -609,6 +931,7 @@ class Http2Connection(asyncio.Protocol):
             else:
                 item[0] = payload[allowed:]
         if parts:
+            self._sent += 1
             self._write(b"".join(parts))
         if outbound:
             self._blocked[stream.id] = stream
@@ -624,6 +947,11 @@ class Http2Connection(asyncio.Protocol):
                 return
             self._flush(stream)
 
+    def _open_stream_window(self, stream: _Stream) -> None:
+        self._control.append(frame(WINDOW_UPDATE, 0, stream.id, _U32.pack(stream.received)))
+        stream.recv_window += stream.received
+        stream.received = 0
+
     def _finish_local(self, stream: _Stream) -> None:
         if stream.outbound:
             return
@@ -638,12 +966,15 @@ class Http2Connection(asyncio.Protocol):
             self._streams.pop(stream.id, None)
             self._close_if_idle()
 
-    def _reset(self, stream: _Stream, code: int) -> None:
+    def _reset(self, stream: _Stream, code: int, notify: bool = False) -> None:
+        """A stream error: RST_STREAM; ``notify``: the handler learns its stream is gone."""
         self._streams.pop(stream.id, None)
         self._blocked.pop(stream.id, None)
         stream.outbound.clear()
         self._release_drain_waiters(stream.id)
         self._write(frame(RST_STREAM, 0, stream.id, _U32.pack(code)))
+        if notify and stream.handler is not None:
+            stream.handler.stream_reset()
         self._close_if_idle()
 
     def _release_drain_waiters(self, stream_id: int | None = None) -> None:
@@ -656,9 +987,15 @@ class Http2Connection(asyncio.Protocol):
             if not future.done():
                 future.set_result(None)
 
+    def _release_resume_waiters(self) -> None:
+        waiters, self._resume_waiters = self._resume_waiters, []
+        for future in waiters:
+            if not future.done():
+                future.set_result(None)
+
     def _close_if_idle(self) -> None:
         if self._going_away and not self._streams:
-            self.close()
+            self._linger()
 
     def _write_control(self) -> None:
         if self._control:
@@ -668,18 +1005,117 @@ class Http2Connection(asyncio.Protocol):
     def _write(self, data: bytes) -> None:
         if self.transport is not None and not self._closed:
             self.transport.write(data)
+            if self._write_paused:
+                self._police_output()
+
+    def _police_output(self) -> None:
+        """Drop a client that lets more than the queued-output bound pile up unread."""
+        transport = self.transport
+        limit = self._limits.max_queued_output
+        if transport is None or self._closed or transport.get_write_buffer_size() <= limit:
+            return
+        log.info(
+            "gRPC client %s reads nothing of %d queued bytes (--grpc-http2-max-queued-output"
+            " %d): dropped",
+            self.peer,
+            transport.get_write_buffer_size(),
+            limit,
+        )
+        # the GOAWAY goes into the same unread queue: the connection is dropped, not closed
+        self._abort()
 
     def _fail(self, error: Http2Error) -> None:
         log.debug("HTTP/2 connection error from %s: %s", self.peer, error.reason)
-        self._write(
-            frame(
-                GOAWAY,
-                0,
-                0,
-                _GOAWAY.pack(self._last_stream_id, error.code) + error.reason.encode()[:256],
+        payload = _GOAWAY.pack(self._last_stream_id, error.code) + error.reason.encode()[:256]
+        self._write(frame(GOAWAY, 0, 0, payload))
+        self._linger()
+
+    # -- time -------------------------------------------------------------------------------
+
+    def _tick(self) -> None:
+        """Every so often: the handshake, idle, partial-frame, keepalive and age deadlines."""
+        self._timer = None
+        if self._closed:
+            return
+        now = self._loop.time()
+        if self._reads != self._reads_seen:
+            self._reads_seen = self._reads
+            self._last_read_at = now
+        reason = self._overdue(now)
+        if reason is not None:
+            self._fail(reason)
+            return
+        self._keep_alive(now)
+        self._police_age(now)
+        if not self._closed:
+            self._timer = self._loop.call_later(self._tick_interval, self._tick)
+
+    def _overdue(self, now: float) -> Http2Error | None:
+        limits = self._limits
+        if not self._settings_seen and now - self._created > limits.handshake_timeout:
+            return Http2Error(
+                PROTOCOL_ERROR,
+                f"no preface and SETTINGS within {limits.handshake_timeout:g} s"
+                " (--grpc-http2-handshake-timeout)",
             )
-        )
-        self.close()
+        if self._pending and now - self._partial_since > limits.frame_timeout:
+            return Http2Error(
+                PROTOCOL_ERROR,
+                f"a frame incomplete after {limits.frame_timeout:g} s (--grpc-http2-frame-timeout)",
+            )
+        if (
+            limits.idle_timeout
+            and not self._streams
+            and now - self._last_read_at > limits.idle_timeout
+        ):
+            return Http2Error(NO_ERROR, "idle")
+        if self._keepalive_out is not None and now - self._keepalive_out[1] > (
+            limits.keepalive_timeout
+        ):
+            return Http2Error(NO_ERROR, "keepalive watchdog timeout")
+        return None
+
+    def _keep_alive(self, now: float) -> None:
+        limits = self._limits
+        if self._keepalive_out is not None or now - self._last_read_at < limits.keepalive_time:
+            return
+        if self._sent != self._sent_at_keepalive:
+            self._sent_at_keepalive = self._sent
+            self._keepalive_pings = 0
+        if limits.max_pings_without_data and (
+            self._keepalive_pings >= limits.max_pings_without_data
+        ):
+            return
+        self._keepalive_pings += 1
+        payload = struct.pack(">Q", self._reads)
+        self._keepalive_out = (payload, now)
+        self._write(frame(PING, 0, 0, payload))
+
+    def _police_age(self, now: float) -> None:
+        limits = self._limits
+        if limits.max_connection_age is None:
+            return
+        if self._age_deadline is None:
+            if now - self._created >= limits.max_connection_age:
+                grace = limits.max_connection_age_grace
+                self._age_deadline = now + grace if grace is not None else float("inf")
+                self.go_away(NO_ERROR, "max_age")
+        elif now >= self._age_deadline:
+            self.close()
+
+
+def _tick_interval(limits: GrpcLimits) -> float:
+    """Often enough to meet the shortest deadline within a quarter of it, at most once a second."""
+    deadlines = [
+        limits.handshake_timeout,
+        limits.frame_timeout,
+        limits.keepalive_time,
+        limits.keepalive_timeout,
+    ]
+    deadlines += [t for t in (limits.idle_timeout, limits.max_connection_age) if t]
+    if limits.max_connection_age_grace:
+        deadlines.append(limits.max_connection_age_grace)
+    return min(1.0, max(0.02, min(deadlines) / 4))
 
 
 def _strip_padding(payload: bytes) -> bytes:

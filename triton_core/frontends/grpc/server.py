@@ -8,6 +8,7 @@ from typing import Final, Literal
 import grpc
 
 from triton_core.frontends.common import listen_socket
+from triton_core.frontends.grpc.limits import DEFAULT_LIMITS, GrpcLimits, grpcio_options
 from triton_core.frontends.grpc.servicer import GRPCInferenceServicer, HealthServicer, ServerAPI
 from triton_core.frontends.grpc.transport import GrpcServer, method_table
 from triton_core.frontends.restricted import Restrictions
@@ -34,14 +35,16 @@ def create_grpc_server(
     transport: Transport = "http2",
     restrictions: Restrictions | None = None,
     tls: TlsOptions | None = None,
+    limits: GrpcLimits = DEFAULT_LIMITS,
 ) -> GrpcServer | grpc.aio.Server:
     """A gRPC server with the inference and health services, bound but not started.
 
     Call it from the event loop that will run it, then ``await grpc_server.start()`` and, on
     shutdown, ``await grpc_server.stop(grace)`` on that same loop. ``reuse_port`` lets several
     worker processes share the port; it is off by default so that a port already in use is an
-    error. Both transports run the same servicers. ``restrictions``: the RPC groups that need
-    a metadata header (``--grpc-restricted-protocol``); ``tls``: the ``--grpc-use-ssl*`` flags.
+    error. Both transports run the same servicers, within the same ``limits``.
+    ``restrictions``: the RPC groups that need a metadata header
+    (``--grpc-restricted-protocol``); ``tls``: the ``--grpc-use-ssl*`` flags.
 
     Raises ``RuntimeError`` when the address cannot be bound, ``ValueError`` for TLS flags or
     files that cannot be used.
@@ -65,13 +68,17 @@ def create_grpc_server(
         except OSError as exc:
             raise RuntimeError(str(exc)) from exc
         grpc_server = GrpcServer(
-            methods, sock, ssl=ssl_context, ssl_handshake_timeout=tls.handshake_timeout_secs
+            methods,
+            sock,
+            limits,
+            ssl=ssl_context,
+            ssl_handshake_timeout=tls.handshake_timeout_secs,
         )
         log.info("gRPC frontend bound to %s:%d", address, grpc_server.port)
         return grpc_server
     if transport != "grpcio":
         raise ValueError(f"unknown gRPC transport '{transport}'; choose one of {TRANSPORTS}")
-    return _create_grpcio_server(inference, health, address, port, reuse_port, tls)
+    return _create_grpcio_server(inference, health, address, port, reuse_port, tls, limits)
 
 
 def _create_grpcio_server(
@@ -81,11 +88,12 @@ def _create_grpcio_server(
     port: int,
     reuse_port: bool,
     tls: TlsOptions,
+    limits: GrpcLimits,
 ) -> grpc.aio.Server:
     options = [
         ("grpc.max_send_message_length", MAX_MESSAGE_LENGTH),
-        ("grpc.max_receive_message_length", MAX_MESSAGE_LENGTH),
         ("grpc.so_reuseport", 1 if reuse_port else 0),
+        *grpcio_options(limits),
     ]
     if tls.enabled:
         timeout_ms = int(tls.handshake_timeout_secs * 1000)

@@ -9,6 +9,9 @@ protobuf descriptors. The context offers what grpc.aio's does for such handlers:
 Per call, the work in Python is small and fixed: a cached header block, one task, the
 message parsed by protobuf, and the answer written as three frames in one system call.
 Messages compressed with ``gzip`` or ``deflate`` are accepted; answers are not compressed.
+A request message is bounded by ``--grpc-max-message-size`` before it is buffered (from its
+5-byte prefix) and while it is inflated, and a client stream's messages wait in a bounded
+queue: past it, the stream's flow-control window stays shut until the handler catches up.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ import ssl as ssl_module
 import struct
 import zlib
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -38,6 +41,7 @@ from triton_core.frontends.grpc.http2 import (
     StreamHandler,
     encode_literal,
 )
+from triton_core.frontends.grpc.limits import DEFAULT_LIMITS, GrpcLimits
 
 log = logging.getLogger(__name__)
 
@@ -49,10 +53,32 @@ _ANSWER_HEADERS: Final = (
     + encode_literal("content-type", "application/grpc")
     + encode_literal("grpc-accept-encoding", "identity,deflate,gzip")
 )
-_DECOMPRESSORS: Final[dict[str, Callable[[bytes], bytes]]] = {
-    "gzip": lambda data: zlib.decompress(data, 16 + zlib.MAX_WBITS),
-    "deflate": zlib.decompress,
+
+
+class MessageTooLarge(Exception):
+    """A request message beyond the maximum message size."""
+
+
+def _inflater(wbits: int) -> Callable[[bytes | memoryview, int], bytes]:
+    def inflate(data: bytes | memoryview, limit: int) -> bytes:
+        """``data`` inflated, to ``limit`` bytes at most: a bomb stops at the limit."""
+        inflater = zlib.decompressobj(wbits)
+        out = inflater.decompress(data, limit + 1)
+        if len(out) > limit or inflater.unconsumed_tail:
+            raise MessageTooLarge(limit)
+        if not inflater.eof:
+            raise zlib.error("incomplete or truncated stream")
+        return out
+
+    return inflate
+
+
+_DECOMPRESSORS: Final = {
+    "gzip": _inflater(16 + zlib.MAX_WBITS),
+    "deflate": _inflater(zlib.MAX_WBITS),
 }
+#: messages a client stream may queue for its handler before its window stays shut
+_STREAM_QUEUE: Final = 16
 #: a message's 5-byte prefix: the compressed flag and the length
 _prefix: Final = struct.Struct(">BL").pack
 _TIMEOUT_UNITS: Final = {"H": 3600.0, "M": 60.0, "S": 1.0, "m": 1e-3, "u": 1e-6, "n": 1e-9}
@@ -148,17 +174,50 @@ def parse_timeout(value: str) -> float | None:
 
 
 class _RequestIterator:
-    """The messages of a client stream, as an async iterator for the handler."""
+    """The messages of a client stream, as an async iterator for the handler.
 
-    __slots__ = ("_ended", "_items", "_waiter")
+    Messages wait as they came (compressed or not) and are inflated and parsed when the
+    handler asks for them, so that what waits is what the client sent. Past
+    :data:`_STREAM_QUEUE` messages, or a window's bytes, the stream's window stays shut
+    until the handler catches up: a slow handler bounds what the client can make this side
+    hold.
+    """
 
-    def __init__(self) -> None:
-        self._items: deque[Message] = deque()
+    __slots__ = (
+        "_bytes",
+        "_conn",
+        "_decode",
+        "_ended",
+        "_held",
+        "_items",
+        "_stream_id",
+        "_waiter",
+        "_window",
+    )
+
+    def __init__(
+        self,
+        conn: Http2Connection,
+        stream_id: int,
+        decode: Callable[[int, bytes], Awaitable[Message | None]],
+        window: int,
+    ) -> None:
+        self._conn = conn
+        self._stream_id = stream_id
+        self._decode = decode  # None: the message was bad, and the call has failed
+        self._window = window
+        self._items: deque[tuple[int, bytes]] = deque()
+        self._bytes = 0
         self._waiter: asyncio.Future[None] | None = None
         self._ended = False
+        self._held = False
 
-    def push(self, message: Message) -> None:
-        self._items.append(message)
+    def push(self, compressed: int, payload: bytes) -> None:
+        self._items.append((compressed, payload))
+        self._bytes += len(payload)
+        if not self._held and (len(self._items) >= _STREAM_QUEUE or self._bytes >= self._window):
+            self._held = True
+            self._conn.hold_window(self._stream_id)
         self._wake()
 
     def end(self) -> None:
@@ -182,16 +241,27 @@ class _RequestIterator:
                 await self._waiter
             finally:
                 self._waiter = None
-        return self._items.popleft()
+        compressed, payload = self._items.popleft()
+        self._bytes -= len(payload)
+        if self._held and len(self._items) <= _STREAM_QUEUE // 2 and self._bytes < self._window:
+            self._held = False
+            self._conn.release_window(self._stream_id)
+        message = await self._decode(compressed, payload)
+        if message is None:
+            self._items.clear()
+            raise StopAsyncIteration
+        return message
 
 
 class _Call:
     """One RPC on one stream; also the servicer context its handler gets."""
 
     __slots__ = (
+        "_accounted",
         "_buffer",
         "_cancelled",
         "_code",
+        "_compressed",
         "_conn",
         "_deadline",
         "_decompress",
@@ -228,8 +298,10 @@ class _Call:
         self._headers = headers
         self._decompress = decompress
         self._buffer = bytearray()  # the part of a message that has arrived so far
+        self._accounted = 0  # the bytes of _buffer counted in the server's buffered input
         self._need = 0  # how many bytes complete that message
         self._unary_request: Message | None = None
+        self._compressed: bytes | None = None  # a unary request to inflate once it has ended
         self._requests: _RequestIterator | None = None
         self._task: asyncio.Task[None] | None = None
         self._pending: asyncio.Future[Any] | None = None  # what a callback handler awaits
@@ -246,7 +318,8 @@ class _Call:
             self._deadline = loop.time() + timeout
             self._timer = loop.call_at(self._deadline, self._deadline_exceeded)
         if method.client_streaming:
-            self._requests = _RequestIterator()
+            window = server.stream_window_size
+            self._requests = _RequestIterator(conn, stream_id, self._decode_queued, window)
             self._start(self._requests)
 
     # -- from the connection ----------------------------------------------------------------
@@ -258,6 +331,7 @@ class _Call:
             # a message spread over frames: gather it once, without re-copying each time
             self._buffer += data
             if len(self._buffer) < self._need and not end_stream:
+                self._account()
                 return
             buffer: bytes | memoryview = memoryview(bytes(self._buffer))
             self._buffer = bytearray()
@@ -267,6 +341,9 @@ class _Call:
         available = len(buffer)
         while available - position >= 5:
             length = int.from_bytes(buffer[position + 1 : position + 5], "big")
+            if length > self._server.max_message_size:  # before a byte of it is kept
+                self._fail_too_large(length)
+                return
             end = position + 5 + length
             if end > available:
                 break
@@ -278,12 +355,21 @@ class _Call:
         if position < available:
             self._buffer = bytearray(buffer[position:])
             self._need = end - position if available - position >= 5 else 5
+        if (self._buffer or self._accounted) and not self._account():
+            return
         if not end_stream:
             return
         if self._buffer:
             self._fail(grpc.StatusCode.INTERNAL, "the request stream ended inside a message")
         elif self._requests is not None:
             self._requests.end()
+        elif self._compressed is not None:
+            if self._task is None:
+                payload, self._compressed = self._compressed, None
+                self._task = asyncio.get_running_loop().create_task(
+                    self._inflate_then_start(payload)
+                )
+                self._server.track(self._task)
         elif self._unary_request is None:
             self._fail(grpc.StatusCode.INTERNAL, "the request carried no message")
         elif self._task is None:
@@ -292,6 +378,8 @@ class _Call:
     def stream_reset(self) -> None:
         if self._done:
             return
+        if self._accounted:
+            self._release_buffer()
         self._done = self._cancelled = True
         self._cancel_timer()
         if self._task is not None:
@@ -300,28 +388,55 @@ class _Call:
             self._pending.cancel()
 
     def _message_received(self, compressed: int, payload: bytes | memoryview) -> bool:
-        if compressed:
-            if self._decompress is None:
-                self._fail(grpc.StatusCode.INTERNAL, "a compressed message without grpc-encoding")
-                return False
-            try:
-                payload = self._decompress(payload)
-            except zlib.error as exc:
-                self._fail(grpc.StatusCode.INTERNAL, f"failed to decompress the message: {exc}")
-                return False
-        try:
-            message = self._method.request_type.FromString(payload)
-        except DecodeError:
-            self._fail(grpc.StatusCode.INTERNAL, "Exception deserializing request!")
-            return False
         if self._requests is not None:
-            self._requests.push(message)
-        elif self._unary_request is None:
-            self._unary_request = message
-        else:
+            self._requests.push(compressed, bytes(payload))  # decoded when the handler asks
+            return True
+        if self._unary_request is not None or self._compressed is not None:
             self._fail(grpc.StatusCode.INTERNAL, "more than one message for a unary call")
             return False
-        return True
+        if compressed:
+            self._compressed = bytes(payload)  # inflated off the event loop at the end
+            return True
+        self._unary_request = self._parse(payload)
+        return self._unary_request is not None
+
+    def _parse(self, payload: bytes | memoryview) -> Message | None:
+        """The request message; None when it does not parse (the call has failed)."""
+        try:
+            return self._method.request_type.FromString(payload)
+        except DecodeError:
+            self._fail(grpc.StatusCode.INTERNAL, "Exception deserializing request!")
+            return None
+
+    async def _inflate(self, payload: bytes) -> bytes | None:
+        """``payload`` inflated in a worker thread (zlib lets the GIL go), so that a large
+        message does not stall the event loop; None when it fails (the call has failed)."""
+        if self._decompress is None:
+            self._fail(grpc.StatusCode.INTERNAL, "a compressed message without grpc-encoding")
+            return None
+        loop = asyncio.get_running_loop()
+        limit = self._server.max_message_size
+        try:
+            return await loop.run_in_executor(None, self._decompress, payload, limit)
+        except MessageTooLarge:
+            self._fail_too_large(None)
+        except zlib.error as exc:
+            self._fail(grpc.StatusCode.INTERNAL, f"failed to decompress the message: {exc}")
+        return None
+
+    async def _decode_queued(self, compressed: int, payload: bytes) -> Message | None:
+        """A client stream's message, when its handler asks for it."""
+        if compressed:
+            inflated = await self._inflate(payload)
+            return None if inflated is None else self._parse(inflated)
+        return self._parse(payload)
+
+    async def _inflate_then_start(self, payload: bytes) -> None:
+        inflated = await self._inflate(payload)
+        request = None if inflated is None else self._parse(inflated)
+        if request is not None and not self._done:
+            self._task = None
+            self._start(request)
 
     # -- running the handler ----------------------------------------------------------------
 
@@ -375,6 +490,8 @@ class _Call:
         data = response.SerializeToString()
         self._done = True
         self._cancel_timer()
+        if self._accounted:
+            self._release_buffer()
         headers = None if self._headers_sent else _ANSWER_HEADERS
         self._headers_sent = True
         trailers = encode_status(self._code or _OK, self._details, self._trailing)
@@ -386,6 +503,8 @@ class _Call:
             return
         self._done = True
         self._cancel_timer()
+        if self._accounted:
+            self._release_buffer()
         trailers = encode_status(code, details, self._trailing)
         if not self._headers_sent:
             self._headers_sent = True
@@ -398,6 +517,35 @@ class _Call:
             self._task.cancel()
         if self._pending is not None:
             self._pending.cancel()
+
+    def _account(self) -> bool:
+        """Count the partial message in the server's buffered input; False: over the bound."""
+        server = self._server
+        size = len(self._buffer)
+        server.buffered_input += size - self._accounted
+        self._accounted = size
+        if size and server.buffered_input > server.max_buffered_input:
+            self._fail(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"the server holds more than {server.max_buffered_input} bytes of request"
+                " messages still arriving (--grpc-max-buffered-input)",
+            )
+            return False
+        return True
+
+    def _release_buffer(self) -> None:
+        self._server.buffered_input -= self._accounted
+        self._accounted = 0
+        self._buffer = bytearray()
+
+    def _fail_too_large(self, length: int | None) -> None:
+        limit = self._server.max_message_size
+        size = f"{length}" if length is not None else f"more than {limit} once inflated"
+        self._buffer = bytearray()
+        self._fail(
+            grpc.StatusCode.RESOURCE_EXHAUSTED,
+            f"Received message larger than max ({size} vs. {limit})",
+        )
 
     def _deadline_exceeded(self) -> None:
         self._timer = None
@@ -529,6 +677,7 @@ class GrpcServer:
         self,
         methods: dict[str, RpcMethod],
         sock: socket.socket,
+        limits: GrpcLimits = DEFAULT_LIMITS,
         *,
         ssl: ssl_module.SSLContext | None = None,
         ssl_handshake_timeout: float = 10.0,
@@ -538,6 +687,12 @@ class GrpcServer:
         #: TLS (ALPN h2) when set; a handshake longer than the timeout closes its connection
         self._ssl = ssl
         self._ssl_handshake_timeout = ssl_handshake_timeout
+        self._limits = limits
+        self.max_message_size = limits.max_message_size
+        self.max_buffered_input = limits.max_buffered_input
+        self.stream_window_size = limits.stream_window_size
+        #: bytes of request messages received in part, over all calls
+        self.buffered_input = 0
         self._server: asyncio.Server | None = None
         self._connections: set[Http2Connection] = set()
         self._tasks: set[asyncio.Task[None]] = set()
@@ -592,7 +747,11 @@ class GrpcServer:
         task.add_done_callback(self._tasks.discard)
 
     def _connection(self) -> Http2Connection:
-        conn = Http2Connection(self._open_stream, self._connections.discard)
+        conn = Http2Connection(self._open_stream, self._connections.discard, self._limits)
+        if len(self._connections) >= self._limits.max_connections:
+            limit = self._limits.max_connections
+            conn.refuse(f"more than {limit} connections (--grpc-max-connections)")
+            return conn
         self._connections.add(conn)
         return conn
 
