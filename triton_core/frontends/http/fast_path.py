@@ -22,6 +22,7 @@ from triton_core.frontends.http.app import (
     error_body,
     infer_body,
 )
+from triton_core.frontends.http.codec import DEFAULT_JSON_LIMITS, JsonLimits
 
 logger = logging.getLogger(__name__)
 
@@ -148,10 +149,17 @@ def plain_infer_request(
 class InferFastPath:
     """An ASGI app: the plain infer case here, the rest to ``app`` (the falcon app)."""
 
-    def __init__(self, app: ASGIApp, server: InferenceServerAPI, max_input_size: int) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        server: InferenceServerAPI,
+        max_input_size: int,
+        json_limits: JsonLimits = DEFAULT_JSON_LIMITS,
+    ) -> None:
         self.app = app
         self.server = server
         self.max_input_size = max_input_size
+        self.json_limits = json_limits
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if (
@@ -185,7 +193,7 @@ class InferFastPath:
             if body is None:
                 return  # the client went away
             data, headers = await infer_body(
-                self.server, model_name, model_version, body, header_length
+                self.server, model_name, model_version, body, header_length, self.json_limits
             )
             status, headers_out = 200, wire_headers(headers)
         except Exception as exc:
@@ -213,9 +221,14 @@ async def _read_body(receive: Receive) -> bytes | None:
     return b"".join(chunks)
 
 
-def create_asgi_app(server: InferenceServerAPI, *, max_input_size: int = 1 << 26) -> InferFastPath:
+def create_asgi_app(
+    server: InferenceServerAPI,
+    *,
+    max_input_size: int = 1 << 26,
+    json_limits: JsonLimits = DEFAULT_JSON_LIMITS,
+) -> InferFastPath:
     """The HTTP frontend as served: the falcon app behind the infer fast path."""
     from triton_core.frontends.http.app import create_app
 
-    app = create_app(server, max_input_size=max_input_size)
-    return InferFastPath(app, server, max_input_size)
+    app = create_app(server, max_input_size=max_input_size, json_limits=json_limits)
+    return InferFastPath(app, server, max_input_size, json_limits)
