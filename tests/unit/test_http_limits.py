@@ -157,22 +157,24 @@ async def test_a_header_that_never_ends_is_refused_while_it_arrives() -> None:
         reader, writer = await served.connect()
         writer.write(b"POST /v2/models/simple/infer HTTP/1.1\r\nX-Huge: ")
 
-        async def send_forever() -> int:
+        answered = asyncio.Event()
+
+        async def send_until_answered() -> int:
             sent = 0
-            try:
-                for _ in range(1000):  # at most 1 MiB
-                    writer.write(b"h" * 1024)
-                    await writer.drain()
-                    sent += 1024
-                    await asyncio.sleep(0.001)
-            except ConnectionError:
-                pass
+            for _ in range(1000):  # at most 1 MiB
+                if answered.is_set():
+                    break
+                writer.write(b"h" * 1024)
+                await writer.drain()
+                sent += 1024
+                await asyncio.sleep(0.001)
             return sent
 
-        sending = asyncio.create_task(send_forever())
+        sending = asyncio.create_task(send_until_answered())
         status, message = await refusal(reader)
+        answered.set()
         assert status == 431 and "--http-max-header-size" in message
-        assert await sending < 1000 * 1024  # stopped by the server long before the end
+        assert await sending < 1000 * 1024  # answered long before the end
         writer.close()
 
 
@@ -188,6 +190,19 @@ async def test_an_over_limit_content_length_gets_413_without_100_continue(path: 
         assert status == 413 and "1000000000 bytes" in message and "4096" in message
         writer.close()
         assert served.asgi_calls == 0  # refused before any app saw it
+
+
+async def test_a_client_that_sends_its_whole_over_limit_body_still_reads_the_413() -> None:
+    """The refused connection drops what still arrives for a while instead of closing at
+    once: closing with unread bytes would reset the connection and lose the answer."""
+    async with Served(limits=LIMITS) as served:
+        for _ in range(5):
+            reader, writer = await served.connect()
+            writer.write(infer_request(b"x" * 200_000))  # all of it, then read
+            await writer.drain()
+            status, message = await refusal(reader)
+            assert status == 413 and "200000 bytes" in message
+            writer.close()
 
 
 async def test_a_chunked_body_over_the_limit_gets_413() -> None:
@@ -278,3 +293,61 @@ async def test_a_large_json_body_is_decoded_off_the_loop() -> None:
             assert status == 200 and len(json.loads(body)["outputs"][0]["data"]) == len(values)
         writer.close()
     assert len(threads) == 1 and threads[0].startswith("http-decode")
+
+
+def test_the_flags_reach_the_limits_and_bad_values_are_refused(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from triton_core.cli import build_parser
+
+    parser = build_parser()
+    flags = {
+        "--http-header-timeout-secs": "2.5",
+        "--http-body-timeout-secs": "4",
+        "--http-keepalive-timeout-secs": "9",
+        "--http-max-header-size": "1000",
+        "--http-max-header-count": "7",
+        "--http-max-connections": "3",
+        "--http-max-json-elements": "50",
+        "--http-max-json-depth": "5",
+    }
+    args = parser.parse_args(
+        ["serve", "--model-repository", "r", *[x for item in flags.items() for x in item]]
+    )
+    assert (args.http_header_timeout_secs, args.http_body_timeout_secs) == (2.5, 4.0)
+    assert args.http_keepalive_timeout_secs == 9.0
+    assert (args.http_max_header_size, args.http_max_header_count) == (1000, 7)
+    assert (args.http_max_connections, args.http_max_json_elements) == (3, 50)
+    assert args.http_max_json_depth == 5
+    for flag, value in [
+        ("--http-header-timeout-secs", "0"),
+        ("--http-max-connections", "-1"),
+        ("--http-max-json-depth", "1000"),
+        ("--http-max-header-size", "big"),
+    ]:
+        with pytest.raises(SystemExit):
+            parser.parse_args(["serve", "--model-repository", "r", flag, value])
+        assert flag in capsys.readouterr().err
+
+
+def test_the_open_files_limit_is_raised_to_the_hard_limit() -> None:
+    import resource
+    import subprocess
+    import sys
+
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    script = (
+        "import logging, resource\n"
+        "from triton_core.frontends.runner import raise_open_files_limit\n"
+        "logging.basicConfig(level=logging.INFO)\n"
+        "hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]\n"
+        "resource.setrlimit(resource.RLIMIT_NOFILE, (64, hard))\n"
+        "raise_open_files_limit()\n"
+        "print(resource.getrlimit(resource.RLIMIT_NOFILE)[0])\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True
+    )
+    expected = hard if hard != resource.RLIM_INFINITY else 1 << 20
+    assert int(done.stdout) == expected
+    assert "raised the open files limit (RLIMIT_NOFILE) from 64" in done.stderr

@@ -83,6 +83,11 @@ class _Refused(Exception):
         self.message = message
 
 
+#: seconds a connection refused while its client may still be sending is still read, what
+#: arrives dropped, so that the client reads the answer rather than a reset (as nginx's
+#: lingering close)
+_LINGER_SECS: Final = 2.0
+
 # what a connection is doing, for its deadlines
 _IDLE: Final = 0  # between requests: the keep-alive timeout applies
 _HEADERS: Final = 1  # reading a request line and headers: the header deadline applies
@@ -406,6 +411,8 @@ class HttpProtocol(HttpToolsProtocol):
     _header_count: int = 0
     _header_chunks: int = 0
     _body_bytes: int = 0
+    #: refused and answered: what still arrives is dropped until the connection closes
+    _lingering: bool = False
 
     #: digits of the body size limit: a Content-Length with fewer is within it
     _body_size_digits: ClassVar[int] = len(str(limits.max_body_size))
@@ -437,6 +444,8 @@ class HttpProtocol(HttpToolsProtocol):
         deadlines.start(loop)
 
     def data_received(self, data: bytes) -> None:
+        if self._lingering:
+            return
         self._idle_since = None  # busy until the next answer is complete
         begun = self._begun
         try:
@@ -444,7 +453,7 @@ class HttpProtocol(HttpToolsProtocol):
         except httptools.HttpParserCallbackError as exc:
             refused = exc.__context__
             if isinstance(refused, _Refused):
-                self._refuse(refused.status, refused.message)
+                self._refuse(refused.status, refused.message, linger=True)
             else:
                 self._bad_request()
             return
@@ -461,7 +470,7 @@ class HttpProtocol(HttpToolsProtocol):
             # the whole chunk belongs to headers that are still not complete
             self._header_chunks += len(data)
             if self._header_chunks > self.limits.max_header_size:
-                self._refuse(431, self._header_size_message())
+                self._refuse(431, self._header_size_message(), linger=True)
 
     def _bad_request(self) -> None:
         message = "Invalid HTTP request received."
@@ -648,22 +657,39 @@ class HttpProtocol(HttpToolsProtocol):
             )
         self._refuse(408, message)
 
-    def _refuse(self, status: int, message: str) -> None:
-        """End the connection, answering ``status`` first when no other answer is owed."""
+    def _refuse(self, status: int, message: str, linger: bool = False) -> None:
+        """End the connection, answering ``status`` first when no other answer is owed.
+
+        ``linger``: the client may still be sending; read and drop what it sends for a
+        while after the answer, so that closing does not reset the answer away.
+        """
         phase, self._phase = self._phase, _BUSY
         if self.transport.is_closing():
             return
         logger.debug("HTTP %d to %s: %s", status, self.client, message)
         cycle = self.cycle
-        if self._can_answer(cycle, phase):
+        answered = self._can_answer(cycle, phase)
+        if answered:
             lines = default_header_lines(self.server_state.default_headers)
             self.transport.write_whole(_refusal(status, message, lines))
-        self.transport.close()
+        if answered and linger:
+            self._linger()
+        else:
+            self.transport.close()
         if isinstance(cycle, _InferCycle):
             cycle.lost()
         elif cycle is not None and not cycle.response_complete:
             cycle.disconnected = True  # the app's next receive() says so
             cycle.message_event.set()
+
+    def _linger(self) -> None:
+        """Send the end of the stream after the answer, drop what arrives, close soon."""
+        self._lingering = True
+        transport = self.transport
+        if transport.can_write_eof():
+            transport.write_eof()
+        self.flow.resume_reading()
+        self.loop.call_later(_LINGER_SECS, transport.close)
 
     def _can_answer(self, cycle: Any, phase: int) -> bool:
         """Whether an answer may go now: none is owed before it and none was begun for the
