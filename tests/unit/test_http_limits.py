@@ -351,3 +351,52 @@ def test_the_open_files_limit_is_raised_to_the_hard_limit() -> None:
     expected = hard if hard != resource.RLIM_INFINITY else 1 << 20
     assert int(done.stdout) == expected
     assert "raised the open files limit (RLIMIT_NOFILE) from 64" in done.stderr
+
+
+async def test_a_client_that_takes_no_answers_is_read_no_more_then_closed() -> None:
+    """Answers waiting for a client that does not read stay bounded: the server stops
+    reading its requests, and closes the connection once the answers stall a body timeout."""
+    import dataclasses
+    import socket
+
+    limits = dataclasses.replace(LIMITS, body_timeout=1.0, max_body_size=1 << 20)
+    async with Served(limits=limits) as served:
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.connect(("127.0.0.1", served.port))
+        sock.setblocking(False)
+        _, writer = await asyncio.open_connection(sock=sock)
+        request = infer_request(json_infer([1.5] * 2000))  # about 10 KB, and its answer too
+
+        async def flood() -> int:
+            sent = 0
+            try:
+                for _ in range(2000):  # 20 MB of requests, 20 MB of answers
+                    if writer.transport.is_closing():
+                        break
+                    writer.write(request)
+                    await writer.drain()
+                    sent += 1
+            except ConnectionError:
+                pass
+            return sent
+
+        sending = asyncio.create_task(flood())
+        connection = await until(lambda: next(iter(served.server.server_state.connections), None))
+        await until(lambda: connection.flow.write_paused and connection.flow.read_paused)
+        assert connection.transport.get_write_buffer_size() < 1 << 20
+        assert len(connection.pipeline) < 100  # requests read ahead: about a read's worth
+        await until(lambda: not served.server.server_state.connections)  # closed, unread
+        assert served.server.server_state.total_requests < 1000  # the rest were never read
+        await asyncio.wait_for(sending, 10)
+        writer.close()
+
+
+async def until(condition: Any, limit: float = 10.0) -> Any:
+    """``condition()`` once it is true, polled until ``limit`` seconds have passed."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + limit
+    while not (value := condition()):
+        assert loop.time() < deadline, "condition not met in time"
+        await asyncio.sleep(0.02)
+    return value

@@ -413,6 +413,8 @@ class HttpProtocol(HttpToolsProtocol):
     _body_bytes: int = 0
     #: refused and answered: what still arrives is dropped until the connection closes
     _lingering: bool = False
+    #: loop time the transport last asked to stop writing (its buffer is full)
+    _write_paused_since: float = 0.0
 
     #: digits of the body size limit: a Content-Length with fewer is within it
     _body_size_digits: ClassVar[int] = len(str(limits.max_body_size))
@@ -606,8 +608,11 @@ class HttpProtocol(HttpToolsProtocol):
         self.server_state.total_requests += 1
         if self.transport.is_closing():
             return
-        if self.flow.read_paused:
-            self.flow.resume_reading()
+        flow = self.flow
+        if flow.write_paused:  # the client does not take its answers: read no more requests
+            flow.pause_reading()
+        elif flow.read_paused and len(self.pipeline) <= 1:  # read more once none is queued
+            flow.resume_reading()
         if self.pipeline:
             cycle, app = self.pipeline.pop()
             self._start_asgi_task(cycle, app)
@@ -632,8 +637,26 @@ class HttpProtocol(HttpToolsProtocol):
         else:
             self.transport.close()
 
+    def pause_writing(self) -> None:
+        super().pause_writing()
+        self._write_paused_since = self.loop.time()
+
+    def resume_writing(self) -> None:
+        super().resume_writing()
+        cycle = self.cycle
+        answered = cycle is None or cycle.response_complete
+        if self.flow.read_paused and not self.pipeline and answered:
+            self.flow.resume_reading()  # paused for want of a reader of the answers: go on
+
     def check_deadlines(self, now: float) -> None:
-        """408 and close when the headers or the body owed are late (see :class:`_Deadlines`)."""
+        """408 and close when the headers or the body owed are late (see :class:`_Deadlines`);
+        close when the client has taken none of its answer for as long as a body may stall."""
+        if self.flow.write_paused:
+            if now - self._write_paused_since >= self.limits.body_timeout:
+                logger.debug("HTTP client %s took no answer bytes: closing", self.client)
+                self._phase = _BUSY
+                self.transport.abort()
+            return
         phase = self._phase
         if phase != _HEADERS and phase != _BODY:
             return
