@@ -342,7 +342,7 @@ def test_the_open_files_limit_is_raised_to_the_hard_limit() -> None:
         "logging.basicConfig(level=logging.INFO)\n"
         "hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]\n"
         "resource.setrlimit(resource.RLIMIT_NOFILE, (64, hard))\n"
-        "raise_open_files_limit()\n"
+        "raise_open_files_limit(100)\n"
         "print(resource.getrlimit(resource.RLIMIT_NOFILE)[0])\n"
     )
     done = subprocess.run(
@@ -351,6 +351,14 @@ def test_the_open_files_limit_is_raised_to_the_hard_limit() -> None:
     expected = hard if hard != resource.RLIM_INFINITY else 1 << 20
     assert int(done.stdout) == expected
     assert "raised the open files limit (RLIMIT_NOFILE) from 64" in done.stderr
+    if expected >= 100 + 256:
+        assert "too low" not in done.stderr
+    low = script.replace("(64, hard)", "(64, 64)")  # nothing to raise: too few for 100
+    done = subprocess.run(
+        [sys.executable, "-c", low], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert int(done.stdout) == 64
+    assert "too low for --http-max-connections 100" in done.stderr
 
 
 async def test_a_client_that_takes_no_answers_is_read_no_more_then_closed() -> None:

@@ -7,6 +7,7 @@ import logging
 import signal
 import socket
 from dataclasses import dataclass, field
+from typing import Final
 
 from triton_core.errors import TritonError
 from triton_core.frontends.common import listen_socket
@@ -64,20 +65,35 @@ def _check_ports(options: FrontendOptions) -> None:
         seen[port] = (name, flag)
 
 
-def raise_open_files_limit() -> None:
-    """Raise the soft limit on open files to the hard one: each connection holds one."""
+#: files the server keeps open besides HTTP connections (gRPC, models, logs), a guess
+_OTHER_FILES: Final = 256
+
+
+def raise_open_files_limit(connections: int = 0) -> int:
+    """Raise the soft limit on open files to the hard one (each connection holds one), and
+    warn when it leaves too few for ``connections``; the limit now."""
     import resource
 
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     target = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
-    if soft == resource.RLIM_INFINITY or soft >= target:
-        return
-    try:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
-    except (ValueError, OSError) as exc:
-        logger.warning("could not raise the open files limit from %d to %d: %s", soft, target, exc)
-        return
-    logger.info("raised the open files limit (RLIMIT_NOFILE) from %d to %d", soft, target)
+    if soft != resource.RLIM_INFINITY and soft < target:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        except (ValueError, OSError) as exc:
+            logger.warning(
+                "could not raise the open files limit from %d to %d: %s", soft, target, exc
+            )
+        else:
+            logger.info("raised the open files limit (RLIMIT_NOFILE) from %d to %d", soft, target)
+            soft = target
+    if soft != resource.RLIM_INFINITY and soft < connections + _OTHER_FILES:
+        logger.warning(
+            "the open files limit (%d) is too low for --http-max-connections %d: connections "
+            "will be refused by the system before the server's limit",
+            soft,
+            connections,
+        )
+    return soft
 
 
 def _http_limits(options: FrontendOptions):  # type: ignore[no-untyped-def]
@@ -96,7 +112,7 @@ def _http_limits(options: FrontendOptions):  # type: ignore[no-untyped-def]
 async def serve(server: Server, options: FrontendOptions) -> int:
     """Start the server and its frontends; return the exit code once a signal stops them."""
     _check_ports(options)
-    raise_open_files_limit()
+    raise_open_files_limit(options.http_max_connections if options.allow_http else 0)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
