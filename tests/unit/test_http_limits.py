@@ -91,6 +91,20 @@ async def test_a_slow_body_that_keeps_coming_is_not_timed_out() -> None:
         writer.close()
 
 
+async def test_line_breaks_between_requests_do_not_hold_a_connection_open() -> None:
+    """The parser skips line breaks before a request: they start the header deadline."""
+    async with Served(limits=LIMITS) as served:
+        reader, writer = await served.connect()
+        writer.write(infer_request(json_infer([1])))
+        assert (await read_answer(reader))[0] == 200
+        sending = asyncio.create_task(drip(writer, b"\r\n" * 100, 0.05))  # 5 s of them
+        status, message = await refusal(reader)
+        assert status == 408 and "--http-header-timeout-secs" in message
+        assert not sending.done()
+        await sending
+        writer.close()
+
+
 async def test_an_idle_keep_alive_connection_is_not_held_to_the_header_deadline() -> None:
     async with Served(limits=LIMITS) as served:
         reader, writer = await served.connect()

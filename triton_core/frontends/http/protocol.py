@@ -449,6 +449,9 @@ class HttpProtocol(HttpToolsProtocol):
         if self._lingering:
             return
         self._idle_since = None  # busy until the next answer is complete
+        if self._phase == _IDLE:  # bytes of the next request (or line breaks before it)
+            self._phase = _HEADERS
+            self._phase_since = self.loop.time()
         begun = self._begun
         try:
             self.parser.feed_data(data)
