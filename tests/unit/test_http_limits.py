@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gzip
 import json
 from typing import Any
 
@@ -288,25 +289,47 @@ def test_the_limits_a_protocol_class_carries() -> None:
     assert limited._body_size_digits == 4
 
 
-async def test_a_large_json_body_is_decoded_off_the_loop() -> None:
+@pytest.mark.parametrize("gzipped", [False, True], ids=["fast-path", "falcon-path"])
+async def test_a_large_json_body_is_decoded_off_the_loop(
+    monkeypatch: pytest.MonkeyPatch, gzipped: bool
+) -> None:
+    """Small bodies are decoded on the loop; large ones in a decoding thread, with what they
+    need of the server (the model's inputs) read before, on the loop."""
     import threading
 
-    threads: list[str] = []
+    from triton_core.frontends.http import app
+
+    decoded_in: list[str] = []
+    asked_in: list[str] = []
+    decode = app.decode_request
+
+    def recording_decode(*args: Any) -> Any:
+        decoded_in.append(threading.current_thread().name)
+        return decode(*args)
+
+    monkeypatch.setattr(app, "decode_request", recording_decode)
     async with Served(limits=HttpLimits()) as served:
         metadata = served.stub.model_metadata
 
-        def recording(name: str, version: int = -1) -> Any:
-            threads.append(threading.current_thread().name)
+        def recording_metadata(name: str, version: int = -1) -> Any:
+            asked_in.append(threading.current_thread().name)
             return metadata(name, version)
 
-        served.stub.model_metadata = recording  # type: ignore[method-assign]
+        served.stub.model_metadata = recording_metadata  # type: ignore[method-assign]
         reader, writer = await served.connect()
-        for values in ([1.0] * 4, [1.0] * 40000):  # small on the loop, large in a thread
-            writer.write(infer_request(json_infer(values)))
+        for values in ([1.0] * 4, [1.0] * 40000):
+            payload = json_infer(values)
+            if gzipped:
+                writer.write(infer_request(gzip.compress(payload), CONTENT_ENCODING="gzip"))
+            else:
+                writer.write(infer_request(payload))
             status, _, body = await read_answer(reader)
             assert status == 200 and len(json.loads(body)["outputs"][0]["data"]) == len(values)
         writer.close()
-    assert len(threads) == 1 and threads[0].startswith("http-decode")
+        assert served.asgi_calls == (2 if gzipped else 0)
+    loop_thread = threading.current_thread().name
+    assert decoded_in[0] == loop_thread and decoded_in[1].startswith("http-decode")
+    assert asked_in == [loop_thread]  # only for the large one, and on the loop
 
 
 def test_the_flags_reach_the_limits_and_bad_values_are_refused(

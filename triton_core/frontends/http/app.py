@@ -321,9 +321,13 @@ def decode_infer_body(
         )
 
     def model_inputs() -> list[str]:
-        return [tensor.name for tensor in server.model_metadata(model_name, model_version).inputs]
+        return model_input_names(server, model_name, model_version)
 
     return decode_request(model_name, model_version, body, length, json_limits, model_inputs)
+
+
+def model_input_names(server: InferenceServerAPI, model_name: str, model_version: int) -> list[str]:
+    return [tensor.name for tensor in server.model_metadata(model_name, model_version).inputs]
 
 
 def decodes_off_loop(body: bytes, header_length: str | None) -> bool:
@@ -347,13 +351,23 @@ def decode_in_thread(
     header_length: str | None,
     json_limits: JsonLimits,
 ) -> asyncio.Future[DecodedRequest]:
-    """:func:`decode_infer_body` in one of a few decoding threads, as a future of the loop."""
+    """:func:`decode_infer_body` in one of a few decoding threads, as a future of the loop.
+
+    What it needs of the server is read first, here on the loop: the server is not made to
+    be read from other threads while the loop changes it (a model loading).
+    """
     global _decoder
     if _decoder is None:
         _decoder = ThreadPoolExecutor(_DECODE_THREADS, thread_name_prefix="http-decode")
-    decode = functools.partial(
-        decode_infer_body, server, model_name, model_version, body, header_length, json_limits
-    )
+    length = _header_length(header_length, len(body))
+    if length == 0:
+        config = server.model_config_json(model_name, model_version)
+        decode = functools.partial(decode_raw_request, model_name, model_version, body, config)
+    else:
+        names = model_input_names(server, model_name, model_version)
+        decode = functools.partial(
+            decode_request, model_name, model_version, body, length, json_limits, lambda: names
+        )
     return asyncio.get_running_loop().run_in_executor(_decoder, decode)
 
 
