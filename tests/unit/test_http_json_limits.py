@@ -111,3 +111,21 @@ def test_small_requests_do_not_ask_for_the_model() -> None:
         "A",
         "B",
     }
+
+
+def test_generate_requests_are_held_to_the_same_limits() -> None:
+    from tests.unit.test_http_generate import LLM
+    from triton_core.frontends.http.generate import decode_generate_request
+
+    deep = b'{"text_input": "hi", "junk": ' + b"[" * 5000 + b"]" * 5000 + b"}"
+    error = error_of(decode_generate_request, "llm", -1, deep, LLM)
+    assert error.status is Status.INVALID_ARG  # was a RecursionError: a 500
+    nested = b'{"text_input": "hi", "junk": ' + b"[" * 40 + b"]" * 40 + b"}"
+    assert (
+        "--http-max-json-depth" in error_of(decode_generate_request, "llm", -1, nested, LLM).message
+    )
+    many = b'{"text_input": "hi", "junk": [' + b"1," * 100 + b"1]}"
+    error = error_of(decode_generate_request, "llm", -1, many, LLM, SMALL)
+    assert "--http-max-json-elements" in error.message
+    fits = decode_generate_request("llm", -1, b'{"text_input": "hi", "max_tokens": 3}', LLM, SMALL)
+    assert set(fits.inputs) == {"text_input", "max_tokens"}

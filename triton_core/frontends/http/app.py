@@ -105,8 +105,10 @@ def create_app(
 
     model = _ModelResource(server, max_input_size, json_limits)
     generate_routes = {
-        "generate": GenerateResource(server, max_input_size, streaming=False),
-        "generate_stream": GenerateResource(server, max_input_size, streaming=True),
+        kind: GenerateResource(
+            server, max_input_size, streaming=kind.endswith("stream"), json_limits=json_limits
+        )
+        for kind in ("generate", "generate_stream")
     }
     for prefix in ("/v2/models/{model_name}", "/v2/models/{model_name}/versions/{version:digits}"):
         app.add_route(prefix, model)
