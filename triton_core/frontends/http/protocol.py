@@ -528,9 +528,13 @@ class HttpProtocol(HttpToolsProtocol):
         length = self._deciding.get(b"content-length")
         if length is not None and len(length) >= self._body_size_digits:
             self._check_body_size(int(length) if length.isdigit() else 0)
+        cycle = self._infer_cycle()
+        if cycle is None:
+            version = self.parser.get_http_version()
+            if version != "1.1" and version != "1.0":  # falcon raises on others: a 500
+                raise _Refused(505, f"HTTP/{version} is not supported; HTTP/1.1 and 1.0 are")
         self._phase = _BODY
         self._phase_since = self.loop.time()
-        cycle = self._infer_cycle()
         if cycle is None:
             self._make_scope()
             super().on_headers_complete()
