@@ -129,3 +129,35 @@ def test_generate_requests_are_held_to_the_same_limits() -> None:
     assert "--http-max-json-elements" in error.message
     fits = decode_generate_request("llm", -1, b'{"text_input": "hi", "max_tokens": 3}', LLM, SMALL)
     assert set(fits.inputs) == {"text_input", "max_tokens"}
+
+
+def binary_bytes_request(shape: list[int], blob: bytes) -> tuple[bytes, int]:
+    binary = {"name": "X", "datatype": "BYTES", "shape": shape,
+              "parameters": {"binary_data_size": len(blob)}}  # fmt: skip
+    header = orjson.dumps({"inputs": [binary]})
+    return header + blob, len(header)
+
+
+def test_binary_bytes_elements_are_held_to_the_element_cap() -> None:
+    """Each BYTES element becomes an object, as a JSON value does: the same cap holds."""
+    body, length = binary_bytes_request([100], b"\0\0\0\0" * 100)
+    error = error_of(decode_request, "m", -1, body, length, SMALL)
+    assert "has 100 BYTES elements, more than the limit of 64 (--http-max-json-elements)" in (
+        error.message
+    )
+    body, length = binary_bytes_request([64], b"\1\0\0\0a" * 64)
+    assert decode_request("m", -1, body, length, SMALL).request.inputs["X"].data.shape == (64,)
+
+
+def test_more_bytes_elements_than_the_shape_says_are_not_all_decoded() -> None:
+    import tracemalloc
+
+    body, length = binary_bytes_request([1], b"\0\0\0\0" * 1_000_000)  # a million, not one
+    tracemalloc.start()
+    try:
+        error = error_of(decode_request, "m", -1, body, length)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert "holds more than 1 elements, expected 1" in error.message
+    assert peak < 1 << 20  # not a list of a million elements (8 MB of pointers alone)

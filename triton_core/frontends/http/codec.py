@@ -295,6 +295,12 @@ def _plan_header(
                     f"Unable to parse 'binary_data_size' for input '{name}' for model "
                     f"'{model_name}'"
                 )
+            if datatype == "BYTES" and count > limits.max_elements:
+                # each element becomes an object, as a JSON value does: the same cap
+                raise invalid_arg(
+                    f"input '{name}' for model '{model_name}' has {count} BYTES elements, more "
+                    f"than the limit of {limits.max_elements} (--http-max-json-elements)"
+                )
         else:
             array = _array_from_json(
                 input_json.get("data"), datatype, dtype, shape, count, name, model_name
