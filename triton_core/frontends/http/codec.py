@@ -64,7 +64,8 @@ class JsonLimits(NamedTuple):
     """Caps on a request's JSON: elements are counted before it is parsed, depth after."""
 
     #: ``--http-max-json-elements``: the ``,``, ``[`` and ``{`` of the JSON, at least one
-    #: per value; bounds what parsing can allocate (under ~120 bytes each at worst)
+    #: per value; bounds what parsing can allocate (under ~120 bytes each at worst). Also
+    #: the elements of a binary BYTES input, each an object too
     max_elements: int = 1 << 20
     #: ``--http-max-json-depth``: arrays and objects nested in one another
     max_depth: int = 32
