@@ -404,6 +404,38 @@ def test_a_connection_flood_beyond_the_cap_gets_503_and_idle_ones_408(
     assert set(statuses) <= {408, 503}
 
 
+def test_a_client_that_reads_no_answers_is_read_no_more(
+    server: ServerProcess, bystanders: Bystanders
+) -> None:
+    """Pipelined requests from a client that never reads: the server stops reading them
+    once its answers back up, and closes the connection after the body timeout."""
+    values = list(range(16))
+    inputs = [{"name": f"INPUT{i}", "datatype": "INT32", "shape": [1, 16], "data": values}
+              for i in range(2)]  # fmt: skip
+    body = json.dumps({"inputs": inputs, "parameters": {"pad": "x" * 8000}}).encode()
+    request = infer_head(len(body)) + body
+
+    def attack() -> int:
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.connect(("127.0.0.1", server.http_port))
+        sock.settimeout(1.0)
+        sent = 0
+        try:
+            for _ in range(20000):  # 160 MB of requests; never a byte read
+                sock.sendall(request)
+                sent += 1
+        except OSError:  # the server stopped reading (timeout), then closed
+            pass
+        finally:
+            sock.close()
+        return sent
+
+    with memory_bounded(server):
+        sent = bystanders.ask_while(attack)
+    assert sent < 20000  # not all read: the server stopped taking requests
+
+
 def test_what_already_held_still_holds(server: ServerProcess) -> None:
     """Smuggling attempts are refused and pipelined requests answered in order."""
     body = small_infer_body()
