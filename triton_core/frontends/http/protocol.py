@@ -62,7 +62,8 @@ class HttpLimits:
     #: ``--http-header-timeout-secs``: the request line and headers must be complete this
     #: long after the connection is made or the request's first byte arrives (else 408)
     header_timeout: float = 10.0
-    #: ``--http-body-timeout-secs``: longest wait for the next bytes of a body owed (else 408)
+    #: ``--http-body-timeout-secs``: longest wait for the next bytes of a body owed (else
+    #: 408), or for a client to take any bytes of its answers (else the connection closes)
     body_timeout: float = 30.0
     #: ``--http-max-header-size``: bytes of the URL and headers (else 414 / 431)
     max_header_size: int = 16384
