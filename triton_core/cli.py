@@ -75,7 +75,7 @@ def _add_http_limits(parser: argparse.ArgumentParser) -> None:
         ("--http-max-header-size", count, 16384, "bytes of URL and headers (414/431 beyond)"),
         ("--http-max-header-count", count, 100, "headers in one request (431 beyond)"),
         ("--http-max-connections", count, 1024, "open connections (503 and close beyond)"),
-        ("--http-max-json-elements", count, 1 << 20, "JSON values, BYTES elements (400 beyond)"),
+        ("--http-max-json-elements", count, 1 << 18, "JSON values, BYTES elements (400 beyond)"),
         # orjson refuses more than 1024 levels; the decoder's recursion stays far below that
         ("--http-max-json-depth", _positive(int, 256), 32, "JSON nesting depth (400 beyond)"),
     ):

@@ -30,7 +30,7 @@ class FrontendOptions:
     http_max_header_size: int = 16384
     http_max_header_count: int = 100
     http_max_connections: int = 1024
-    http_max_json_elements: int = 1 << 20
+    http_max_json_elements: int = 1 << 18
     http_max_json_depth: int = 32
     allow_grpc: bool = True
     grpc_address: str = "0.0.0.0"

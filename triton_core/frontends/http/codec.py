@@ -64,9 +64,10 @@ class JsonLimits(NamedTuple):
     """Caps on a request's JSON: elements are counted before it is parsed, depth after."""
 
     #: ``--http-max-json-elements``: the ``,``, ``[`` and ``{`` of the JSON, at least one
-    #: per value; bounds what parsing can allocate (under ~120 bytes each at worst). Also
+    #: per value; bounds what parsing can allocate (~120 bytes each at worst: 2**18 of them
+    #: are under 32 MiB, in each of the two decoding threads; a 3x224x224 tensor fits). Also
     #: the elements of a binary BYTES input, each an object too
-    max_elements: int = 1 << 20
+    max_elements: int = 1 << 18
     #: ``--http-max-json-depth``: arrays and objects nested in one another
     max_depth: int = 32
 
