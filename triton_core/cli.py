@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import math
 import sys
 from collections.abc import Sequence
 
@@ -57,7 +58,7 @@ def _positive(kind: type[int] | type[float], maximum: float | None = None):  # t
             value = kind(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"expected a number, got '{text}'") from None
-        if value <= 0 or (maximum is not None and value > maximum):
+        if not math.isfinite(value) or value <= 0 or (maximum is not None and value > maximum):
             bound = f" and at most {maximum}" if maximum is not None else ""
             raise argparse.ArgumentTypeError(f"must be more than 0{bound}, got '{text}'")
         return value

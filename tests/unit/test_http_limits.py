@@ -358,6 +358,8 @@ def test_the_flags_reach_the_limits_and_bad_values_are_refused(
     assert args.http_max_json_depth == 5
     for flag, value in [
         ("--http-header-timeout-secs", "0"),
+        ("--http-body-timeout-secs", "nan"),
+        ("--http-keepalive-timeout-secs", "inf"),
         ("--http-max-connections", "-1"),
         ("--http-max-json-depth", "1000"),
         ("--http-max-header-size", "big"),
