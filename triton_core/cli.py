@@ -60,7 +60,9 @@ def _positive(kind: type[int] | type[float], maximum: float | None = None):  # t
             raise argparse.ArgumentTypeError(f"expected a number, got '{text}'") from None
         if not math.isfinite(value) or value <= 0 or (maximum is not None and value > maximum):
             bound = f" and at most {maximum}" if maximum is not None else ""
-            raise argparse.ArgumentTypeError(f"must be more than 0{bound}, got '{text}'")
+            raise argparse.ArgumentTypeError(
+                f"must be a finite number more than 0{bound}, got '{text}'"
+            )
         return value
 
     return parse
