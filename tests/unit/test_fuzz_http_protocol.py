@@ -22,10 +22,10 @@ from triton_core.frontends.http.protocol import HttpLimits
 LIMITS = HttpLimits(
     header_timeout=0.5,
     body_timeout=0.5,
-    max_header_size=4096,
+    max_header_size=8192,
     max_header_count=30,
     max_connections=64,
-    max_body_size=1 << 16,
+    max_body_size=1 << 18,
 )
 #: the longest an answer (or the end of the connection) may take: past every deadline
 ANSWER_WITHIN = 5.0
@@ -133,6 +133,20 @@ def exchange(served: Served, raw: bytes) -> bytes:
     version="HTTP/1.1",
     header_list=[("Content-Length", "5"), ("Content-Length", "6")],
     body=b"abcdef",
+)
+@example(  # regression: a 5000-digit header length with a body over 64 KiB was a 500
+    method="POST",
+    path="/v2/models/simple/infer",
+    version="HTTP/1.1",
+    header_list=[("Inference-Header-Content-Length", "9" * 5000)],
+    body=json_infer([1.0] * 20000),
+)
+@example(  # a Content-Length of 5000 digits, all but one zeros
+    method="POST",
+    path="/v2/models/simple/infer",
+    version="HTTP/1.1",
+    header_list=[("Content-Length", "0" * 4999 + "1")],
+    body=b"{",
 )
 @example(  # regression: falcon refuses any HTTP version but 1.0 and 1.1 by raising (a 500)
     method="GET", path="/v2/models/simple/infer", version="HTTP/2.0", header_list=[], body=b""

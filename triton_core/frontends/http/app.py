@@ -339,7 +339,9 @@ def decodes_off_loop(body: bytes, header_length: str | None) -> bool:
         return False
     if size > _OFFLOAD_BYTES or header_length is None:
         return True
-    return not header_length.isdigit() or int(header_length) > _OFFLOAD_JSON_BYTES
+    if not header_length.isdigit() or len(header_length) > 9:  # not a length of this body:
+        return True  # decoding refuses it (int() would raise on 4301 digits and more)
+    return int(header_length) > _OFFLOAD_JSON_BYTES
 
 
 _decoder: ThreadPoolExecutor | None = None
