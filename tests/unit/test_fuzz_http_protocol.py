@@ -96,7 +96,12 @@ header_names = st.one_of(
     tokens,
 )
 headers = st.lists(st.tuples(header_names, header_values), max_size=8)
-bodies = st.one_of(st.binary(max_size=300), st.just(json_infer([1.0, 2.0])))
+bodies = st.one_of(
+    st.binary(max_size=300),
+    st.just(json_infer([1.0, 2.0])),
+    # over 64 KiB: decoded in a thread
+    st.integers(min_value=14_000, max_value=30_000).map(lambda n: json_infer([1.0] * n)),
+)
 
 
 def exchange(served: Served, raw: bytes) -> bytes:
