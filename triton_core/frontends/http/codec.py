@@ -336,9 +336,10 @@ def _check_input_names(inputs_json: list[Any], known: Collection[str], model_nam
             f"expected at most {len(known)} inputs but got {len(inputs_json)} inputs for model "
             f"'{model_name}'"
         )
+    names = frozenset(known)
     for input_json in inputs_json:
         name = input_json.get("name") if type(input_json) is dict else None
-        if type(name) is str and name not in known:
+        if type(name) is str and name not in names:
             raise invalid_arg(
                 f"unexpected inference input '{name}' for model '{model_name}', allowed inputs "
                 f"are: {', '.join(known)}"
