@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import math
 import sys
 from collections.abc import Sequence
 
@@ -50,6 +51,41 @@ def _backend_config(text: str) -> tuple[str, str, str]:
             f"--backend-config expects <backend>,<key>=<value> or <key>=<value>, got '{text}'"
         )
     return backend, key, value
+
+
+def _positive(kind: type[int] | type[float], maximum: float | None = None):  # type: ignore[no-untyped-def]
+    """An argparse type: a number > 0 (and <= ``maximum``), refused otherwise."""
+
+    def parse(text: str) -> int | float:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got '{text}'") from None
+        if not math.isfinite(value) or value <= 0 or (maximum is not None and value > maximum):
+            bound = f" and at most {maximum}" if maximum is not None else ""
+            raise argparse.ArgumentTypeError(
+                f"must be a finite number more than 0{bound}, got '{text}'"
+            )
+        return value
+
+    return parse
+
+
+def _add_http_limits(parser: argparse.ArgumentParser) -> None:
+    """What one HTTP client may make the server hold or wait for (docs/security.md)."""
+    seconds, count = _positive(float), _positive(int)
+    for flag, kind, default, help in (
+        ("--http-header-timeout-secs", seconds, 10.0, "408 when a request's headers take longer"),
+        ("--http-body-timeout-secs", seconds, 30.0, "408 when a body owed stalls this long"),
+        ("--http-keepalive-timeout-secs", seconds, 75.0, "close connections idle this long"),
+        ("--http-max-header-size", count, 16384, "bytes of URL and headers (414/431 beyond)"),
+        ("--http-max-header-count", count, 100, "headers in one request (431 beyond)"),
+        ("--http-max-connections", count, 1024, "open connections (503 and close beyond)"),
+        ("--http-max-json-elements", count, 1 << 18, "JSON values, BYTES elements (400 beyond)"),
+        # orjson refuses more than 1024 levels; the decoder's recursion stays far below that
+        ("--http-max-json-depth", _positive(int, 256), 32, "JSON nesting depth (400 beyond)"),
+    ):
+        parser.add_argument(flag, type=kind, default=default, help=help)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -128,6 +164,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve_cmd.add_argument("--http-address", default="0.0.0.0")
     serve_cmd.add_argument("--http-port", type=int, default=8000)
     serve_cmd.add_argument("--http-max-input-size", type=int, default=1 << 26)
+    _add_http_limits(serve_cmd)
     _add_bool(serve_cmd, "--allow-grpc", True, "serve gRPC")
     serve_cmd.add_argument("--grpc-address", default="0.0.0.0")
     serve_cmd.add_argument("--grpc-port", type=int, default=8001)
@@ -269,6 +306,14 @@ def _run_serve(args: argparse.Namespace) -> int:
         http_address=args.http_address,
         http_port=args.http_port,
         http_max_input_size=args.http_max_input_size,
+        http_header_timeout_secs=args.http_header_timeout_secs,
+        http_body_timeout_secs=args.http_body_timeout_secs,
+        http_keepalive_timeout_secs=args.http_keepalive_timeout_secs,
+        http_max_header_size=args.http_max_header_size,
+        http_max_header_count=args.http_max_header_count,
+        http_max_connections=args.http_max_connections,
+        http_max_json_elements=args.http_max_json_elements,
+        http_max_json_depth=args.http_max_json_depth,
         allow_grpc=args.allow_grpc,
         grpc_address=args.grpc_address,
         grpc_port=args.grpc_port,

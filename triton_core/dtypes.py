@@ -98,6 +98,8 @@ def deserialize_bytes(buffer: bytes | memoryview, count: int | None = None) -> n
     offset = 0
     unpack = _LEN.unpack_from
     while offset < total:
+        if len(items) == count:  # more than expected: stop before decoding them all
+            raise ValueError(f"holds more than {count} elements, expected {count}")
         if offset + 4 > total:
             raise ValueError(f"element {len(items)} has a truncated length prefix at byte {offset}")
         (length,) = unpack(view, offset)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
+from typing import Any
 
 import numpy as np
 import pytest
@@ -128,13 +129,21 @@ def test_served_answers_arrive_whole(pipelined: int) -> None:
 class Served:
     """uvicorn with :class:`HttpProtocol` serving the frontend app over a StubServer."""
 
-    def __init__(self, keep_alive: float = 75, restrictions: dict | None = None) -> None:
+    def __init__(
+        self,
+        keep_alive: float = 75,
+        restrictions: dict | None = None,
+        limits: Any = None,
+        **app_options: Any,
+    ) -> None:
         from tests.unit.test_http_app import StubServer
 
         self.stub = StubServer()
         self.asgi_calls = 0
         self.keep_alive = keep_alive
         self.restrictions = restrictions
+        self.limits = limits  # an HttpLimits, or None for the defaults
+        self.app_options = app_options
 
     async def __aenter__(self) -> Served:
         import uvicorn
@@ -142,7 +151,9 @@ class Served:
         from triton_core.frontends.http.fast_path import create_asgi_app
         from triton_core.frontends.http.protocol import HttpProtocol
 
-        app = create_asgi_app(self.stub, restrictions=self.restrictions)  # type: ignore[arg-type]
+        app = create_asgi_app(  # type: ignore[arg-type]
+            self.stub, restrictions=self.restrictions, **self.app_options
+        )
         inner = app.app
 
         async def counting(scope, receive, send):  # type: ignore[no-untyped-def]
@@ -153,8 +164,9 @@ class Served:
         with socket.socket() as probe:
             probe.bind(("127.0.0.1", 0))
             self.port = probe.getsockname()[1]
+        protocol = HttpProtocol if self.limits is None else HttpProtocol.with_limits(self.limits)
         config = uvicorn.Config(
-            app, host="127.0.0.1", port=self.port, http=HttpProtocol, lifespan="off",
+            app, host="127.0.0.1", port=self.port, http=protocol, lifespan="off",
             log_level="error", loop="none", timeout_keep_alive=self.keep_alive,
         )  # fmt: skip
         self.server = uvicorn.Server(config)

@@ -29,6 +29,15 @@ class FrontendOptions:
     http_address: str = "0.0.0.0"
     http_port: int = 8000
     http_max_input_size: int = 1 << 26
+    #: limits and timeouts of every HTTP/1.1 client (docs/security.md), metrics included
+    http_header_timeout_secs: float = 10.0
+    http_body_timeout_secs: float = 30.0
+    http_keepalive_timeout_secs: float = 75.0
+    http_max_header_size: int = 16384
+    http_max_header_count: int = 100
+    http_max_connections: int = 1024
+    http_max_json_elements: int = 1 << 18
+    http_max_json_depth: int = 32
     allow_grpc: bool = True
     grpc_address: str = "0.0.0.0"
     grpc_port: int = 8001
@@ -70,10 +79,55 @@ def _check_ports(options: FrontendOptions) -> None:
         seen[port] = (name, flag)
 
 
+#: files the server keeps open besides HTTP connections (gRPC, models, logs), a guess
+_OTHER_FILES: Final = 256
+
+
+def raise_open_files_limit(connections: int = 0) -> int:
+    """Raise the soft limit on open files to the hard one (each connection holds one), and
+    warn when it leaves too few for ``connections``; the limit now."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
+    if soft != resource.RLIM_INFINITY and soft < target:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        except (ValueError, OSError) as exc:
+            logger.warning(
+                "could not raise the open files limit from %d to %d: %s", soft, target, exc
+            )
+        else:
+            logger.info("raised the open files limit (RLIMIT_NOFILE) from %d to %d", soft, target)
+            soft = target
+    if soft != resource.RLIM_INFINITY and soft < connections + _OTHER_FILES:
+        logger.warning(
+            "the open files limit (%d) is too low for --http-max-connections %d: connections "
+            "will be refused by the system before the server's limit",
+            soft,
+            connections,
+        )
+    return soft
+
+
+def _http_limits(options: FrontendOptions):  # type: ignore[no-untyped-def]
+    from triton_core.frontends.http.protocol import HttpLimits
+
+    return HttpLimits(
+        header_timeout=options.http_header_timeout_secs,
+        body_timeout=options.http_body_timeout_secs,
+        max_header_size=options.http_max_header_size,
+        max_header_count=options.http_max_header_count,
+        max_connections=options.http_max_connections,
+        max_body_size=options.http_max_input_size,
+    )
+
+
 async def serve(server: Server, options: FrontendOptions) -> int:
     """Start the server and its frontends; return the exit code once a signal stops them."""
     _check_ports(options)
     http_ssl = _check_tls(options)
+    raise_open_files_limit(options.http_max_connections if options.allow_http else 0)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
@@ -93,12 +147,15 @@ async def serve(server: Server, options: FrontendOptions) -> int:
         return 1
     uvicorn_servers = []
     if "HTTP" in sockets:
+        from triton_core.frontends.http.codec import JsonLimits
         from triton_core.frontends.http.fast_path import create_asgi_app
 
+        json_limits = JsonLimits(options.http_max_json_elements, options.http_max_json_depth)
         app = create_asgi_app(
             server,
             max_input_size=options.http_max_input_size,
             restrictions=options.http_restrictions,
+            json_limits=json_limits,
         )
         uvicorn_servers.append(_start_uvicorn(app, sockets["HTTP"], options, http_ssl))
         logger.info(
@@ -247,12 +304,14 @@ def _start_uvicorn(  # type: ignore[no-untyped-def]
     config = uvicorn.Config(
         app,
         loop="none",
-        http=HttpProtocol,  # uvicorn's httptools protocol: one write per answer, infer by callbacks
+        # uvicorn's httptools protocol: one write per answer, infer by callbacks, limits;
+        # not uvicorn's limit_concurrency, which keeps accepting and holding connections
+        http=HttpProtocol.with_limits(_http_limits(options)),
         lifespan="off",
         access_log=False,
         log_config=None,
         timeout_graceful_shutdown=options.exit_timeout_secs,
-        timeout_keep_alive=75,
+        timeout_keep_alive=options.http_keepalive_timeout_secs,
     )
     http_server = _QuietSignalsServer(config)
     task = asyncio.create_task(http_server.serve(sockets=[sock]))

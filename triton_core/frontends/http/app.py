@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import functools
 import http
 import logging
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Final, Protocol
 from urllib.parse import unquote
 
@@ -22,12 +24,15 @@ from triton_core.errors import TritonError, internal, invalid_arg, unsupported
 from triton_core.frontends.common import parse_version
 from triton_core.frontends.http import compression
 from triton_core.frontends.http.codec import (
+    DEFAULT_JSON_LIMITS,
     HEADER_LENGTH,
     DecodedRequest,
+    JsonLimits,
     decode_raw_request,
     decode_request,
     encode_response,
     encode_statistics,
+    parse_json,
 )
 from triton_core.frontends.http.generate import GenerateResource
 from triton_core.frontends.http.restricted import RestrictedApiMiddleware
@@ -48,6 +53,11 @@ logger = logging.getLogger(__name__)
 
 #: bodies (compressed or not) above this are (de)compressed off the event loop
 _OFFLOAD_BYTES: Final = 1 << 20
+#: infer bodies with more JSON than this, or larger than _OFFLOAD_BYTES, are decoded in a
+#: thread: parsing them would stall every client of the loop (HTTP and gRPC alike)
+_OFFLOAD_JSON_BYTES: Final = 1 << 16
+#: few threads: a decode holds the GIL much of the time, so more would not go faster
+_DECODE_THREADS: Final = 2
 
 _JSON: Final = "application/json"
 
@@ -77,12 +87,14 @@ def create_app(
     *,
     max_input_size: int = 1 << 26,
     restrictions: Restrictions | None = None,
+    json_limits: JsonLimits = DEFAULT_JSON_LIMITS,
 ) -> falcon.asgi.App:
     """Build the ASGI app serving ``server`` over Triton's HTTP/REST protocol.
 
     ``max_input_size`` caps request bodies, before and after decompression
-    (``--http-max-input-size``). ``restrictions``: the API groups that answer only requests
-    with a header (``--http-restricted-api``).
+    (``--http-max-input-size``); ``json_limits`` caps the JSON of infer and repository
+    requests. ``restrictions``: the API groups that answer only requests with a header
+    (``--http-restricted-api``).
     """
     app = falcon.asgi.App(request_type=_Request, router=_Router())
     if restrictions:
@@ -97,10 +109,12 @@ def create_app(
     app.add_route("/v2/health/live", health, suffix="live")
     app.add_route("/v2/health/ready", health, suffix="ready")
 
-    model = _ModelResource(server, max_input_size)
+    model = _ModelResource(server, max_input_size, json_limits)
     generate_routes = {
-        "generate": GenerateResource(server, max_input_size, streaming=False),
-        "generate_stream": GenerateResource(server, max_input_size, streaming=True),
+        kind: GenerateResource(
+            server, max_input_size, streaming=kind.endswith("stream"), json_limits=json_limits
+        )
+        for kind in ("generate", "generate_stream")
     }
     for prefix in ("/v2/models/{model_name}", "/v2/models/{model_name}/versions/{version:digits}"):
         app.add_route(prefix, model)
@@ -118,7 +132,7 @@ def create_app(
     app.add_route("/v2/models/{model_name}/trace/setting", trace)  # no version form (404)
     app.add_route("/v2/logging", _Unsupported("logging", "GET", "POST"))
 
-    repository = _RepositoryResource(server, max_input_size)
+    repository = _RepositoryResource(server, max_input_size, json_limits)
     named_repository = _Unsupported("'repository_name' specification", "POST")
     app.add_route("/v2/repository/index", repository, suffix="index")
     app.add_route("/v2/repository/models/{model_name}/load", repository, suffix="load")
@@ -179,9 +193,12 @@ class _ServerMetadataResource:
 class _ModelResource:
     """``/v2/models/{m}[/versions/{v}][/ready|/config|/infer]``."""
 
-    def __init__(self, server: InferenceServerAPI, max_input_size: int) -> None:
+    def __init__(
+        self, server: InferenceServerAPI, max_input_size: int, json_limits: JsonLimits
+    ) -> None:
         self._server = server
         self._max_input_size = max_input_size
+        self._json_limits = json_limits
 
     async def on_get(
         self,
@@ -266,7 +283,12 @@ class _ModelResource:
                 )
 
         data, headers = await infer_body(
-            server, model_name, model_version, body, req.get_header(HEADER_LENGTH)
+            server,
+            model_name,
+            model_version,
+            body,
+            req.get_header(HEADER_LENGTH),
+            self._json_limits,
         )
 
         accept_encoding = req.get_header("Accept-Encoding")
@@ -294,6 +316,7 @@ def decode_infer_body(
     model_version: int,
     body: bytes,
     header_length: str | None,
+    json_limits: JsonLimits = DEFAULT_JSON_LIMITS,
 ) -> DecodedRequest:
     """Decode an (uncompressed) infer body.
 
@@ -304,7 +327,58 @@ def decode_infer_body(
         return decode_raw_request(
             model_name, model_version, body, server.model_config_json(model_name, model_version)
         )
-    return decode_request(model_name, model_version, body, length)
+
+    def model_inputs() -> list[str]:
+        return model_input_names(server, model_name, model_version)
+
+    return decode_request(model_name, model_version, body, length, json_limits, model_inputs)
+
+
+def model_input_names(server: InferenceServerAPI, model_name: str, model_version: int) -> list[str]:
+    return [tensor.name for tensor in server.model_metadata(model_name, model_version).inputs]
+
+
+def decodes_off_loop(body: bytes, header_length: str | None) -> bool:
+    """Whether decoding ``body`` could stall the event loop, so that a thread should do it."""
+    size = len(body)
+    if size <= _OFFLOAD_JSON_BYTES:
+        return False
+    if size > _OFFLOAD_BYTES or header_length is None:
+        return True
+    if not header_length.isdigit() or len(header_length) > 9:  # not a length of this body:
+        return True  # decoding refuses it (int() would raise on 4301 digits and more)
+    return int(header_length) > _OFFLOAD_JSON_BYTES
+
+
+_decoder: ThreadPoolExecutor | None = None
+
+
+def decode_in_thread(
+    server: InferenceServerAPI,
+    model_name: str,
+    model_version: int,
+    body: bytes,
+    header_length: str | None,
+    json_limits: JsonLimits,
+) -> asyncio.Future[DecodedRequest]:
+    """:func:`decode_infer_body` in one of a few decoding threads, as a future of the loop.
+
+    What it needs of the server is read first, here on the loop: the server is not made to
+    be read from other threads while the loop changes it (a model loading).
+    """
+    global _decoder
+    if _decoder is None:
+        _decoder = ThreadPoolExecutor(_DECODE_THREADS, thread_name_prefix="http-decode")
+    length = _header_length(header_length, len(body))
+    if length == 0:
+        config = server.model_config_json(model_name, model_version)
+        decode = functools.partial(decode_raw_request, model_name, model_version, body, config)
+    else:
+        names = model_input_names(server, model_name, model_version)
+        decode = functools.partial(
+            decode_request, model_name, model_version, body, length, json_limits, lambda: names
+        )
+    return asyncio.get_running_loop().run_in_executor(_decoder, decode)
 
 
 def encode_infer_answer(
@@ -327,9 +401,17 @@ async def infer_body(
     model_version: int,
     body: bytes,
     header_length: str | None,
+    json_limits: JsonLimits = DEFAULT_JSON_LIMITS,
 ) -> tuple[bytes, dict[str, str]]:
-    """Decode an (uncompressed) infer body, run it, and encode the answer as (body, headers)."""
-    decoded = decode_infer_body(server, model_name, model_version, body, header_length)
+    """Decode an (uncompressed) infer body, run it, and encode the answer as (body, headers).
+
+    A large body is decoded in a thread (:func:`decodes_off_loop`).
+    """
+    args = (server, model_name, model_version, body, header_length, json_limits)
+    if decodes_off_loop(body, header_length):
+        decoded = await decode_in_thread(*args)
+    else:
+        decoded = decode_infer_body(*args)
     response = await server.infer(decoded.request)
     return encode_infer_answer(response, decoded)
 
@@ -360,18 +442,18 @@ async def _read_body(req: falcon.asgi.Request, limit: int) -> bytes:
 class _RepositoryResource:
     """The model repository extension: index, load (with overrides), unload."""
 
-    def __init__(self, server: InferenceServerAPI, max_input_size: int) -> None:
+    def __init__(
+        self, server: InferenceServerAPI, max_input_size: int, json_limits: JsonLimits
+    ) -> None:
         self._server = server
         self._max_input_size = max_input_size
+        self._json_limits = json_limits
 
     async def _json_body(self, req: falcon.asgi.Request) -> dict[str, Any]:
         body = await _read_body(req, self._max_input_size)
         if not body.strip():
             return {}
-        try:
-            parsed = orjson.loads(body)
-        except orjson.JSONDecodeError as exc:
-            raise invalid_arg(f"failed to parse the request JSON body: {exc}") from None
+        parsed = parse_json(body, self._json_limits, "the request JSON body")
         if not isinstance(parsed, dict):
             raise invalid_arg("the request body must be a JSON object")
         return parsed

@@ -8,7 +8,7 @@ straight from numpy arrays.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any, Final, NamedTuple
 
 import numpy as np
@@ -56,6 +56,72 @@ _JSON_KINDS: Final[dict[str, str]] = {
 _UNSIGNED: Final = frozenset({"UINT8", "UINT16", "UINT32", "UINT64"})
 _FLOATS: Final = frozenset({"FP16", "FP32", "FP64", "BF16"})
 _NO_JSON: Final = frozenset({"FP16", "BF16"})
+#: the most dimensions a numpy array may have
+_MAX_RANK: Final = 64 if np.lib.NumpyVersion(np.__version__) >= "2.0.0" else 32
+
+
+class JsonLimits(NamedTuple):
+    """Caps on a request's JSON: elements are counted before it is parsed, depth after."""
+
+    #: ``--http-max-json-elements``: the ``,``, ``[`` and ``{`` of the JSON, at least one
+    #: per value; bounds what parsing can allocate (~120 bytes each at worst: 2**18 of them
+    #: are under 32 MiB, in each of the two decoding threads; a 3x224x224 tensor fits). Also
+    #: the elements of a binary BYTES input, each an object too
+    max_elements: int = 1 << 18
+    #: ``--http-max-json-depth``: arrays and objects nested in one another
+    max_depth: int = 32
+
+
+DEFAULT_JSON_LIMITS: Final = JsonLimits()
+
+
+def check_json_elements(text: bytes, limits: JsonLimits) -> None:
+    """Refuse JSON with more elements than ``limits`` allows, before it is parsed."""
+    max_elements = limits.max_elements
+    if len(text) <= max_elements:  # each counted byte is one byte of the text
+        return
+    count = text.count(b",") + text.count(b"[") + text.count(b"{")
+    if count > max_elements:
+        raise invalid_arg(
+            f"the request JSON has {count} elements, more than the limit of {max_elements} "
+            "(--http-max-json-elements)"
+        )
+
+
+def check_json_depth(doc: Any, text: bytes, limits: JsonLimits) -> None:
+    """Refuse a parsed JSON ``doc`` (of ``text``) nested deeper than ``limits`` allows."""
+    max_depth = limits.max_depth
+    if len(text) <= max_depth or text.count(b"[") + text.count(b"{") <= max_depth:
+        return  # not enough arrays and objects to nest that deep
+    if _nested_deeper_than(doc, max_depth):
+        raise invalid_arg(
+            f"the request JSON is nested deeper than the limit of {max_depth} "
+            "(--http-max-json-depth)"
+        )
+
+
+def _nested_deeper_than(doc: Any, max_depth: int) -> bool:
+    """Whether arrays and objects nest more than ``max_depth`` deep (no recursion)."""
+    stack = [(doc, 1)] if type(doc) is list or type(doc) is dict else []
+    while stack:
+        value, depth = stack.pop()
+        if depth > max_depth:
+            return True
+        for item in value.values() if type(value) is dict else value:
+            if type(item) is list or type(item) is dict:
+                stack.append((item, depth + 1))
+    return False
+
+
+def parse_json(text: bytes, limits: JsonLimits, what: str) -> Any:
+    """``text`` parsed within ``limits``; INVALID_ARG naming ``what`` when it is not JSON."""
+    check_json_elements(text, limits)
+    try:
+        doc = orjson.loads(text)
+    except _JSONDecodeError as exc:
+        raise invalid_arg(f"failed to parse {what}: {exc}") from None
+    check_json_depth(doc, text, limits)
+    return doc
 
 
 class DecodedRequest(NamedTuple):
@@ -103,6 +169,13 @@ _PLANS: dict[bytes, _HeaderPlan] = {}
 _PLANS_MAX: Final = 512
 #: longer headers are not looked up (nor kept)
 _PLAN_KEY_MAX: Final = 4096
+#: a header longer than this, or naming more inputs, is checked against the model's inputs
+#: before any value is decoded (smaller ones decode quickly and the server checks them)
+_CHECK_MODEL_BYTES: Final = 4096
+_CHECK_MODEL_INPUTS: Final = 4
+
+#: the names of a model's inputs, asked for only when a request is checked against them
+ModelInputs = Callable[[], Collection[str]]
 
 
 def decode_request(
@@ -110,22 +183,27 @@ def decode_request(
     model_version: int,
     body: bytes,
     header_length: int | None = None,
+    limits: JsonLimits = DEFAULT_JSON_LIMITS,
+    model_inputs: ModelInputs | None = None,
 ) -> DecodedRequest:
     """Decode a JSON (+ binary blobs) inference request body.
 
     ``header_length`` is the ``Inference-Header-Content-Length`` value (None: the whole body
     is JSON); it must be > 0 here, a raw binary request goes to :func:`decode_raw_request`.
+    The JSON is held to ``limits``; a large one, or one naming many inputs, is checked
+    against ``model_inputs`` before its values are decoded.
     Raises INVALID_ARG for anything malformed, UNSUPPORTED for shared-memory tensors.
     """
     end = len(body)
     if header_length is None:
         header_length = end
     header = body if header_length == end else body[:header_length]
+    check_json_elements(header, limits)
     key = header if len(header) <= _PLAN_KEY_MAX else None
     plan = _PLANS.get(key) if key is not None else None  # type: ignore[arg-type]
     if plan is not None:
         return _build_request(plan, model_name, model_version, body, header_length)
-    plan = _plan_header(header, model_name)
+    plan = _plan_header(header, model_name, limits, model_inputs)
     decoded = _build_request(plan, model_name, model_version, body, header_length)
     # kept once a request built from it is valid, and only without values in the JSON
     if key is not None and all(spec.array is None for spec in plan.inputs):
@@ -135,14 +213,17 @@ def decode_request(
     return decoded
 
 
-def _plan_header(header: bytes, model_name: str) -> _HeaderPlan:
-    """Parse and check a request's JSON."""
+def _plan_header(
+    header: bytes, model_name: str, limits: JsonLimits, model_inputs: ModelInputs | None
+) -> _HeaderPlan:
+    """Parse and check a request's JSON (its element count is already checked)."""
     try:
         doc = orjson.loads(header)
     except _JSONDecodeError as exc:
         raise invalid_arg(
             f"failed to parse the request JSON buffer for model '{model_name}': {exc}"
         ) from None
+    check_json_depth(doc, header, limits)
     if type(doc) is not dict:
         raise invalid_arg(
             f"Unable to parse 'inputs' for model '{model_name}': the request JSON must be an object"
@@ -151,6 +232,10 @@ def _plan_header(header: bytes, model_name: str) -> _HeaderPlan:
     inputs_json = doc.get("inputs")
     if type(inputs_json) is not list:
         raise invalid_arg(f"Unable to parse 'inputs' for model '{model_name}'")
+    if model_inputs is not None and (
+        len(header) > _CHECK_MODEL_BYTES or len(inputs_json) > _CHECK_MODEL_INPUTS
+    ):
+        _check_input_names(inputs_json, model_inputs(), model_name)
 
     inputs: list[_InputPlan] = []
     names: set[str] = set()
@@ -169,6 +254,11 @@ def _plan_header(header: bytes, model_name: str) -> _HeaderPlan:
         if type(shape) is not list:
             raise invalid_arg(
                 f"Unable to parse 'shape' for input '{name}' for model '{model_name}'"
+            )
+        if len(shape) > _MAX_RANK:
+            raise invalid_arg(
+                f"Unable to parse 'shape' for input '{name}' for model '{model_name}': "
+                f"{len(shape)} dimensions, more than the {_MAX_RANK} a tensor may have"
             )
         count = 1
         for dim in shape:
@@ -207,6 +297,12 @@ def _plan_header(header: bytes, model_name: str) -> _HeaderPlan:
                     f"Unable to parse 'binary_data_size' for input '{name}' for model "
                     f"'{model_name}'"
                 )
+            if datatype == "BYTES" and count > limits.max_elements:
+                # each element becomes an object, as a JSON value does: the same cap
+                raise invalid_arg(
+                    f"input '{name}' for model '{model_name}' has {count} BYTES elements, more "
+                    f"than the limit of {limits.max_elements} (--http-max-json-elements)"
+                )
         else:
             array = _array_from_json(
                 input_json.get("data"), datatype, dtype, shape, count, name, model_name
@@ -231,6 +327,23 @@ def _plan_header(header: bytes, model_name: str) -> _HeaderPlan:
     return _HeaderPlan(
         tuple(inputs), request_id, parameters, default_binary, outputs, binary_outputs
     )
+
+
+def _check_input_names(inputs_json: list[Any], known: Collection[str], model_name: str) -> None:
+    """Refuse more inputs than the model has, or one it does not have, before decoding."""
+    if len(inputs_json) > len(known):
+        raise invalid_arg(
+            f"expected at most {len(known)} inputs but got {len(inputs_json)} inputs for model "
+            f"'{model_name}'"
+        )
+    names = frozenset(known)
+    for input_json in inputs_json:
+        name = input_json.get("name") if type(input_json) is dict else None
+        if type(name) is str and name not in names:
+            raise invalid_arg(
+                f"unexpected inference input '{name}' for model '{model_name}', allowed inputs "
+                f"are: {', '.join(known)}"
+            )
 
 
 def _build_request(
@@ -393,9 +506,19 @@ def _array_from_binary(
             f"Expected {expected}, got {size}"
         )
     if not count:
-        return np.empty(shape, dtype=dtype)
+        return _empty(shape, dtype, name, model_name)
     # np.ndarray over the body is one call, half the cost of frombuffer + reshape
     return np.ndarray(shape, dtype, body, offset)
+
+
+def _empty(shape: list[int], dtype: np.dtype, name: str, model_name: str) -> np.ndarray:
+    """A zero-element array; its other dimensions may still multiply past what numpy holds."""
+    try:
+        return np.empty(shape, dtype=dtype)
+    except ValueError as exc:
+        raise invalid_arg(
+            f"Unable to parse 'shape' for input '{name}' for model '{model_name}': {exc}"
+        ) from None
 
 
 def _array_from_json(
@@ -410,7 +533,7 @@ def _array_from_json(
     """A shaped array from JSON ``data`` (nested or flat, row-major)."""
     if count == 0:
         # Triton ignores 'data' of a zero-element input
-        return np.empty(shape, dtype=dtype)
+        return _empty(shape, dtype, name, model_name)
     if datatype in _NO_JSON:
         raise invalid_arg(
             f"receiving {datatype} data via JSON is not supported. Please use the binary data "

@@ -22,6 +22,7 @@ from triton_core.frontends.http.app import (
     error_body,
     infer_body,
 )
+from triton_core.frontends.http.codec import DEFAULT_JSON_LIMITS, JsonLimits
 from triton_core.frontends.http.restricted import HeaderCheck
 from triton_core.frontends.restricted import Restrictions
 
@@ -160,11 +161,13 @@ class InferFastPath:
         server: InferenceServerAPI,
         max_input_size: int,
         inference_check: HeaderCheck | None = None,
+        json_limits: JsonLimits = DEFAULT_JSON_LIMITS,
     ) -> None:
         self.app = app
         self.server = server
         self.max_input_size = max_input_size
         self.inference_check = inference_check
+        self.json_limits = json_limits
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if (
@@ -199,7 +202,7 @@ class InferFastPath:
             if body is None:
                 return  # the client went away
             data, headers = await infer_body(
-                self.server, model_name, model_version, body, header_length
+                self.server, model_name, model_version, body, header_length, self.json_limits
             )
             status, headers_out = 200, wire_headers(headers)
         except Exception as exc:
@@ -232,11 +235,16 @@ def create_asgi_app(
     *,
     max_input_size: int = 1 << 26,
     restrictions: Restrictions | None = None,
+    json_limits: JsonLimits = DEFAULT_JSON_LIMITS,
 ) -> InferFastPath:
     """The HTTP frontend as served: the falcon app behind the infer fast path."""
     from triton_core.frontends.http.app import create_app
 
-    app = create_app(server, max_input_size=max_input_size, restrictions=restrictions)
+    app = create_app(
+        server, max_input_size=max_input_size, restrictions=restrictions, json_limits=json_limits
+    )
     inference = (restrictions or {}).get("inference")
     check = None if inference is None else HeaderCheck(inference)
-    return InferFastPath(app, server, max_input_size, check)
+    return InferFastPath(
+        app, server, max_input_size, inference_check=check, json_limits=json_limits
+    )

@@ -29,6 +29,12 @@ from triton_core.dtypes import NUMPY_DTYPES
 from triton_core.errors import TritonError, invalid_arg
 from triton_core.frontends.common import apply_request_parameters, parse_version
 from triton_core.frontends.http import compression
+from triton_core.frontends.http.codec import (
+    DEFAULT_JSON_LIMITS,
+    JsonLimits,
+    check_json_depth,
+    check_json_elements,
+)
 from triton_core.types import InferenceRequest, Tensor
 
 if TYPE_CHECKING:
@@ -65,10 +71,15 @@ class _Duplicate(Exception):
 
 
 def decode_generate_request(
-    model_name: str, model_version: int, body: bytes, metadata: ModelMetadata
+    model_name: str,
+    model_version: int,
+    body: bytes,
+    metadata: ModelMetadata,
+    json_limits: JsonLimits = DEFAULT_JSON_LIMITS,
 ) -> InferenceRequest:
     """A generate request body as an :class:`InferenceRequest` (raises INVALID_ARG)."""
     inputs = {tensor.name: tensor for tensor in metadata.inputs}
+    check_json_elements(body, json_limits)
     try:
         doc = json.loads(body or b"{}", object_pairs_hook=_unique_keys)
     except _Duplicate as duplicate:
@@ -76,8 +87,9 @@ def decode_generate_request(
         if key in inputs:
             raise invalid_arg(f"input '{key}' already exists in request") from None
         raise invalid_arg(f"key '{key}' appears more than once in the generate request") from None
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:  # json nests by recursion
         raise invalid_arg(f"failed to parse the generate request JSON: {exc}") from None
+    check_json_depth(doc, body, json_limits)
     if not isinstance(doc, dict):
         raise invalid_arg("the generate request must be a JSON object")
 
@@ -251,10 +263,18 @@ def _is_empty_final(response: InferenceResponse) -> bool:
 class GenerateResource:
     """``POST /v2/models/{m}[/versions/{v}]/generate`` or ``.../generate_stream``."""
 
-    def __init__(self, server: GenerateServerAPI, max_input_size: int, *, streaming: bool) -> None:
+    def __init__(
+        self,
+        server: GenerateServerAPI,
+        max_input_size: int,
+        *,
+        streaming: bool,
+        json_limits: JsonLimits = DEFAULT_JSON_LIMITS,
+    ) -> None:
         self._server = server
         self._max_input_size = max_input_size
         self._streaming = streaming
+        self._json_limits = json_limits
 
     async def on_post(
         self,
@@ -268,7 +288,9 @@ class GenerateResource:
         model_version = parse_version(version) if version else -1
         metadata = self._server.model_metadata(model_name, model_version)
         body = await self._read_body(req)
-        request = decode_generate_request(model_name, model_version, body, metadata)
+        request = decode_generate_request(
+            model_name, model_version, body, metadata, self._json_limits
+        )
         if self._streaming:
             await self._stream(request, resp)
         else:

@@ -7,20 +7,31 @@
   scheduled and answered from the parser's and the response future's callbacks, without
   uvicorn's task, ASGI messages and events per request (about 115 us of a round trip on
   the CI class of machine, bench/http_stack.py). Everything else goes to the ASGI app.
+
+And it holds every client to :class:`HttpLimits`: header and body deadlines, header bytes
+and counts, the body size (refused from its Content-Length, before it is read) and the
+number of connections. It overrides private methods of uvicorn's protocol, which is why
+pyproject.toml pins uvicorn to the versions it is tested with.
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any, Final
+import logging
+import weakref
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 import httptools
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
 from triton_core.frontends.http.app import (
     check_not_decoupled,
+    decode_in_thread,
     decode_infer_body,
+    decodes_off_loop,
     encode_infer_answer,
+    error_body,
 )
 from triton_core.frontends.http.fast_path import (
     DECIDING_HEADERS,
@@ -34,9 +45,55 @@ from triton_core.frontends.http.fast_path import (
 )
 
 if TYPE_CHECKING:
+    from uvicorn.server import ServerState
+
+    from triton_core.frontends.http.codec import DecodedRequest
     from triton_core.types import InferenceResponse
 
+logger = logging.getLogger(__name__)
+
 _CONTINUE: Final = b"HTTP/1.1 100 Continue\r\n\r\n"
+
+
+@dataclass(frozen=True, slots=True)
+class HttpLimits:
+    """What one HTTP/1.1 client may make the server hold or wait for (docs/security.md)."""
+
+    #: ``--http-header-timeout-secs``: the request line and headers must be complete this
+    #: long after the connection is made or the request's first byte arrives (else 408)
+    header_timeout: float = 10.0
+    #: ``--http-body-timeout-secs``: longest wait for the next bytes of a body owed (else
+    #: 408), or for a client to take any bytes of its answers (else the connection closes)
+    body_timeout: float = 30.0
+    #: ``--http-max-header-size``: bytes of the URL and headers (else 414 / 431)
+    max_header_size: int = 16384
+    #: ``--http-max-header-count``: headers in one request (else 431)
+    max_header_count: int = 100
+    #: ``--http-max-connections``: open connections; more are answered 503 and closed
+    max_connections: int = 1024
+    #: ``--http-max-input-size``: body bytes, refused from Content-Length before reading
+    max_body_size: int = 1 << 26
+
+
+class _Refused(Exception):
+    """Raised in a parser callback to end the request with ``status`` and close."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+#: seconds a connection refused while its client may still be sending is still read, what
+#: arrives dropped, so that the client reads the answer rather than a reset (as nginx's
+#: lingering close)
+_LINGER_SECS: Final = 2.0
+
+# what a connection is doing, for its deadlines
+_IDLE: Final = 0  # between requests: the keep-alive timeout applies
+_HEADERS: Final = 1  # reading a request line and headers: the header deadline applies
+_BODY: Final = 2  # reading a body: the body inactivity timeout applies
+_BUSY: Final = 3  # the request is read: the server owes the answer, no client deadline
 
 
 class CorkedTransport:
@@ -95,22 +152,26 @@ class CorkedTransport:
         return getattr(self._transport, name)
 
 
-#: request targets by raw URL (a client sends the same few again and again)
+#: request targets by the URL up to its query (a client sends the same few again and again)
 _TARGETS: dict[bytes, tuple[str, int] | None] = {}
 _TARGETS_MAX: Final = 1024
+#: longer keys are not kept: the cache holds at most _TARGETS_MAX * _TARGET_KEY_MAX bytes
+_TARGET_KEY_MAX: Final = 256
 
 
 def _url_target(url: bytes) -> tuple[str, int] | None:
-    """(model, version) of a plain infer URL, or None: from a small cache by raw URL."""
+    """(model, version) of a plain infer URL, or None: from a small cache by path."""
+    key = url.partition(b"?")[0] if b"?" in url else url
     try:
-        return _TARGETS[url]
+        return _TARGETS[key]
     except KeyError:
         pass
     path = httptools.parse_url(url).path
     target = None if b"%" in path else infer_target(path.decode("ascii", "replace"))
-    if len(_TARGETS) >= _TARGETS_MAX:
-        _TARGETS.clear()
-    _TARGETS[url] = target
+    if len(key) <= _TARGET_KEY_MAX:
+        if len(_TARGETS) >= _TARGETS_MAX:
+            _TARGETS.clear()
+        _TARGETS[key] = target
     return target
 
 
@@ -134,6 +195,7 @@ class _InferCycle:
     Scheduled from the parser's callbacks and answered from the response future's
     callback: no task, no ASGI messages, no falcon. It stands where uvicorn keeps its
     request cycle, so keep-alive, pipelining and shutdown work as for every other request.
+    A large body is decoded in a thread (:func:`~.app.decodes_off_loop`).
     """
 
     __slots__ = (
@@ -166,9 +228,13 @@ class _InferCycle:
         self._body: list[bytes] = []
         self._body_complete = False
         self._started = False
-        self._future: asyncio.Future[InferenceResponse] | None = None
+        self._future: asyncio.Future[Any] | None = None
         self.disconnected = False
         self.response_complete = False
+
+    @property
+    def response_started(self) -> bool:
+        return self.response_complete  # an answer leaves whole
 
     def start(self) -> None:
         """Its turn on the connection has come (at once, or after pipelined ones before it)."""
@@ -195,13 +261,42 @@ class _InferCycle:
     def _submit(self) -> None:
         body = self._body[0] if len(self._body) == 1 else b"".join(self._body)
         self._body = []
-        server = self._protocol.fast_path.server
+        fast_path = self._protocol.fast_path
+        assert fast_path is not None
         model_name, model_version = self._target
+        args = (
+            fast_path.server,
+            model_name,
+            model_version,
+            body,
+            self._header_length,
+            fast_path.json_limits,
+        )
         try:
-            check_not_decoupled(server, model_name, model_version)
-            decoded = decode_infer_body(
-                server, model_name, model_version, body, self._header_length
-            )
+            check_not_decoupled(fast_path.server, model_name, model_version)
+            if decodes_off_loop(body, self._header_length):
+                self._future = decoding = decode_in_thread(*args)
+                decoding.add_done_callback(self._decoded)
+                return
+            decoded = decode_infer_body(*args)
+        except Exception as exc:
+            self._fail(exc)
+            return
+        self._schedule(decoded)
+
+    def _decoded(self, done: asyncio.Future[DecodedRequest]) -> None:
+        if done.cancelled() or self.disconnected:
+            return
+        try:
+            decoded = done.result()
+        except Exception as exc:
+            self._fail(exc)
+            return
+        self._schedule(decoded)
+
+    def _schedule(self, decoded: DecodedRequest) -> None:
+        server = self._protocol.fast_path.server  # type: ignore[union-attr]
+        try:
             future = server.submit(decoded.request)
         except Exception as exc:
             self._fail(exc)
@@ -241,6 +336,52 @@ class _InferCycle:
         protocol.on_response_complete()
 
 
+class _Deadlines:
+    """One timer per server that ends the connections past their header or body deadline.
+
+    A connection only notes when its current phase began (a float per request and per body
+    chunk); this timer, not one armed and cancelled per request, compares.
+    """
+
+    def __init__(self, connections: set[Any], limits: HttpLimits) -> None:
+        self._connections = connections
+        shortest = min(limits.header_timeout, limits.body_timeout)
+        self._interval = min(1.0, max(0.05, shortest / 4))
+        self._timer: asyncio.TimerHandle | None = None
+
+    def start(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Check the connections every interval while there are any."""
+        if self._timer is None:
+            self._timer = loop.call_later(self._interval, self._check, loop)
+
+    def _check(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._timer = None
+        now = loop.time()
+        for connection in list(self._connections):
+            if isinstance(connection, HttpProtocol):
+                connection.check_deadlines(now)
+        if self._connections:
+            self.start(loop)
+
+
+#: the deadline timer of each uvicorn server, by its shared state
+_DEADLINES: weakref.WeakKeyDictionary[ServerState, _Deadlines] = weakref.WeakKeyDictionary()
+
+
+def _refusal(status: int, message: str, default_headers: bytes) -> bytes:
+    """A whole error answer in Triton's shape that closes the connection."""
+    body = error_body(message)
+    return b"".join(
+        (
+            STATUS_LINE[status],
+            default_headers,
+            JSON_HEADER_BLOCK,
+            b"content-length: %d\r\nconnection: close\r\n\r\n" % len(body),
+            body,
+        )
+    )
+
+
 class HttpProtocol(HttpToolsProtocol):
     """uvicorn's ``httptools`` protocol, corked, answering plain infer requests itself.
 
@@ -249,21 +390,98 @@ class HttpProtocol(HttpToolsProtocol):
     rest take uvicorn's ASGI cycle to the app as before. The headers that decide between the
     two are noted as they are parsed, and uvicorn's ASGI scope is made only for the rest. The
     keep-alive timeout is one timer per idle spell rather than one armed and cancelled per
-    request.
+    request. Every request, on either path, is held to :attr:`limits`.
     """
 
     transport: CorkedTransport  # type: ignore[assignment]
     fast_path: InferFastPath | None
+    limits: ClassVar[HttpLimits] = HttpLimits()
     #: loop time the connection went idle (its last answer); None while a request is open
     _idle_since: float | None = None
     #: the request's :data:`~.fast_path.DECIDING_HEADERS`, by lowercase name
     _deciding: dict[bytes, bytes]
+    #: what the connection is doing (_IDLE, _HEADERS, _BODY, _BUSY) and since when
+    _phase: int = _HEADERS
+    _phase_since: float = 0.0
+    #: requests begun on the connection, to tell whose headers a chunk of bytes holds
+    _begun: int = 0
+    #: bytes of the URL and headers kept so far, headers counted, and bytes of the chunks
+    #: that arrived while the headers were incomplete (httptools buffers a header it has
+    #: not seen the end of, so a huge one is counted here before it is complete)
+    _header_bytes: int = 0
+    _header_count: int = 0
+    _header_chunks: int = 0
+    _body_bytes: int = 0
+    #: refused and answered: what still arrives is dropped until the connection closes
+    _lingering: bool = False
+    #: loop time the transport last asked to stop writing (its buffer is full)
+    _write_paused_since: float = 0.0
+
+    #: digits of the body size limit: a Content-Length with fewer is within it
+    _body_size_digits: ClassVar[int] = len(str(limits.max_body_size))
+
+    @classmethod
+    def with_limits(cls, limits: HttpLimits) -> type[HttpProtocol]:
+        """This protocol holding its clients to ``limits`` (uvicorn makes the instances)."""
+        attributes = {"limits": limits, "_body_size_digits": len(str(limits.max_body_size))}
+        return type(cls.__name__, (cls,), attributes)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         loop = asyncio.get_running_loop()
+        limits = self.limits
+        over_capacity = len(self.connections) >= limits.max_connections
         super().connection_made(CorkedTransport(transport, loop))  # type: ignore[arg-type]
         app = self.config.app
         self.fast_path = app if isinstance(app, InferFastPath) else None
+        self._phase_since = loop.time()  # the first request's header deadline counts from now
+        if over_capacity:
+            message = (
+                f"the server has {limits.max_connections} connections open, its limit "
+                "(--http-max-connections)"
+            )
+            self._refuse(503, message)
+            return
+        deadlines = _DEADLINES.get(self.server_state)
+        if deadlines is None:
+            deadlines = _DEADLINES[self.server_state] = _Deadlines(self.connections, limits)
+        deadlines.start(loop)
+
+    def data_received(self, data: bytes) -> None:
+        if self._lingering:
+            return
+        self._idle_since = None  # busy until the next answer is complete
+        if self._phase == _IDLE:  # bytes of the next request (or line breaks before it)
+            self._phase = _HEADERS
+            self._phase_since = self.loop.time()
+        begun = self._begun
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserCallbackError as exc:
+            refused = exc.__context__
+            if isinstance(refused, _Refused):
+                self._refuse(refused.status, refused.message, linger=True)
+            else:
+                self._bad_request()
+            return
+        except httptools.HttpParserUpgrade:
+            if self._should_upgrade():
+                self.handle_websocket_upgrade()
+            else:
+                self._unsupported_upgrade_warning()
+            return
+        except httptools.HttpParserError:
+            self._bad_request()
+            return
+        if self._phase == _HEADERS and self._begun == begun:
+            # the whole chunk belongs to headers that are still not complete
+            self._header_chunks += len(data)
+            if self._header_chunks > self.limits.max_header_size:
+                self._refuse(431, self._header_size_message(), linger=True)
+
+    def _bad_request(self) -> None:
+        message = "Invalid HTTP request received."
+        self.logger.warning(message)
+        self.send_400_response(message)
 
     def on_message_begin(self) -> None:
         # uvicorn's ASGI scope is made in on_headers_complete, for requests that need it
@@ -271,8 +489,29 @@ class HttpProtocol(HttpToolsProtocol):
         self.expect_100_continue = False
         self.headers = []
         self._deciding = {}
+        self._phase = _HEADERS
+        self._phase_since = self.loop.time()
+        self._begun += 1
+        self._header_bytes = self._header_count = self._header_chunks = self._body_bytes = 0
+
+    def on_url(self, url: bytes) -> None:
+        self.url += url
+        self._header_bytes += len(url)
+        if self._header_bytes > self.limits.max_header_size:
+            raise _Refused(414, self._header_size_message())
 
     def on_header(self, name: bytes, value: bytes) -> None:
+        limits = self.limits
+        self._header_bytes += len(name) + len(value) + 4  # ': ' and CRLF
+        self._header_count += 1
+        if self._header_bytes > limits.max_header_size:
+            raise _Refused(431, self._header_size_message())
+        if self._header_count > limits.max_header_count:
+            raise _Refused(
+                431,
+                f"the request has more than {limits.max_header_count} headers, the limit "
+                "(--http-max-header-count)",
+            )
         name = name.lower()
         self.headers.append((name, value))
         if name in DECIDING_HEADERS:
@@ -280,8 +519,23 @@ class HttpProtocol(HttpToolsProtocol):
         elif name == b"expect" and value.lower() == b"100-continue":
             self.expect_100_continue = True
 
+    def _header_size_message(self) -> str:
+        return (
+            f"the request line and headers exceed {self.limits.max_header_size} bytes, the "
+            "limit (--http-max-header-size)"
+        )
+
     def on_headers_complete(self) -> None:
+        length = self._deciding.get(b"content-length")
+        if length is not None and len(length) >= self._body_size_digits:
+            self._check_body_size(int(length) if length.isdigit() else 0)
         cycle = self._infer_cycle()
+        if cycle is None:
+            version = self.parser.get_http_version()
+            if version != "1.1" and version != "1.0":  # falcon raises on others: a 500
+                raise _Refused(505, f"HTTP/{version} is not supported; HTTP/1.1 and 1.0 are")
+        self._phase = _BODY
+        self._phase_since = self.loop.time()
         if cycle is None:
             self._make_scope()
             super().on_headers_complete()
@@ -293,6 +547,16 @@ class HttpProtocol(HttpToolsProtocol):
         else:  # pipelined behind a request still being answered: wait, as uvicorn does
             self.flow.pause_reading()
             self.pipeline.appendleft((cycle, self.app))  # type: ignore[arg-type]
+
+    def _check_body_size(self, size: int) -> None:
+        """413 for a body over the limit, before any of it is read or 100-continue sent."""
+        limit = self.limits.max_body_size
+        if size > limit:
+            raise _Refused(
+                413,
+                f"request body size ({size} bytes) exceeds the maximum allowed value of {limit} "
+                "bytes. Use --http-max-input-size to increase the limit.",
+            )
 
     def _make_scope(self) -> None:
         """uvicorn's ASGI scope for this request, as its on_message_begin makes it."""
@@ -330,6 +594,10 @@ class HttpProtocol(HttpToolsProtocol):
             super()._start_asgi_task(cycle, app)
 
     def on_body(self, body: bytes) -> None:
+        self._phase_since = self.loop.time()
+        self._body_bytes += len(body)
+        if self._body_bytes > self.limits.max_body_size:  # a chunked body
+            self._check_body_size(self._body_bytes)
         cycle = self.cycle
         if isinstance(cycle, _InferCycle):
             cycle.add_body(body)
@@ -337,6 +605,7 @@ class HttpProtocol(HttpToolsProtocol):
             super().on_body(body)
 
     def on_message_complete(self) -> None:
+        self._phase = _BUSY
         cycle = self.cycle
         if isinstance(cycle, _InferCycle):
             cycle.body_complete()
@@ -350,12 +619,17 @@ class HttpProtocol(HttpToolsProtocol):
         self.server_state.total_requests += 1
         if self.transport.is_closing():
             return
-        if self.flow.read_paused:
-            self.flow.resume_reading()
+        flow = self.flow
+        if flow.write_paused:  # the client does not take its answers: read no more requests
+            flow.pause_reading()
+        elif flow.read_paused and len(self.pipeline) <= 1:  # read more once none is queued
+            flow.resume_reading()
         if self.pipeline:
             cycle, app = self.pipeline.pop()
             self._start_asgi_task(cycle, app)
             return
+        if self._phase == _BUSY:  # not already reading the next request
+            self._phase = _IDLE
         self._idle_since = self.loop.time()
         if self.timeout_keep_alive_task is None:
             self.timeout_keep_alive_task = self.loop.call_later(
@@ -374,7 +648,94 @@ class HttpProtocol(HttpToolsProtocol):
         else:
             self.transport.close()
 
+    def pause_writing(self) -> None:
+        super().pause_writing()
+        self._write_paused_since = self.loop.time()
+
+    def resume_writing(self) -> None:
+        super().resume_writing()
+        cycle = self.cycle
+        answered = cycle is None or cycle.response_complete
+        if self.flow.read_paused and not self.pipeline and answered:
+            self.flow.resume_reading()  # paused for want of a reader of the answers: go on
+
+    def check_deadlines(self, now: float) -> None:
+        """408 and close when the headers or the body owed are late (see :class:`_Deadlines`);
+        close when the client has taken none of its answer for as long as a body may stall."""
+        if self.flow.write_paused:
+            if now - self._write_paused_since >= self.limits.body_timeout:
+                logger.debug("HTTP client %s took no answer bytes: closing", self.client)
+                self._phase = _BUSY
+                self.transport.abort()
+            return
+        phase = self._phase
+        if phase != _HEADERS and phase != _BODY:
+            return
+        if self.flow.read_paused:  # the server stopped reading, not the client sending
+            self._phase_since = now
+            return
+        limits = self.limits
+        if phase == _HEADERS:
+            if now - self._phase_since < limits.header_timeout:
+                return
+            message = (
+                f"the request headers were not complete within {limits.header_timeout:g} s "
+                "(--http-header-timeout-secs)"
+            )
+        else:
+            if now - self._phase_since < limits.body_timeout:
+                return
+            message = (
+                f"no bytes of the request body arrived for {limits.body_timeout:g} s "
+                "(--http-body-timeout-secs)"
+            )
+        self._refuse(408, message)
+
+    def _refuse(self, status: int, message: str, linger: bool = False) -> None:
+        """End the connection, answering ``status`` first when no other answer is owed.
+
+        ``linger``: the client may still be sending; read and drop what it sends for a
+        while after the answer, so that closing does not reset the answer away.
+        """
+        phase, self._phase = self._phase, _BUSY
+        if self.transport.is_closing():
+            return
+        logger.debug("HTTP %d to %s: %s", status, self.client, message)
+        cycle = self.cycle
+        answered = self._can_answer(cycle, phase)
+        if answered:
+            lines = default_header_lines(self.server_state.default_headers)
+            self.transport.write_whole(_refusal(status, message, lines))
+        if answered and linger:
+            self._linger()
+        else:
+            self.transport.close()
+        if isinstance(cycle, _InferCycle):
+            cycle.lost()
+        elif cycle is not None and not cycle.response_complete:
+            cycle.disconnected = True  # the app's next receive() says so
+            cycle.message_event.set()
+
+    def _linger(self) -> None:
+        """Send the end of the stream after the answer, drop what arrives, close soon."""
+        self._lingering = True
+        transport = self.transport
+        if transport.can_write_eof():
+            transport.write_eof()
+        self.flow.resume_reading()
+        self.loop.call_later(_LINGER_SECS, transport.close)
+
+    def _can_answer(self, cycle: Any, phase: int) -> bool:
+        """Whether an answer may go now: none is owed before it and none was begun for the
+        refused request (in _BODY, ``cycle`` is its own; before, the one before it)."""
+        if self.pipeline:
+            return False
+        if phase == _BODY:
+            return cycle is not None and not cycle.response_started
+        return cycle is None or cycle.response_complete
+
     def connection_lost(self, exc: Exception | None) -> None:
+        self._phase = _BUSY
         if self.timeout_keep_alive_task is not None:
             self.timeout_keep_alive_task.cancel()
             self.timeout_keep_alive_task = None
