@@ -739,6 +739,6 @@ def test_every_limit_flag_is_documented() -> None:
     from tests.support import ROOT
     from triton_core.frontends.grpc.limits import _FLAGS
 
-    guide = (ROOT / "docs" / "configuration.md").read_text()
+    guide = (ROOT / "docs" / "security.md").read_text()
     for flag in _FLAGS:
         assert f"| `{flag.name}` |" in guide, flag.name
