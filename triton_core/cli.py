@@ -81,6 +81,12 @@ def _add_http_limits(parser: argparse.ArgumentParser) -> None:
         ("--http-max-header-size", count, 16384, "bytes of URL and headers (414/431 beyond)"),
         ("--http-max-header-count", count, 100, "headers in one request (431 beyond)"),
         ("--http-max-connections", count, 1024, "open connections (503 and close beyond)"),
+        (
+            "--http-max-buffered-input",
+            count,
+            1 << 30,
+            "bytes of request bodies held at once, over all connections (503 beyond)",
+        ),
         ("--http-max-json-elements", count, 1 << 18, "JSON values, BYTES elements (400 beyond)"),
         # orjson refuses more than 1024 levels; the decoder's recursion stays far below that
         ("--http-max-json-depth", _positive(int, 256), 32, "JSON nesting depth (400 beyond)"),
@@ -312,6 +318,7 @@ def _run_serve(args: argparse.Namespace) -> int:
         http_max_header_size=args.http_max_header_size,
         http_max_header_count=args.http_max_header_count,
         http_max_connections=args.http_max_connections,
+        http_max_buffered_input=args.http_max_buffered_input,
         http_max_json_elements=args.http_max_json_elements,
         http_max_json_depth=args.http_max_json_depth,
         allow_grpc=args.allow_grpc,

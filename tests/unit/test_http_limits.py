@@ -347,6 +347,7 @@ def test_the_flags_reach_the_limits_and_bad_values_are_refused(
         "--http-max-connections": "3",
         "--http-max-json-elements": "50",
         "--http-max-json-depth": "5",
+        "--http-max-buffered-input": "5000",
     }
     args = parser.parse_args(
         ["serve", "--model-repository", "r", *[x for item in flags.items() for x in item]]
@@ -356,6 +357,11 @@ def test_the_flags_reach_the_limits_and_bad_values_are_refused(
     assert (args.http_max_header_size, args.http_max_header_count) == (1000, 7)
     assert (args.http_max_connections, args.http_max_json_elements) == (3, 50)
     assert args.http_max_json_depth == 5
+    assert args.http_max_buffered_input == 5000
+    from triton_core.frontends.runner import FrontendOptions, _http_limits
+
+    limits = _http_limits(FrontendOptions(http_max_buffered_input=5000, http_max_connections=3))
+    assert (limits.max_buffered_input, limits.max_connections) == (5000, 3)
     for flag, value in [
         ("--http-header-timeout-secs", "0"),
         ("--http-body-timeout-secs", "nan"),
@@ -363,6 +369,7 @@ def test_the_flags_reach_the_limits_and_bad_values_are_refused(
         ("--http-max-connections", "-1"),
         ("--http-max-json-depth", "1000"),
         ("--http-max-header-size", "big"),
+        ("--http-max-buffered-input", "0"),
     ]:
         with pytest.raises(SystemExit):
             parser.parse_args(["serve", "--model-repository", "r", flag, value])
@@ -447,3 +454,33 @@ async def until(condition: Any, limit: float = 10.0) -> Any:
         assert loop.time() < deadline, "condition not met in time"
         await asyncio.sleep(0.02)
     return value
+
+
+async def test_bodies_held_over_all_connections_are_bounded_and_released() -> None:
+    limits = HttpLimits(max_body_size=4096, max_buffered_input=6000)
+    async with Served(limits=limits) as served:
+        held = served.server.config.http_protocol_class.buffered_input
+        loop = asyncio.get_running_loop()
+
+        async def until_held(count: int) -> None:
+            deadline = loop.time() + 5
+            while held.held != count:
+                assert loop.time() < deadline, held.held
+                await asyncio.sleep(0.01)
+
+        big = json_infer([1, 2, 3]).ljust(4000)  # JSON may end in spaces
+        first_reader, first = await served.connect()
+        first.write(infer_request(big)[:-500])  # all but the last 500 bytes of the body
+        await until_held(3500)
+        reader, writer = await served.connect()
+        writer.write(infer_request(json_infer([1]).ljust(3000)))
+        status, message = await refusal(reader)
+        assert status == 503 and "--http-max-buffered-input" in message
+        writer.close()
+        first.write(infer_request(big)[-500:])
+        assert (await read_answer(first_reader))[0] == 200
+        await until_held(0)  # released with its answer
+        first.write(infer_request(json_infer([1]).ljust(3000)))  # fits now
+        assert (await read_answer(first_reader))[0] == 200
+        first.close()
+        await until_held(0)

@@ -36,6 +36,7 @@ class FrontendOptions:
     http_max_header_size: int = 16384
     http_max_header_count: int = 100
     http_max_connections: int = 1024
+    http_max_buffered_input: int = 1 << 30
     http_max_json_elements: int = 1 << 18
     http_max_json_depth: int = 32
     allow_grpc: bool = True
@@ -120,6 +121,7 @@ def _http_limits(options: FrontendOptions):  # type: ignore[no-untyped-def]
         max_header_count=options.http_max_header_count,
         max_connections=options.http_max_connections,
         max_body_size=options.http_max_input_size,
+        max_buffered_input=options.http_max_buffered_input,
     )
 
 

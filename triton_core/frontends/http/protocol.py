@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import weakref
+from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Final
 
@@ -73,6 +74,18 @@ class HttpLimits:
     max_connections: int = 1024
     #: ``--http-max-input-size``: body bytes, refused from Content-Length before reading
     max_body_size: int = 1 << 26
+    #: ``--http-max-buffered-input``: bytes of request bodies held at once over every
+    #: connection of the listener, from their first byte until their answer (else 503)
+    max_buffered_input: int = 1 << 30
+
+
+class _BufferedInput:
+    """Bytes of request bodies one listener holds, over all its connections."""
+
+    __slots__ = ("held",)
+
+    def __init__(self) -> None:
+        self.held = 0
 
 
 class _Refused(Exception):
@@ -416,6 +429,11 @@ class HttpProtocol(HttpToolsProtocol):
     _lingering: bool = False
     #: loop time the transport last asked to stop writing (its buffer is full)
     _write_paused_since: float = 0.0
+    #: the listener's body bytes held (one per protocol class, see :meth:`with_limits`)
+    buffered_input: ClassVar[_BufferedInput] = _BufferedInput()
+    #: body bytes held for each request read and not yet answered, oldest first (answers
+    #: complete in request order)
+    _held: deque[int]
 
     #: digits of the body size limit: a Content-Length with fewer is within it
     _body_size_digits: ClassVar[int] = len(str(limits.max_body_size))
@@ -423,7 +441,11 @@ class HttpProtocol(HttpToolsProtocol):
     @classmethod
     def with_limits(cls, limits: HttpLimits) -> type[HttpProtocol]:
         """This protocol holding its clients to ``limits`` (uvicorn makes the instances)."""
-        attributes = {"limits": limits, "_body_size_digits": len(str(limits.max_body_size))}
+        attributes = {
+            "limits": limits,
+            "_body_size_digits": len(str(limits.max_body_size)),
+            "buffered_input": _BufferedInput(),
+        }
         return type(cls.__name__, (cls,), attributes)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -434,6 +456,7 @@ class HttpProtocol(HttpToolsProtocol):
         app = self.config.app
         self.fast_path = app if isinstance(app, InferFastPath) else None
         self._phase_since = loop.time()  # the first request's header deadline counts from now
+        self._held = deque()
         if over_capacity:
             message = (
                 f"the server has {limits.max_connections} connections open, its limit "
@@ -493,6 +516,7 @@ class HttpProtocol(HttpToolsProtocol):
         self._phase_since = self.loop.time()
         self._begun += 1
         self._header_bytes = self._header_count = self._header_chunks = self._body_bytes = 0
+        self._held.append(0)
 
     def on_url(self, url: bytes) -> None:
         self.url += url
@@ -595,9 +619,19 @@ class HttpProtocol(HttpToolsProtocol):
 
     def on_body(self, body: bytes) -> None:
         self._phase_since = self.loop.time()
-        self._body_bytes += len(body)
+        size = len(body)
+        self._body_bytes += size
         if self._body_bytes > self.limits.max_body_size:  # a chunked body
             self._check_body_size(self._body_bytes)
+        buffered = self.buffered_input
+        if buffered.held + size > self.limits.max_buffered_input:
+            raise _Refused(
+                503,
+                f"the server holds {buffered.held} bytes of request bodies; this one would pass "
+                f"the limit of {self.limits.max_buffered_input} (--http-max-buffered-input)",
+            )
+        buffered.held += size
+        self._held[-1] += size
         cycle = self.cycle
         if isinstance(cycle, _InferCycle):
             cycle.add_body(body)
@@ -617,6 +651,8 @@ class HttpProtocol(HttpToolsProtocol):
 
     def on_response_complete(self) -> None:
         self.server_state.total_requests += 1
+        if self._held:
+            self.buffered_input.held -= self._held.popleft()
         if self.transport.is_closing():
             return
         flow = self.flow
@@ -736,6 +772,8 @@ class HttpProtocol(HttpToolsProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._phase = _BUSY
+        self.buffered_input.held -= sum(self._held)
+        self._held.clear()
         if self.timeout_keep_alive_task is not None:
             self.timeout_keep_alive_task.cancel()
             self.timeout_keep_alive_task = None
