@@ -59,6 +59,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "unsupported",
     ),
     "triton_core.hookspecs": ("hookimpl",),
+    "triton_core.plugins": ("PluginManager", "create_plugin_manager"),
     "triton_core.protos.model_config_pb2": (
         "DataType",
         "ModelConfig",
@@ -131,6 +132,7 @@ if TYPE_CHECKING:
         unsupported,
     )
     from triton_core.hookspecs import hookimpl
+    from triton_core.plugins import PluginManager, create_plugin_manager
     from triton_core.protos.model_config_pb2 import (
         DataType,
         ModelConfig,
@@ -214,6 +216,7 @@ __all__ = [
     "ModelStatistics",
     "ModelTensorReshape",
     "ParameterValue",
+    "PluginManager",
     "Registration",
     "RepositoryAgent",
     "RepositoryAgentRegistry",
@@ -232,6 +235,7 @@ __all__ = [
     "__version__",
     "config_from_json",
     "config_to_json",
+    "create_plugin_manager",
     "deserialize_bytes",
     "execute_concatenated",
     "hookimpl",
