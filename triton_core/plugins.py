@@ -164,8 +164,8 @@ class PluginManager:
             ("cache", self.register_caches()),
             ("repository_agent", self.register_repository_agents()),
         ):
-            for entry in registry:
-                provides.setdefault(entry.plugin, []).append(f"{kind}:{entry.name}")
+            for registration in registry:
+                provides.setdefault(registration.plugin, []).append(f"{kind}:{registration.name}")
         dists = {id(plugin): dist for plugin, dist in self.pm.list_plugin_distinfo()}
         infos = []
         for name, plugin in self.pm.list_name_plugin():
@@ -204,7 +204,7 @@ class _RunningHookimpl:
                 self._owners.setdefault(code, []).append((bound_to, impl.plugin_name))
 
     def plugin_name(self) -> str:
-        frame = sys._getframe(1)
+        frame: FrameType | None = sys._getframe(1)
         while frame is not None:
             for bound_to, plugin_name in self._owners.get(frame.f_code, ()):
                 if bound_to is None or bound_to is _first_argument(frame):
