@@ -69,7 +69,7 @@ class ModelInstance(ABC):
     #: True for an instance that executes in another process and implements
     #: :meth:`begin_execute`: the server then drives it from the event loop, with no worker
     #: thread (an instance may set it per object, e.g. only when it has a loop to run on)
-    event_driven: ClassVar[bool] = False
+    event_driven: bool = False
     #: batches an event-driven instance may hold at once. With 2, the default scheduler
     #: hands it the next batch while one executes (it waits in the instance's own queue,
     #: such as a socket), so the instance goes on to it without waiting for the event loop;
