@@ -119,9 +119,9 @@ def test_a_public_name_is_the_object_its_module_defines():
 
 def test_an_unknown_name_is_an_attribute_error():
     with pytest.raises(AttributeError, match="no attribute 'Nope'"):
-        _ = triton_core.Nope  # type: ignore[attr-defined]
+        _ = triton_core.Nope
     with pytest.raises(ImportError):
-        from triton_core import Nope  # type: ignore[attr-defined]  # noqa: F401
+        from triton_core import Nope  # noqa: F401
 
 
 def test_importing_triton_core_loads_nothing_else_until_a_name_is_used():
