@@ -13,4 +13,6 @@ PIP=(.venv/bin/python -m pip install -q)
 "${PIP[@]}" 'torch==2.13.0+cpu' -e '.[test]' -e 'plugins/onnx[testing]' -e plugins/repo_agents \
     -e plugins/torch -e 'plugins/python_model[testing]' -e tests/plugins/batch_strategy
 .venv/bin/ruff check .
+# incremental: .mypy_cache makes a run after a small change take a few seconds
+.venv/bin/python -m mypy
 exec .venv/bin/python -m pytest "$@"

@@ -1,36 +1,253 @@
-"""triton-core: an inference server that speaks Triton's protocol, as a small core plus plugins."""
+"""triton-core: an inference server that speaks Triton's protocol, as a small core plus plugins.
+
+The names in ``__all__`` are the public API: what a plugin (a backend, a scheduler, a batching
+strategy, a response cache, a repository agent) or an in-process user may import. They are
+imported from ``triton_core`` itself::
+
+    from triton_core import Backend, InferenceResponse, Tensor, TritonError, hookimpl
+
+The modules under ``triton_core`` (``triton_core.backend``, ``triton_core.dtypes`` ...) are
+internal and change without notice; ``triton_core.testing`` (pytest fixtures) is the one
+public module besides this one.
+
+Each name is imported on first use, so ``import triton_core`` costs almost nothing: plugins
+and processes that need a few contracts do not pay for the server. ``tests/unit/
+test_public_api.py`` keeps the three lists below (what type checkers see, what is loaded on
+use, ``__all__``) in step.
+"""
 
 from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
 __version__ = "0.1.0"
 
-from triton_core.backend import Backend, BackendModel, InstanceSpec, ModelContext, ModelInstance
-from triton_core.errors import Status, TritonError
-from triton_core.hookspecs import hookimpl
-from triton_core.server import Server, ServerOptions
-from triton_core.types import (
-    InferenceRequest,
-    InferenceResponse,
-    RequestedOutput,
-    RequestFlag,
-    Tensor,
-)
+#: module -> the public names it defines, imported from it on first access
+_EXPORTS: dict[str, tuple[str, ...]] = {
+    "triton_core.backend": (
+        "Backend",
+        "BackendModel",
+        "InstanceSpec",
+        "ModelContext",
+        "ModelInstance",
+    ),
+    "triton_core.batching": ("execute_concatenated",),
+    "triton_core.cache.base": ("CacheStatistics", "ResponseCache", "response_size"),
+    "triton_core.config.model_config": (
+        "config_from_json",
+        "config_to_json",
+        "parse_config_text",
+        "wire_datatype",
+    ),
+    "triton_core.dtypes": (
+        "CONFIG_TO_WIRE",
+        "ELEMENT_SIZE",
+        "NUMPY_DTYPES",
+        "WIRE_TO_CONFIG",
+        "deserialize_bytes",
+        "serialize_bytes",
+        "wire_datatype_of",
+    ),
+    "triton_core.errors": (
+        "Status",
+        "TritonError",
+        "internal",
+        "invalid_arg",
+        "not_found",
+        "unavailable",
+        "unsupported",
+    ),
+    "triton_core.hookspecs": ("hookimpl",),
+    "triton_core.plugins": ("PluginManager", "create_plugin_manager"),
+    "triton_core.protos.model_config_pb2": (
+        "DataType",
+        "ModelConfig",
+        "ModelDynamicBatching",
+        "ModelInput",
+        "ModelInstanceGroup",
+        "ModelOutput",
+        "ModelParameter",
+        "ModelSequenceBatching",
+        "ModelTensorReshape",
+    ),
+    "triton_core.registry": (
+        "BackendRegistry",
+        "BatchStrategyRegistry",
+        "CacheRegistry",
+        "Registration",
+        "RepositoryAgentRegistry",
+        "SchedulerRegistry",
+    ),
+    "triton_core.repository.agents": ("AgentAction", "AgentModel", "RepositoryAgent"),
+    "triton_core.repository.layout": ("is_within",),
+    "triton_core.scheduling.base": ("Scheduler", "SchedulerContext"),
+    "triton_core.scheduling.executor": ("InstancePool",),
+    "triton_core.scheduling.strategy": ("BatchStrategy",),
+    "triton_core.server": ("Server", "ServerOptions"),
+    "triton_core.statistics": ("ExecutionTimes", "ModelStatistics"),
+    "triton_core.types": (
+        "InferenceRequest",
+        "InferenceResponse",
+        "ParameterValue",
+        "RequestedOutput",
+        "RequestFlag",
+        "ResponseSender",
+        "Tensor",
+    ),
+}
+
+if TYPE_CHECKING:
+    from triton_core.backend import (
+        Backend,
+        BackendModel,
+        InstanceSpec,
+        ModelContext,
+        ModelInstance,
+    )
+    from triton_core.batching import execute_concatenated
+    from triton_core.cache.base import CacheStatistics, ResponseCache, response_size
+    from triton_core.config.model_config import (
+        config_from_json,
+        config_to_json,
+        parse_config_text,
+        wire_datatype,
+    )
+    from triton_core.dtypes import (
+        CONFIG_TO_WIRE,
+        ELEMENT_SIZE,
+        NUMPY_DTYPES,
+        WIRE_TO_CONFIG,
+        deserialize_bytes,
+        serialize_bytes,
+        wire_datatype_of,
+    )
+    from triton_core.errors import (
+        Status,
+        TritonError,
+        internal,
+        invalid_arg,
+        not_found,
+        unavailable,
+        unsupported,
+    )
+    from triton_core.hookspecs import hookimpl
+    from triton_core.plugins import PluginManager, create_plugin_manager
+    from triton_core.protos.model_config_pb2 import (
+        DataType,
+        ModelConfig,
+        ModelDynamicBatching,
+        ModelInput,
+        ModelInstanceGroup,
+        ModelOutput,
+        ModelParameter,
+        ModelSequenceBatching,
+        ModelTensorReshape,
+    )
+    from triton_core.registry import (
+        BackendRegistry,
+        BatchStrategyRegistry,
+        CacheRegistry,
+        Registration,
+        RepositoryAgentRegistry,
+        SchedulerRegistry,
+    )
+    from triton_core.repository.agents import AgentAction, AgentModel, RepositoryAgent
+    from triton_core.repository.layout import is_within
+    from triton_core.scheduling.base import Scheduler, SchedulerContext
+    from triton_core.scheduling.executor import InstancePool
+    from triton_core.scheduling.strategy import BatchStrategy
+    from triton_core.server import Server, ServerOptions
+    from triton_core.statistics import ExecutionTimes, ModelStatistics
+    from triton_core.types import (
+        InferenceRequest,
+        InferenceResponse,
+        ParameterValue,
+        RequestedOutput,
+        RequestFlag,
+        ResponseSender,
+        Tensor,
+    )
+else:
+    _MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
+
+    def __getattr__(name: str) -> Any:
+        module = _MODULE_OF.get(name)
+        if module is None:
+            raise AttributeError(f"module 'triton_core' has no attribute {name!r}")
+        value = getattr(importlib.import_module(module), name)
+        globals()[name] = value  # later lookups skip this function
+        return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
+
 
 __all__ = [
+    "CONFIG_TO_WIRE",
+    "ELEMENT_SIZE",
+    "NUMPY_DTYPES",
+    "WIRE_TO_CONFIG",
+    "AgentAction",
+    "AgentModel",
     "Backend",
     "BackendModel",
+    "BackendRegistry",
+    "BatchStrategy",
+    "BatchStrategyRegistry",
+    "CacheRegistry",
+    "CacheStatistics",
+    "DataType",
+    "ExecutionTimes",
     "InferenceRequest",
     "InferenceResponse",
+    "InstancePool",
     "InstanceSpec",
+    "ModelConfig",
     "ModelContext",
+    "ModelDynamicBatching",
+    "ModelInput",
     "ModelInstance",
+    "ModelInstanceGroup",
+    "ModelOutput",
+    "ModelParameter",
+    "ModelSequenceBatching",
+    "ModelStatistics",
+    "ModelTensorReshape",
+    "ParameterValue",
+    "PluginManager",
+    "Registration",
+    "RepositoryAgent",
+    "RepositoryAgentRegistry",
     "RequestFlag",
     "RequestedOutput",
+    "ResponseCache",
+    "ResponseSender",
+    "Scheduler",
+    "SchedulerContext",
+    "SchedulerRegistry",
     "Server",
     "ServerOptions",
     "Status",
     "Tensor",
     "TritonError",
     "__version__",
+    "config_from_json",
+    "config_to_json",
+    "create_plugin_manager",
+    "deserialize_bytes",
+    "execute_concatenated",
     "hookimpl",
+    "internal",
+    "invalid_arg",
+    "is_within",
+    "not_found",
+    "parse_config_text",
+    "response_size",
+    "serialize_bytes",
+    "unavailable",
+    "unsupported",
+    "wire_datatype",
+    "wire_datatype_of",
 ]

@@ -69,7 +69,7 @@ class ModelInstance(ABC):
     #: True for an instance that executes in another process and implements
     #: :meth:`begin_execute`: the server then drives it from the event loop, with no worker
     #: thread (an instance may set it per object, e.g. only when it has a loop to run on)
-    event_driven: ClassVar[bool] = False
+    event_driven: bool = False
     #: batches an event-driven instance may hold at once. With 2, the default scheduler
     #: hands it the next batch while one executes (it waits in the instance's own queue,
     #: such as a socket), so the instance goes on to it without waiting for the event loop;
@@ -83,7 +83,7 @@ class ModelInstance(ABC):
         Called on this instance's worker thread, one batch at a time. Inputs are numpy arrays
         already checked against the config (datatype, shape, batch size). A response may carry
         ``error`` to fail just its request; raising fails the whole batch with the exception's
-        message (a :class:`~triton_core.errors.TritonError` keeps its status).
+        message (a :class:`~triton_core.TritonError` keeps its status).
         """
 
     def thread_started(self) -> None:  # noqa: B027 - optional hook
@@ -106,7 +106,7 @@ class ModelInstance(ABC):
         started and not yet done per instance. Call ``done(result, times=None)`` exactly
         once per batch, on the event loop and not from within this call: ``result`` is what
         :meth:`execute` would return, or the exception that fails the batch; ``times``
-        (:class:`~triton_core.statistics.ExecutionTimes`, optional) is when and how long
+        (:class:`~triton_core.ExecutionTimes`, optional) is when and how long
         the batch really ran, for the statistics, where it did not start at once.
         """
         raise NotImplementedError
@@ -129,7 +129,7 @@ class BackendModel(ABC):
 
     @abstractmethod
     def create_instance(self, spec: InstanceSpec) -> ModelInstance:
-        """Create one instance; raise :class:`~triton_core.errors.TritonError` to fail the load."""
+        """Create one instance; raise :class:`~triton_core.TritonError` to fail the load."""
 
     def finalize(self) -> None:  # noqa: B027 - optional hook
         """Release model-wide resources. Called once, after every instance is finalized."""
@@ -155,12 +155,12 @@ class Backend(ABC):
 
         Called at load, before normalisation, unless auto-complete is disabled; edits
         ``config`` in place. ``model_path`` is the model file of the newest version. Raise
-        :class:`~triton_core.errors.TritonError` for a model that contradicts its config.
+        :class:`~triton_core.TritonError` for a model that contradicts its config.
         """
 
     @abstractmethod
     def load_model(self, context: ModelContext) -> BackendModel:
-        """Load one model version; raise :class:`~triton_core.errors.TritonError` on failure."""
+        """Load one model version; raise :class:`~triton_core.TritonError` on failure."""
 
     def finalize(self) -> None:  # noqa: B027 - optional hook
         """Called once when the server stops, after all its models are unloaded."""

@@ -28,9 +28,7 @@ def classify(tensor: Tensor, count: int, labels: list[str] | None, *, batched: b
             if labels is not None and index < len(labels):
                 text += f":{labels[index]}"
             result[row_index, rank] = text.encode("utf-8")
-    if not batched:
-        result = result.reshape(k)
-    return Tensor(tensor.name, "BYTES", result)
+    return Tensor(tensor.name, "BYTES", result if batched else result.reshape(k))
 
 
 def _format_value(value: np.generic) -> str:

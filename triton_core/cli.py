@@ -11,7 +11,8 @@ import asyncio
 import logging
 import math
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any
 
 from triton_core import __version__
 from triton_core.frontends.grpc import limits as grpc_limits
@@ -53,7 +54,9 @@ def _backend_config(text: str) -> tuple[str, str, str]:
     return backend, key, value
 
 
-def _positive(kind: type[int] | type[float], maximum: float | None = None):  # type: ignore[no-untyped-def]
+def _positive(
+    kind: type[int] | type[float], maximum: float | None = None
+) -> Callable[[str], int | float]:
     """An argparse type: a number > 0 (and <= ``maximum``), refused otherwise."""
 
     def parse(text: str) -> int | float:
@@ -359,7 +362,7 @@ def _cache_config(
     return names.pop(), {key: value for _, key, value in settings}
 
 
-def _run(coroutine) -> int:  # type: ignore[no-untyped-def]
+def _run(coroutine: Coroutine[Any, Any, int]) -> int:
     try:
         import uvloop
     except ImportError:  # pragma: no cover - uvloop is a dependency on POSIX

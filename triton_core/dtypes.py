@@ -86,7 +86,9 @@ def serialize_bytes(array: np.ndarray) -> bytes:
     return b"".join(parts)
 
 
-def deserialize_bytes(buffer: bytes | memoryview, count: int | None = None) -> np.ndarray:
+def deserialize_bytes(
+    buffer: bytes | bytearray | memoryview, count: int | None = None
+) -> np.ndarray:
     """Decode length-prefixed BYTES elements into a flat object array.
 
     Raises ``ValueError`` when a length prefix is cut short or runs past the end, or when
@@ -132,7 +134,7 @@ def to_bytes(array: np.ndarray, datatype: str) -> bytes | memoryview:
         array = np.ascontiguousarray(array)
     if datatype == "BOOL" and array.dtype != np.bool_:
         array = array.astype(np.bool_)
-    return memoryview(array).cast("B") if array.size else b""
+    return array.data.cast("B") if array.size else b""
 
 
 def from_bytes(

@@ -6,6 +6,11 @@ own defaults are built-in plugins registered the same way (see :mod:`triton_core
 
 Hooks run on the cold path only (start-up, model load, shutdown). Per-request work goes through
 the objects that registration hooks hand to the server (backends, schedulers).
+
+Every hook is called through pluggy, in pluggy's order: the last registered plugin first (the
+built-ins last), ``tryfirst``/``trylast`` hookimpls moved to the front or back, and
+``wrapper=True`` hookimpls around the rest. A registry attributes each addition to the plugin
+whose hookimpl made it.
 """
 
 from __future__ import annotations
@@ -38,7 +43,7 @@ hookimpl = pluggy.HookimplMarker(NAME)
 def triton_register_backends(registry: BackendRegistry) -> None:
     """Register backends: the classes that load and execute models of a backend or platform.
 
-    Called once when a :class:`~triton_core.server.Server` is created, for every plugin.
+    Called once when a :class:`~triton_core.Server` is created, for every plugin.
     Call ``registry.add(BackendClass)``; the class's ``name`` (e.g. ``"onnxruntime"``) and
     ``platforms`` (e.g. ``("onnxruntime_onnx",)``) are the names a ``config.pbtxt`` selects it
     by. Registering a name that another plugin registered is an error unless
@@ -50,9 +55,9 @@ def triton_register_backends(registry: BackendRegistry) -> None:
 def triton_register_schedulers(registry: SchedulerRegistry) -> None:
     """Register schedulers: how a model's requests become executions on its instances.
 
-    Called once when a :class:`~triton_core.server.Server` is created, for every plugin.
+    Called once when a :class:`~triton_core.Server` is created, for every plugin.
     Call ``registry.add(name, factory)`` where ``factory(context)`` returns a
-    :class:`~triton_core.scheduling.base.Scheduler`. The core picks the scheduler by the
+    :class:`~triton_core.Scheduler`. The core picks the scheduler by the
     model config's scheduling choice: ``"default"`` (none set), ``"dynamic_batching"``,
     ``"sequence_batching"`` or ``"ensemble_scheduling"``. Returns nothing.
     """
@@ -62,9 +67,9 @@ def triton_register_schedulers(registry: SchedulerRegistry) -> None:
 def triton_register_batch_strategies(registry: BatchStrategyRegistry) -> None:
     """Register custom batching strategies: which pending requests join a batch being formed.
 
-    Called once when a :class:`~triton_core.server.Server` is created, for every plugin.
+    Called once when a :class:`~triton_core.Server` is created, for every plugin.
     Call ``registry.add(name, factory)`` where ``factory(config)`` gets the model's config and
-    returns a :class:`~triton_core.scheduling.strategy.BatchStrategy`. A model with
+    returns a :class:`~triton_core.BatchStrategy`. A model with
     ``dynamic_batching`` selects one by the config parameter ``batch_strategy`` (Triton's
     custom batching, ``TRITON_BATCH_STRATEGY_PATH``, by name). Returns nothing.
     """
@@ -74,10 +79,10 @@ def triton_register_batch_strategies(registry: BatchStrategyRegistry) -> None:
 def triton_register_caches(registry: CacheRegistry) -> None:
     """Register response caches.
 
-    Called once when a :class:`~triton_core.server.Server` is created, for every plugin.
+    Called once when a :class:`~triton_core.Server` is created, for every plugin.
     Call ``registry.add(name, factory)`` where ``factory(settings)`` gets the
     ``--cache-config <name>,<key>=<value>`` settings as a dict of strings and returns a
-    :class:`~triton_core.cache.base.ResponseCache`. Returns nothing.
+    :class:`~triton_core.ResponseCache`. Returns nothing.
     """
 
 
@@ -85,9 +90,9 @@ def triton_register_caches(registry: CacheRegistry) -> None:
 def triton_register_repository_agents(registry: RepositoryAgentRegistry) -> None:
     """Register repository agents: actions on a model's files at load and unload.
 
-    Called once when a :class:`~triton_core.server.Server` is created, for every plugin.
+    Called once when a :class:`~triton_core.Server` is created, for every plugin.
     Call ``registry.add(name, factory)`` where ``factory()`` returns a
-    :class:`~triton_core.repository.agents.RepositoryAgent`. A model lists the agents it uses,
+    :class:`~triton_core.RepositoryAgent`. A model lists the agents it uses,
     in order, in ``model_repository_agents { agents [ { name: "<name>" ... } ] }``. Returns
     nothing.
     """

@@ -17,7 +17,10 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
+    import falcon.asgi
+
     from triton_core.cache.base import CacheStatistics
+    from triton_core.model import LoadedModel
     from triton_core.server import Server
     from triton_core.statistics import Duration, ModelStatistics
 
@@ -112,7 +115,7 @@ class TritonCollector(Collector):
         if self._options.allow_cpu_metrics:
             yield from self._cpu.families()
 
-    def _model_families(self, models: list) -> Iterator[Metric]:  # type: ignore[type-arg]
+    def _model_families(self, models: list[LoadedModel]) -> Iterator[Metric]:
         counters = _COUNTERS
         families = {name: _family(name, doc, "counter") for name, doc in counters.items()}
         pending = _family(
@@ -225,7 +228,9 @@ def _micros(duration: Duration) -> int:
     return duration.ns // 1000
 
 
-def _add_histogram(family: Metric, name: str, labels: dict, stats: ModelStatistics) -> None:  # type: ignore[type-arg]
+def _add_histogram(
+    family: Metric, name: str, labels: dict[str, str], stats: ModelStatistics
+) -> None:
     histogram = stats.request_latency_ms
     assert histogram is not None
     for bound, count in histogram.cumulative():
@@ -234,7 +239,7 @@ def _add_histogram(family: Metric, name: str, labels: dict, stats: ModelStatisti
     family.add_sample(f"{name}_sum", labels, histogram.sum)
 
 
-def _add_batch_sizes(family: Metric, labels: dict, sizes: dict[int, int]) -> None:  # type: ignore[type-arg]
+def _add_batch_sizes(family: Metric, labels: dict[str, str], sizes: dict[int, int]) -> None:
     if not sizes:
         return
     total = 0
@@ -331,7 +336,7 @@ def _escape(value: str) -> str:
     return value.replace("\\", r"\\").replace('"', r"\"").replace("\n", r"\n")
 
 
-def create_metrics_app(registry: CollectorRegistry):  # type: ignore[no-untyped-def]
+def create_metrics_app(registry: CollectorRegistry) -> falcon.asgi.App:
     """The ``/metrics`` ASGI app (GET only), as Triton's metrics listener."""
     import falcon
     import falcon.asgi

@@ -5,8 +5,10 @@ from __future__ import annotations
 import importlib
 import inspect
 import os
+import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
+from types import CodeType, FrameType
 from typing import TYPE_CHECKING, Any
 
 import pluggy
@@ -23,6 +25,8 @@ from triton_core.registry import (
 )
 
 if TYPE_CHECKING:
+    from pluggy import HookImpl
+
     from triton_core.server import Server
 
 #: built-in plugins: (plugin name, module path), registered before entry points
@@ -107,9 +111,11 @@ class PluginManager:
         self.pm = pm
 
     def _fill(self, hook_name: str, registry: Registry[Any]) -> None:
-        # In registration order (built-ins first), each with a view that records the plugin.
-        for impl in getattr(self.pm.hook, hook_name).get_hookimpls():
-            impl.function(registry=registry.for_plugin(impl.plugin_name))
+        # One call through pluggy, so wrappers and tryfirst/trylast apply as documented; the
+        # registry names each addition's plugin from the hookimpl running at that moment.
+        hook = getattr(self.pm.hook, hook_name)
+        registry.attribute_with(_RunningHookimpl(hook.get_hookimpls()).plugin_name)
+        hook(registry=registry)
 
     def register_backends(self) -> BackendRegistry:
         registry = BackendRegistry()
@@ -158,8 +164,8 @@ class PluginManager:
             ("cache", self.register_caches()),
             ("repository_agent", self.register_repository_agents()),
         ):
-            for entry in registry:
-                provides.setdefault(entry.plugin, []).append(f"{kind}:{entry.name}")
+            for registration in registry:
+                provides.setdefault(registration.plugin, []).append(f"{kind}:{registration.name}")
         dists = {id(plugin): dist for plugin, dist in self.pm.list_plugin_distinfo()}
         infos = []
         for name, plugin in self.pm.list_name_plugin():
@@ -178,6 +184,38 @@ class PluginManager:
 
     def blocked(self) -> list[str]:
         return sorted(name for name, plugin in self.pm.list_name_plugin() if plugin is None)
+
+
+class _RunningHookimpl:
+    """Names the plugin whose hookimpl is running, found on the call stack.
+
+    pluggy runs every hookimpl of a hook within one call; a registry asks this, while one of
+    them calls ``add``, which plugin it belongs to. The frame of a hookimpl (or of a
+    ``wrapper=True`` hookimpl's generator) runs that function's code; a method's frame must
+    also hold the plugin as ``self``, since instances of one class share the code.
+    """
+
+    def __init__(self, impls: Iterable[HookImpl]) -> None:
+        self._owners: dict[CodeType, list[tuple[object, str]]] = {}
+        for impl in impls:
+            code = getattr(impl.function, "__code__", None)
+            if code is not None:
+                bound_to = getattr(impl.function, "__self__", None)
+                self._owners.setdefault(code, []).append((bound_to, impl.plugin_name))
+
+    def plugin_name(self) -> str:
+        frame: FrameType | None = sys._getframe(1)
+        while frame is not None:
+            for bound_to, plugin_name in self._owners.get(frame.f_code, ()):
+                if bound_to is None or bound_to is _first_argument(frame):
+                    return plugin_name
+            frame = frame.f_back
+        return "<unknown>"
+
+
+def _first_argument(frame: FrameType) -> object:
+    code = frame.f_code
+    return frame.f_locals.get(code.co_varnames[0]) if code.co_argcount else None
 
 
 async def _await_all(results: list[Any]) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar
 
 if TYPE_CHECKING:
     from triton_core.backend import Backend
@@ -21,38 +21,64 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
+#: names the plugin that is registering: called by a registry on each ``add``
+PluginOfCaller = Callable[[], str]
+
+
+def _unknown_plugin() -> str:
+    return "<unknown>"
+
 
 @dataclass(frozen=True, slots=True)
 class Registration(Generic[T]):
+    """One registered entry: its name, what was registered, and the plugin that did it."""
+
     name: str
     value: T
     plugin: str
 
 
 class Registry(Generic[T]):
-    """Entries by name; a second plugin registering a taken name must say ``replace=True``."""
+    """Entries by name; a second plugin registering a taken name must say ``replace=True``.
+
+    A registration made with ``replace=True`` wins over a plain one whichever of the two
+    plugins runs first, so hook order (pluggy calls the last registered plugin first) never
+    decides whether a replacement takes effect.
+    """
 
     kind = "entry"
 
     def __init__(self) -> None:
         self._entries: dict[str, Registration[T]] = {}
-        self._plugin = "<unknown>"
+        self._replaced: set[str] = set()
+        self._plugin_of_caller: PluginOfCaller = _unknown_plugin
 
-    def for_plugin(self, plugin: str) -> Registry[T]:
+    def attribute_with(self, plugin_of_caller: PluginOfCaller) -> None:
+        """Attribute each later addition to the plugin ``plugin_of_caller()`` names."""
+        self._plugin_of_caller = plugin_of_caller
+
+    def for_plugin(self, plugin: str) -> Self:
         """A view of this registry whose additions are attributed to ``plugin``."""
         view = object.__new__(type(self))
         view.__dict__.update(self.__dict__)
-        view._plugin = plugin
+        view._plugin_of_caller = lambda: plugin
         return view
 
-    def _add(self, name: str, value: T, replace: bool) -> None:
+    def _add(self, name: str, value: T, replace: bool) -> bool:
+        """Add or replace ``name``; False when an earlier replacement keeps its place."""
+        plugin = self._plugin_of_caller()
         existing = self._entries.get(name)
         if existing is not None and not replace:
+            if name in self._replaced:
+                return False
             raise ValueError(
-                f"{self.kind} '{name}' from plugin '{self._plugin}' is already registered by "
+                f"{self.kind} '{name}' from plugin '{plugin}' is already registered by "
                 f"plugin '{existing.plugin}' (pass replace=True to override it)"
             )
-        self._entries[name] = Registration(name, value, self._plugin)
+        if replace:
+            self._replaced.add(name)
+        self._entries[name] = Registration(name, value, plugin)
+        return True
 
     def get(self, name: str) -> Registration[T] | None:
         return self._entries.get(name)
@@ -76,13 +102,9 @@ class BackendRegistry(Registry["type[Backend]"]):
         super().__init__()
         self._platforms: dict[str, str] = {}
 
-    def for_plugin(self, plugin: str) -> BackendRegistry:
-        view = super().for_plugin(plugin)
-        assert isinstance(view, BackendRegistry)
-        return view
-
     def add(self, backend: type[Backend], *, replace: bool = False) -> None:
-        self._add(backend.name, backend, replace)
+        if not self._add(backend.name, backend, replace):
+            return
         for platform in backend.platforms:
             self._platforms[platform] = backend.name
 
@@ -101,11 +123,6 @@ class SchedulerRegistry(Registry[SchedulerFactory]):
 
     kind = "scheduler"
 
-    def for_plugin(self, plugin: str) -> SchedulerRegistry:
-        view = super().for_plugin(plugin)
-        assert isinstance(view, SchedulerRegistry)
-        return view
-
     def add(self, name: str, factory: SchedulerFactory, *, replace: bool = False) -> None:
         self._add(name, factory, replace)
 
@@ -117,11 +134,6 @@ class BatchStrategyRegistry(Registry[BatchStrategyFactory]):
     """Custom batching strategies by name (config parameter ``batch_strategy``)."""
 
     kind = "batch strategy"
-
-    def for_plugin(self, plugin: str) -> BatchStrategyRegistry:
-        view = super().for_plugin(plugin)
-        assert isinstance(view, BatchStrategyRegistry)
-        return view
 
     def add(self, name: str, factory: BatchStrategyFactory, *, replace: bool = False) -> None:
         self._add(name, factory, replace)
@@ -135,11 +147,6 @@ class CacheRegistry(Registry[CacheFactory]):
 
     kind = "cache"
 
-    def for_plugin(self, plugin: str) -> CacheRegistry:
-        view = super().for_plugin(plugin)
-        assert isinstance(view, CacheRegistry)
-        return view
-
     def add(self, name: str, factory: CacheFactory, *, replace: bool = False) -> None:
         self._add(name, factory, replace)
 
@@ -151,11 +158,6 @@ class RepositoryAgentRegistry(Registry[AgentFactory]):
     """Repository agents by name (``model_repository_agents { agents [{name: ...}] }``)."""
 
     kind = "repository agent"
-
-    def for_plugin(self, plugin: str) -> RepositoryAgentRegistry:
-        view = super().for_plugin(plugin)
-        assert isinstance(view, RepositoryAgentRegistry)
-        return view
 
     def add(self, name: str, factory: AgentFactory, *, replace: bool = False) -> None:
         self._add(name, factory, replace)

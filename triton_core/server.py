@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from time import monotonic_ns
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from triton_core import __version__
 from triton_core.cache.base import ResponseCache, request_key
@@ -281,7 +281,7 @@ class Server:
     def model_config(self, name: str, version: int = -1) -> ModelConfig:
         return self.models.get(name, version).config
 
-    def model_config_json(self, name: str, version: int = -1) -> dict:
+    def model_config_json(self, name: str, version: int = -1) -> dict[str, Any]:
         return config_to_json(self.model_config(name, version))
 
     def model_is_decoupled(self, name: str, version: int = -1) -> bool:
@@ -373,6 +373,7 @@ class Server:
             )
         received = monotonic_ns()
         self._inflight += 1
+        future: asyncio.Future[InferenceResponse]
         try:
             if model.cacheable and self.cache is not None:
                 future = asyncio.ensure_future(self._infer_cached(model, request, received))

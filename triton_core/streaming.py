@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 from triton_core.errors import TritonError, invalid_arg
 from triton_core.types import InferenceRequest, InferenceResponse
@@ -50,7 +51,7 @@ class StreamSender:
             self._final_sent = True
             self._queue.put_nowait((error, True))
 
-    def on_execute_done(self, future: asyncio.Future[object]) -> None:
+    def on_execute_done(self, future: asyncio.Future[Any]) -> None:
         """A failed ``execute`` ends the stream; a successful one leaves it to ``send``."""
         if future.cancelled():
             return

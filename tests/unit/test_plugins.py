@@ -40,7 +40,10 @@ def test_a_second_plugin_claiming_a_name_must_say_replace():
     plugins = create_plugin_manager(
         autoload=False, extra_plugins=[("numpy", numpy_backend), ("clash", Clash())]
     )
-    with pytest.raises(ValueError, match="already registered by plugin 'numpy'"):
+    # pluggy calls the last registered plugin first: 'clash' holds the name when 'numpy' asks.
+    with pytest.raises(
+        ValueError, match="'numpy' from plugin 'numpy' is already registered by plugin 'clash'"
+    ):
         plugins.register_backends()
 
 
@@ -48,3 +51,93 @@ def test_entry_points_are_discovered():
     # The ONNX plugin is installed in the test environment through its entry point.
     plugins = create_plugin_manager()
     assert "onnxruntime" in plugins.register_backends()
+
+
+class _Recorder:
+    """A plugin that registers one cache named after itself and logs when its hook runs."""
+
+    def __init__(self, name: str, log: list[str]) -> None:
+        self.name = name
+        self.log = log
+
+    @hookimpl
+    def triton_register_caches(self, registry):
+        self.log.append(self.name)
+        registry.add(self.name, dict)
+
+
+def _caches_registered_by(*plugins: tuple[str, object]):
+    return create_plugin_manager(autoload=False, extra_plugins=plugins).register_caches()
+
+
+def test_tryfirst_and_trylast_order_the_hookimpls_as_pluggy_documents():
+    log: list[str] = []
+
+    class First(_Recorder):
+        @hookimpl(tryfirst=True)
+        def triton_register_caches(self, registry):
+            super().triton_register_caches(registry)
+
+    class Last(_Recorder):
+        @hookimpl(trylast=True)
+        def triton_register_caches(self, registry):
+            super().triton_register_caches(registry)
+
+    caches = _caches_registered_by(
+        ("first", First("first", log)),
+        ("plain_a", _Recorder("plain_a", log)),
+        ("last", Last("last", log)),
+        ("plain_b", _Recorder("plain_b", log)),
+    )
+    # tryfirst before the rest, trylast after it, plain ones last registered first
+    assert log == ["first", "plain_b", "plain_a", "last"]
+    assert {name: caches.get(name).plugin for name in log} == {name: name for name in log}
+
+
+def test_a_wrapper_hookimpl_runs_around_every_other_plugin():
+    seen: dict[str, list[str]] = {}
+
+    class Wrapper:
+        @hookimpl(wrapper=True)
+        def triton_register_caches(self, registry):
+            seen["before"] = registry.names()
+            result = yield
+            seen["after"] = registry.names()
+            registry.add("local", dict, replace=True)
+            return result
+
+    caches = _caches_registered_by(("wrapper", Wrapper()), ("other", _Recorder("other", [])))
+    assert seen == {"before": [], "after": ["local", "other"]}
+    assert caches.get("local").plugin == "wrapper"
+    assert caches.get("other").plugin == "other"
+
+
+def test_a_replacement_wins_whichever_plugin_runs_first():
+    class Replacer:
+        @hookimpl(trylast=True)
+        def triton_register_schedulers(self, registry):
+            registry.add("default", dict, replace=True)
+
+    class EarlyReplacer:
+        @hookimpl(tryfirst=True)
+        def triton_register_schedulers(self, registry):
+            registry.add("default", dict, replace=True)
+
+    for name, plugin in (("late", Replacer()), ("early", EarlyReplacer())):
+        plugins = create_plugin_manager(autoload=False, extra_plugins=[(name, plugin)])
+        schedulers = plugins.register_schedulers()
+        assert schedulers.get("default").plugin == name
+        assert schedulers.get("dynamic_batching").plugin == "dynamic_batcher"
+
+
+def test_a_registration_from_a_helper_is_attributed_to_the_calling_hookimpl():
+    def register_through_a_helper(registry):
+        registry.add("helper_made", dict)
+
+    class UsesHelper:
+        @hookimpl
+        def triton_register_caches(self, registry):
+            register_through_a_helper(registry)
+
+    caches = _caches_registered_by(("uses_helper", UsesHelper()))
+    assert caches.get("helper_made").plugin == "uses_helper"

@@ -62,7 +62,7 @@ def request_key(model_name: str, version: int, request: InferenceRequest) -> byt
         if tensor.datatype == "BYTES":
             digest.update(serialize_bytes(data))
         else:
-            digest.update(memoryview(data if data.flags.c_contiguous else data.copy()).cast("B"))
+            digest.update((data if data.flags.c_contiguous else data.copy()).data.cast("B"))
     if request.outputs is not None:
         for output in request.outputs:
             digest.update(f"out\0{output.name}\0{output.classification}\0".encode())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from google.protobuf import json_format, text_format
 
@@ -19,7 +20,7 @@ from triton_core.protos.model_config_pb2 import (
 
 CONFIG_FILENAME = "config.pbtxt"
 
-_KIND_NAMES = {
+_KIND_NAMES: dict[int, str] = {
     ModelInstanceGroup.KIND_CPU: "CPU",
     ModelInstanceGroup.KIND_GPU: "GPU",
     ModelInstanceGroup.KIND_MODEL: "MODEL",
@@ -417,7 +418,7 @@ _NUMERIC_INT64_PATHS: tuple[tuple[str, ...], ...] = (
 )
 
 
-def config_to_json(config: ModelConfig) -> dict:
+def config_to_json(config: ModelConfig) -> dict[str, Any]:
     """The config as Triton's model-configuration endpoint renders it (PROTOCOL 1.10)."""
     rendered = json_format.MessageToDict(
         config,

@@ -9,8 +9,9 @@ import signal
 import socket
 import ssl
 import threading
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
-from typing import Final, NoReturn
+from typing import TYPE_CHECKING, Final, NoReturn
 
 from triton_core.errors import TritonError
 from triton_core.frontends.common import listen_socket
@@ -19,6 +20,12 @@ from triton_core.frontends.restricted import Restrictions
 from triton_core.frontends.tls import TlsOptions
 from triton_core.metrics import MetricsOptions
 from triton_core.server import Server
+
+if TYPE_CHECKING:
+    import uvicorn
+
+    from triton_core.frontends.http.fast_path import ASGIApp
+    from triton_core.frontends.http.protocol import HttpLimits
 
 logger = logging.getLogger("triton_core")
 
@@ -111,7 +118,7 @@ def raise_open_files_limit(connections: int = 0) -> int:
     return soft
 
 
-def _http_limits(options: FrontendOptions):  # type: ignore[no-untyped-def]
+def _http_limits(options: FrontendOptions) -> HttpLimits:
     from triton_core.frontends.http.protocol import HttpLimits
 
     return HttpLimits(
@@ -169,8 +176,8 @@ async def serve(server: Server, options: FrontendOptions) -> int:
     if "metrics" in sockets:
         from triton_core.metrics import create_metrics_app, create_registry
 
-        app = create_metrics_app(create_registry(server, options.metrics))
-        uvicorn_servers.append(_start_uvicorn(app, sockets["metrics"], options))
+        metrics_app = create_metrics_app(create_registry(server, options.metrics))
+        uvicorn_servers.append(_start_uvicorn(metrics_app, sockets["metrics"], options))
         logger.info("Started Metrics Service at %s:%d", metrics_address, options.metrics_port)
     grpc_server = None
     if options.allow_grpc:
@@ -201,11 +208,12 @@ async def serve(server: Server, options: FrontendOptions) -> int:
     def remaining() -> float:
         return max(0.0, deadline - loop.time())
 
-    waits = []
+    waits: list[Awaitable[None]] = []
     if grpc_server is not None:
         waits.append(grpc_server.stop(remaining()))
     for uvicorn_server, task in uvicorn_servers:
-        uvicorn_server.config.timeout_graceful_shutdown = remaining()
+        # a float works: uvicorn waits with asyncio (its annotation says int)
+        uvicorn_server.config.timeout_graceful_shutdown = remaining()  # type: ignore[assignment]
         uvicorn_server.should_exit = True
         waits.append(task)
     try:
@@ -267,9 +275,12 @@ def _check_tls(options: FrontendOptions) -> ssl.SSLContext | None:
     return options.http_tls.server_context(["http/1.1"])
 
 
-def _start_uvicorn(  # type: ignore[no-untyped-def]
-    app, sock: socket.socket, options: FrontendOptions, ssl_context: ssl.SSLContext | None = None
-):
+def _start_uvicorn(
+    app: ASGIApp,
+    sock: socket.socket,
+    options: FrontendOptions,
+    ssl_context: ssl.SSLContext | None = None,
+) -> tuple[uvicorn.Server, asyncio.Task[None]]:
     import contextlib
 
     import uvicorn
@@ -280,7 +291,7 @@ def _start_uvicorn(  # type: ignore[no-untyped-def]
 
     class _QuietSignalsServer(uvicorn.Server):
         # Signals belong to serve(): it stops the frontends in order.
-        def capture_signals(self):  # type: ignore[no-untyped-def,override]
+        def capture_signals(self) -> contextlib.AbstractContextManager[None]:  # type: ignore[override]
             return contextlib.nullcontext()
 
         async def startup(self, sockets: list[socket.socket] | None = None) -> None:
@@ -312,8 +323,9 @@ def _start_uvicorn(  # type: ignore[no-untyped-def]
         lifespan="off",
         access_log=False,
         log_config=None,
-        timeout_graceful_shutdown=options.exit_timeout_secs,
-        timeout_keep_alive=options.http_keepalive_timeout_secs,
+        # uvicorn annotates int but waits with asyncio, so fractions of a second work
+        timeout_graceful_shutdown=options.exit_timeout_secs,  # type: ignore[arg-type]
+        timeout_keep_alive=options.http_keepalive_timeout_secs,  # type: ignore[arg-type]
     )
     http_server = _QuietSignalsServer(config)
     task = asyncio.create_task(http_server.serve(sockets=[sock]))

@@ -51,6 +51,6 @@ class RepositoryAgent(ABC):
     def act(self, action: AgentAction, model: AgentModel) -> Path | None:
         """Act on ``model``; on LOAD, return a new model folder to load from, or None.
 
-        Raise :class:`~triton_core.errors.TritonError` to fail a LOAD (its message names the
+        Raise :class:`~triton_core.TritonError` to fail a LOAD (its message names the
         problem). Errors on the other actions are logged and do not change the outcome.
         """

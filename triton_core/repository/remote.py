@@ -97,7 +97,7 @@ class RemoteRepository:
 
     def _filesystem(self) -> Any:
         try:
-            import fsspec
+            import fsspec  # type: ignore[import-untyped]
         except ImportError:
             raise invalid_arg(
                 f"repository {self.url} needs fsspec: pip install 'triton-core[{self._extra()}]'"

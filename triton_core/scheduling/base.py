@@ -42,7 +42,7 @@ class Scheduler(ABC):
 
     ``enqueue`` is called on the event loop for every validated request and must not block;
     the returned future resolves with the response, or with a
-    :class:`~triton_core.errors.TritonError`.
+    :class:`~triton_core.TritonError`.
     """
 
     @abstractmethod

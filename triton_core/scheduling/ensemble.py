@@ -139,11 +139,11 @@ def _check_data_flow(config: ModelConfig, inputs: set[str], producers: dict[str,
     name = config.name
     steps = config.ensemble_scheduling.step
     read = {tensor for step in steps for tensor in step.input_map.values()}
-    for tensor in config.input:
-        if tensor.name not in read:
+    for ensemble_input in config.input:
+        if ensemble_input.name not in read:
             raise invalid_arg(
-                f"ensemble input '{tensor.name}' for ensemble '{name}' is not used: no step's "
-                "'input_map' reads it"
+                f"ensemble input '{ensemble_input.name}' for ensemble '{name}' is not used: "
+                "no step's 'input_map' reads it"
             )
     for index, step in enumerate(steps):
         for input_name, tensor in step.input_map.items():
@@ -314,12 +314,12 @@ def build_plan(config: ModelConfig, lookup: ConfigLookup) -> EnsemblePlan:
     batching = config.max_batch_size > 0
     tensors: dict[str, _TensorSource] = {}
     for kind, declared in (("input", config.input), ("output", config.output)):
-        for tensor in declared:
-            dims = tensor.reshape.shape if tensor.HasField("reshape") else tensor.dims
-            source = _source(
-                f"ensemble '{name}' {kind} '{tensor.name}'", batching, tensor.data_type, dims
-            )
-            tensors.setdefault(tensor.name, source)
+        for tensor_config in declared:
+            reshaped = tensor_config.HasField("reshape")
+            dims = tensor_config.reshape.shape if reshaped else tensor_config.dims
+            where = f"ensemble '{name}' {kind} '{tensor_config.name}'"
+            source = _source(where, batching, tensor_config.data_type, dims)
+            tensors.setdefault(tensor_config.name, source)
     steps = []
     consumers: dict[str, list[int]] = {}
     for index, step in enumerate(config.ensemble_scheduling.step):

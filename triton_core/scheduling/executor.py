@@ -252,10 +252,10 @@ class InstancePool:
                 results = [error] * len(requests)
             except Exception as exc:  # a backend bug must fail the batch, not the thread
                 logger.exception("model '%s' failed to execute a batch", self._model_name)
-                error = TritonError(
+                failure = TritonError(
                     Status.INTERNAL, f"model '{self._model_name}' failed: {exc}", reason="BACKEND"
                 )
-                results = [error] * len(requests)
+                results = [failure] * len(requests)
             end = monotonic_ns()
             times = ExecutionTimes(
                 start, infer_start - start, infer_end - infer_start, max(0, end - infer_end)

@@ -44,6 +44,7 @@ import asyncio
 import heapq
 import logging
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from time import monotonic_ns
@@ -123,6 +124,7 @@ class _Controls:
             self.not_ready[name] = false
 
     def _false_true(self, name: str, control: ModelSequenceBatching.Control) -> list[Tensor]:
+        values: list[float]  # int, float or bool, as the control's datatype says
         if len(control.int32_false_true):
             datatype, values = "INT32", list(control.int32_false_true)
         elif len(control.fp32_false_true):
@@ -142,7 +144,9 @@ class _Controls:
             array.flat[0] = value.encode() if isinstance(value, str) else b""
         else:
             # uint64 ids wrap into 32-bit or signed CORRID types, as Triton's casts do
-            raw = np.full(self.shape, (value or 0) & 0xFFFF_FFFF_FFFF_FFFF, dtype=np.uint64)
+            # (a string id for an integer CORRID is refused before: _check_corrid_type)
+            number = value if isinstance(value, int) else 0
+            raw = np.full(self.shape, number & 0xFFFF_FFFF_FFFF_FFFF, dtype=np.uint64)
             array = raw.astype(NUMPY_DTYPES[datatype])
         array.flags.writeable = False
         return Tensor(name, datatype, array)
@@ -656,7 +660,7 @@ class SequenceBatcher(Scheduler):
         self,
         instance: _Instance,
         requests: list[InferenceRequest],
-        entries: list[_Entry | None],
+        entries: Sequence[_Entry | None],
         reason: str,
     ) -> None:
         if instance.timer is not None:
@@ -675,7 +679,7 @@ class SequenceBatcher(Scheduler):
     def _batch_done(
         self,
         instance: _Instance,
-        entries: list[_Entry | None],
+        entries: Sequence[_Entry | None],
         futures: list[asyncio.Future[InferenceResponse]],
     ) -> None:
         for entry, future in zip(entries, futures, strict=True):

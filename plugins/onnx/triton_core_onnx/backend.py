@@ -17,15 +17,26 @@ from typing import TYPE_CHECKING, Any, Final
 import numpy as np
 import onnxruntime as ort
 
-from triton_core.backend import Backend, BackendModel, InstanceSpec, ModelContext, ModelInstance
-from triton_core.batching import execute_concatenated
-from triton_core.dtypes import CONFIG_TO_WIRE
-from triton_core.errors import Status, TritonError
-from triton_core.protos import model_config_pb2
-from triton_core.types import InferenceRequest, InferenceResponse, Tensor
+from triton_core import (
+    CONFIG_TO_WIRE,
+    Backend,
+    BackendModel,
+    DataType,
+    InferenceRequest,
+    InferenceResponse,
+    InstanceSpec,
+    ModelContext,
+    ModelInstance,
+    ModelInstanceGroup,
+    ModelSequenceBatching,
+    Status,
+    Tensor,
+    TritonError,
+    execute_concatenated,
+)
 
 if TYPE_CHECKING:
-    from triton_core.protos.model_config_pb2 import ModelConfig
+    from triton_core import ModelConfig
 
 PLATFORM: Final = "onnxruntime_onnx"
 DEFAULT_MODEL_FILENAME: Final = "model.onnx"
@@ -64,8 +75,8 @@ GRAPH_LEVELS: Final[dict[int, ort.GraphOptimizationLevel]] = {
     2: ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
 }
 
-_KIND_GPU: Final = model_config_pb2.ModelInstanceGroup.KIND_GPU
-_CORRID: Final = model_config_pb2.ModelSequenceBatching.Control.CONTROL_SEQUENCE_CORRID
+_KIND_GPU: Final = ModelInstanceGroup.KIND_GPU
+_CORRID: Final = ModelSequenceBatching.Control.CONTROL_SEQUENCE_CORRID
 _TRUE: Final = frozenset({"1", "true", "yes", "on"})
 _FALSE: Final = frozenset({"0", "false", "no", "off"})
 
@@ -149,7 +160,7 @@ def _create_session(
 
 
 def _type_name(data_type: int) -> str:
-    return model_config_pb2.DataType.Name(data_type)
+    return DataType.Name(data_type)
 
 
 def _fmt(shape: Iterable[int]) -> str:
@@ -330,7 +341,7 @@ class OnnxRuntimeBackend(Backend):
         for tensor in [*config.input, *config.output]:
             info = model_tensors[tensor.name]
             if tensor.data_type == 0:
-                tensor.data_type = model_config_pb2.DataType.Value(info.config_type)
+                tensor.data_type = DataType.Value(info.config_type)
             if not tensor.dims and not tensor.HasField("reshape"):
                 _fill_dims(tensor, info, strip, config.max_batch_size)
 
@@ -373,7 +384,7 @@ def _fill(tensor: Any, info: TensorInfo, strip: int, max_batch_size: int) -> Non
             Status.UNSUPPORTED,
             f"tensor '{info.name}' has type {info.ort_type}, which has no Triton datatype",
         )
-    tensor.data_type = model_config_pb2.DataType.Value(info.config_type)
+    tensor.data_type = DataType.Value(info.config_type)
     _fill_dims(tensor, info, strip, max_batch_size)
 
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from triton_core.hookspecs import hookimpl
+from triton_core import hookimpl
 
 if TYPE_CHECKING:
-    from triton_core.registry import BackendRegistry
+    from triton_core import BackendRegistry
 
 
 @hookimpl

@@ -40,14 +40,23 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from google.protobuf import json_format
 
-from triton_core.backend import Backend, BackendModel, InstanceSpec, ModelContext, ModelInstance
-from triton_core.config import config_to_json
-from triton_core.errors import TritonError, internal, invalid_arg, unavailable
-from triton_core.protos.model_config_pb2 import ModelConfig
+from triton_core import (
+    Backend,
+    BackendModel,
+    InstanceSpec,
+    ModelConfig,
+    ModelContext,
+    ModelInstance,
+    TritonError,
+    config_to_json,
+    internal,
+    invalid_arg,
+    unavailable,
+)
 from triton_core_python.process import StubDied, StubProcess, StubSettings, stub_command
 
 if TYPE_CHECKING:
-    from triton_core.types import InferenceRequest, InferenceResponse
+    from triton_core import InferenceRequest, InferenceResponse
 
 logger = logging.getLogger("triton_core_python")
 

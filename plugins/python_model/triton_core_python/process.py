@@ -23,21 +23,25 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from triton_core.errors import Status, TritonError, internal, unavailable, unsupported
-from triton_core.statistics import ExecutionTimes
-from triton_core.types import (
+from triton_core import (
+    ExecutionTimes,
     InferenceRequest,
     InferenceResponse,
     RequestedOutput,
     RequestFlag,
+    Status,
     Tensor,
+    TritonError,
+    internal,
+    unavailable,
+    unsupported,
 )
 from triton_core_python import ipc
 from triton_core_python.shm import Arena, SharedMemoryError
 from triton_core_python.wire import Packer, unpack
 
 if TYPE_CHECKING:
-    from triton_core.server import Server
+    from triton_core import Server
 
 logger = logging.getLogger("triton_core_python")
 

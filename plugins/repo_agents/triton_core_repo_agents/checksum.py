@@ -5,9 +5,15 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from triton_core.errors import TritonError, invalid_arg, unsupported
-from triton_core.repository.agents import AgentAction, AgentModel, RepositoryAgent
-from triton_core.repository.layout import is_within
+from triton_core import (
+    AgentAction,
+    AgentModel,
+    RepositoryAgent,
+    TritonError,
+    invalid_arg,
+    is_within,
+    unsupported,
+)
 
 #: algorithm names as written in keys (case-insensitive) -> hashlib names
 ALGORITHMS = {"MD5": "md5", "SHA256": "sha256", "SHA-256": "sha256"}

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from triton_core.hookspecs import hookimpl
+from triton_core import hookimpl
 from triton_core_repo_agents.checksum import ChecksumAgent
 
 if TYPE_CHECKING:
-    from triton_core.registry import RepositoryAgentRegistry
+    from triton_core import RepositoryAgentRegistry
 
 
 @hookimpl

@@ -14,11 +14,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
-from triton_core.backend import Backend, ModelContext
-from triton_core.errors import Status, TritonError
+from triton_core import Backend, ModelContext, Status, TritonError
 
 if TYPE_CHECKING:
-    from triton_core.protos.model_config_pb2 import ModelConfig
+    from triton_core import ModelConfig
     from triton_core_torch.runtime import PyTorchModel
 
 PLATFORM: Final = "pytorch_libtorch"

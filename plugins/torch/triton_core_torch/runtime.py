@@ -23,12 +23,20 @@ from typing import TYPE_CHECKING, Any, Final
 import numpy as np
 import torch
 
-from triton_core.backend import BackendModel, InstanceSpec, ModelContext, ModelInstance
-from triton_core.batching import execute_concatenated
-from triton_core.dtypes import CONFIG_TO_WIRE
-from triton_core.errors import Status, TritonError
-from triton_core.protos import model_config_pb2
-from triton_core.types import InferenceRequest, InferenceResponse, Tensor
+from triton_core import (
+    CONFIG_TO_WIRE,
+    BackendModel,
+    DataType,
+    InferenceRequest,
+    InferenceResponse,
+    InstanceSpec,
+    ModelContext,
+    ModelInstance,
+    Status,
+    Tensor,
+    TritonError,
+    execute_concatenated,
+)
 from triton_core_torch.settings import TorchSettings, count_instances, parse_settings
 from triton_core_torch.signature import (
     EXPORT,
@@ -86,7 +94,7 @@ _GUARD_FAILURES: Final = ("Guard failed", "Expected input at")
 
 
 def _type_name(data_type: int) -> str:
-    return model_config_pb2.DataType.Name(data_type)
+    return DataType.Name(data_type)
 
 
 # -- files ----------------------------------------------------------------------------------------

@@ -13,15 +13,14 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
-from triton_core.errors import Status, TritonError
-from triton_core.protos import model_config_pb2
+from triton_core import ModelInstanceGroup, Status, TritonError
 
 if TYPE_CHECKING:
-    from triton_core.protos.model_config_pb2 import ModelConfig
+    from triton_core import ModelConfig
 
 logger = logging.getLogger(__name__)
 
-_KIND_GPU: Final = model_config_pb2.ModelInstanceGroup.KIND_GPU
+_KIND_GPU: Final = ModelInstanceGroup.KIND_GPU
 _TRUE: Final = frozenset({"1", "true", "yes", "on"})
 _FALSE: Final = frozenset({"0", "false", "no", "off"})
 
@@ -61,7 +60,7 @@ def count_instances(config: ModelConfig, default_cpu_count: int = 1) -> int:
 def has_gpu_instances(config: ModelConfig) -> bool:
     """True when an instance group may place the model on a CUDA device."""
     kinds = {group.kind for group in config.instance_group}
-    return bool(kinds - {model_config_pb2.ModelInstanceGroup.KIND_CPU}) or not kinds
+    return bool(kinds - {ModelInstanceGroup.KIND_CPU}) or not kinds
 
 
 def default_intra_op_threads(instances: int) -> int:

@@ -24,11 +24,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
-from triton_core.errors import Status, TritonError
-from triton_core.protos import model_config_pb2
+from triton_core import DataType, Status, TritonError
 
 if TYPE_CHECKING:
-    from triton_core.protos.model_config_pb2 import ModelConfig
+    from triton_core import ModelConfig
 
 logger = logging.getLogger(__name__)
 
@@ -122,7 +121,7 @@ def _fmt(shape: Iterable[int]) -> str:
 
 
 def _type_name(data_type: int) -> str:
-    return model_config_pb2.DataType.Name(data_type)
+    return DataType.Name(data_type)
 
 
 def named_index(name: str) -> int | None:
@@ -362,7 +361,7 @@ def output_names(signature: Signature) -> list[str]:
 
 def _fill(tensor: Any, name: str, spec: TensorSpec, strip: int, max_batch_size: int) -> None:
     tensor.name = name
-    tensor.data_type = model_config_pb2.DataType.Value(spec.config_type)
+    tensor.data_type = DataType.Value(spec.config_type)
     _fill_dims(tensor, spec, strip, max_batch_size)
 
 
@@ -430,7 +429,7 @@ def complete_config(
 
 def _fill_missing(tensor: Any, spec: TensorSpec, strip: int, max_batch_size: int) -> None:
     if tensor.data_type == 0:
-        tensor.data_type = model_config_pb2.DataType.Value(spec.config_type)
+        tensor.data_type = DataType.Value(spec.config_type)
     if not tensor.dims and not tensor.HasField("reshape"):
         _fill_dims(tensor, spec, strip, max_batch_size)
 

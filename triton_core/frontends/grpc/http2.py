@@ -25,7 +25,7 @@ import logging
 import struct
 from collections import deque
 from collections.abc import Callable
-from typing import Final, Protocol
+from typing import Final, Protocol, cast
 
 import hpack
 from hpack.table import HeaderTable
@@ -194,7 +194,8 @@ class HeaderDecoder:
             return cached
         before = self._table.generation
         try:
-            headers = tuple(self._decoder.decode(block))
+            # str pairs: decode() without raw=True; hpack's annotation covers both
+            headers = cast(Headers, tuple(self._decoder.decode(block)))
         except hpack.OversizedHeaderListError as exc:
             raise Http2Error(
                 ENHANCE_YOUR_CALM,
@@ -334,7 +335,8 @@ class Http2Connection(asyncio.Protocol):
     # -- asyncio.Protocol -------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]  # uvloop's is not a subclass
+        # uvloop's transport is no subclass of asyncio.Transport, but has its methods
+        self.transport = writer = cast(asyncio.Transport, transport)
         peer = transport.get_extra_info("peername")
         if isinstance(peer, tuple) and len(peer) >= 2:
             family = "ipv6" if ":" in str(peer[0]) else "ipv4"
@@ -357,7 +359,7 @@ class Http2Connection(asyncio.Protocol):
             out += frame(WINDOW_UPDATE, 0, 0, _U32.pack(increment))
         else:
             self._recv_window = DEFAULT_WINDOW  # the protocol's initial window stands
-        transport.write(out)
+        writer.write(out)
         if self._refusal is not None:
             self._fail(Http2Error(ENHANCE_YOUR_CALM, self._refusal))
             return

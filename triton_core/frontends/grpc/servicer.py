@@ -188,7 +188,9 @@ class GRPCInferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
             # an instance attribute: both transports look handlers up on the instance
             setattr(self, rpc, _guarded(getattr(self, rpc), restriction))
             if rpc == "ModelInfer":
-                self.model_infer_callback = _guarded_callback(  # type: ignore[method-assign]
+                # mypy checks an instance attribute that shadows a method against the
+                # unbound method (with self)
+                self.model_infer_callback = _guarded_callback(  # type: ignore[method-assign, assignment]
                     self.model_infer_callback, restriction
                 )
 

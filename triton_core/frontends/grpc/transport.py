@@ -288,7 +288,7 @@ class _Call:
         stream_id: int,
         method: RpcMethod,
         headers: Headers,
-        decompress: Callable[[bytes], bytes] | None,
+        decompress: Callable[[bytes | memoryview, int], bytes] | None,
         timeout: float | None,
     ) -> None:
         self._server = server
@@ -403,7 +403,8 @@ class _Call:
     def _parse(self, payload: bytes | memoryview) -> Message | None:
         """The request message; None when it does not parse (the call has failed)."""
         try:
-            return self._method.request_type.FromString(payload)
+            # upb parses any buffer without a copy; the stubs say bytes
+            return self._method.request_type.FromString(payload)  # type: ignore[arg-type]
         except DecodeError:
             self._fail(grpc.StatusCode.INTERNAL, "Exception deserializing request!")
             return None
@@ -609,7 +610,7 @@ class _Call:
 
     def invocation_metadata(self) -> tuple[tuple[str, str | bytes], ...]:
         """The client's metadata: its headers, less pseudo-headers and transport headers."""
-        metadata = []
+        metadata: list[tuple[str, str | bytes]] = []
         for name, value in self._headers:
             if name.startswith(":") or name in _RESERVED:
                 continue

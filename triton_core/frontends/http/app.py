@@ -19,6 +19,7 @@ import falcon
 import falcon.asgi
 import orjson
 from falcon.routing import CompiledRouter
+from falcon.routing.converters import BaseConverter
 
 from triton_core.errors import TritonError, internal, invalid_arg, unsupported
 from triton_core.frontends.common import parse_version
@@ -39,6 +40,8 @@ from triton_core.frontends.http.restricted import RestrictedApiMiddleware
 from triton_core.frontends.restricted import Restrictions
 
 if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+
     from triton_core.statistics import ModelStatistics
     from triton_core.types import (
         InferenceRequest,
@@ -80,6 +83,7 @@ class InferenceServerAPI(Protocol):
         self, name: str, config: str | None = None, files: dict[str, bytes] | None = None
     ) -> None: ...
     async def unload_model(self, name: str, unload_dependents: bool = False) -> None: ...
+    def infer_stream(self, request: InferenceRequest) -> AsyncIterator[InferenceResponse]: ...
 
 
 def create_app(
@@ -598,7 +602,7 @@ def _model_name(req: falcon.asgi.Request, model_name: str) -> str:
     return unquote(model_name) if getattr(req, "encoded_path", False) else model_name
 
 
-class _DigitsConverter:
+class _DigitsConverter(BaseConverter):
     """``{version:digits}``: versions in URLs are ``[0-9]+``; anything else does not route."""
 
     def convert(self, value: str) -> str | None:
@@ -609,7 +613,7 @@ class _Router(CompiledRouter):
     """falcon's router, but OPTIONS is 405 like any other method a resource lacks (Triton)."""
 
     def map_http_methods(self, resource: object, **kwargs: Any) -> dict[str, Any]:
-        method_map = super().map_http_methods(resource, **kwargs)
+        method_map: dict[str, Any] = super().map_http_methods(resource, **kwargs)
         if "OPTIONS" not in method_map:
             method_map["OPTIONS"] = falcon.responders.create_method_not_allowed(
                 sorted(method_map), asgi=True

@@ -144,7 +144,7 @@ class _InputPlan(NamedTuple):
     datatype: str
     dtype: np.dtype
     shape: list[int]
-    count: int
+    element_count: int
     #: bytes after the JSON (binary data); None when the values are in the JSON
     byte_size: int | None
     #: the values from the JSON ``data``, or None for binary data
@@ -200,7 +200,7 @@ def decode_request(
     header = body if header_length == end else body[:header_length]
     check_json_elements(header, limits)
     key = header if len(header) <= _PLAN_KEY_MAX else None
-    plan = _PLANS.get(key) if key is not None else None  # type: ignore[arg-type]
+    plan = _PLANS.get(key) if key is not None else None
     if plan is not None:
         return _build_request(plan, model_name, model_version, body, header_length)
     plan = _plan_header(header, model_name, limits, model_inputs)
@@ -732,7 +732,7 @@ def _encode(
     nonfinite: bool,
 ) -> tuple[bytes, dict[str, str]]:
     outputs: list[dict[str, Any]] = []
-    blobs: list[bytes | np.ndarray] = []
+    blobs: list[bytes | memoryview] = []
     has_binary = False
     json_floats = False
     for tensor in response.outputs:
@@ -775,7 +775,7 @@ def _encode(
     return text, {"Content-Type": _JSON_CONTENT_TYPE}
 
 
-def _output_bytes(array: np.ndarray, datatype: str, name: str) -> tuple[bytes | np.ndarray, int]:
+def _output_bytes(array: np.ndarray, datatype: str, name: str) -> tuple[bytes | memoryview, int]:
     """The wire bytes of an output (little-endian, row-major; BYTES length-prefixed) and
     their size: a C-contiguous array is itself a buffer ``bytes.join`` copies from."""
     if datatype == "BYTES":
@@ -792,7 +792,7 @@ def _output_bytes(array: np.ndarray, datatype: str, name: str) -> tuple[bytes | 
             array = array.astype(expected)
     if not array.flags.c_contiguous:
         array = np.ascontiguousarray(array)
-    return array, array.nbytes
+    return array.data, array.nbytes
 
 
 def _output_json(array: np.ndarray, datatype: str, name: str, nonfinite: bool) -> Any:

@@ -28,7 +28,7 @@ from triton_core.frontends.restricted import Restrictions
 
 logger = logging.getLogger(__name__)
 
-Scope = MutableMapping[str, Any]
+Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]

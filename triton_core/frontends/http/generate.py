@@ -327,7 +327,7 @@ class GenerateResource:
         # The status goes out with the first event: wait for it, so that a request that
         # fails at once gets its error status (and a plain JSON error).
         try:
-            first: InferenceResponse | None = await stream.__anext__()  # type: ignore[attr-defined]
+            first: InferenceResponse | None = await stream.__anext__()
         except StopAsyncIteration:
             first = None
         except BaseException:

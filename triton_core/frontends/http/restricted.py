@@ -81,7 +81,7 @@ class RestrictedApiMiddleware:
     ) -> None:
         if resource is None:
             return
-        template = req.uri_template
+        template = req.uri_template or ""
         try:
             check = self._by_template[template]
         except KeyError:

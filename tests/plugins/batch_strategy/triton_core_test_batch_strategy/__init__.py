@@ -8,14 +8,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from triton_core import hookimpl
-from triton_core.errors import invalid_arg
-from triton_core.scheduling.strategy import BatchStrategy
+from triton_core import BatchStrategy, hookimpl, invalid_arg
 
 if TYPE_CHECKING:
-    from triton_core.protos.model_config_pb2 import ModelConfig
-    from triton_core.registry import BatchStrategyRegistry
-    from triton_core.types import InferenceRequest
+    from triton_core import BatchStrategyRegistry, InferenceRequest, ModelConfig
 
 NAME = "max_input_bytes"
 LIMIT_PARAMETER = "max_batch_input_bytes"
