@@ -107,17 +107,23 @@ class ServerProcess:
             return False
         return True
 
+    def _port(self, endpoint: str) -> int:
+        try:
+            return self.ports[endpoint]
+        except KeyError:
+            raise LookupError(f"the server has no {endpoint} endpoint (turned off)") from None
+
     @property
     def http_port(self) -> int:
-        return self.ports["http"]
+        return self._port("http")
 
     @property
     def grpc_port(self) -> int:
-        return self.ports["grpc"]
+        return self._port("grpc")
 
     @property
     def metrics_port(self) -> int:
-        return self.ports["metrics"]
+        return self._port("metrics")
 
     @property
     def http_url(self) -> str:
