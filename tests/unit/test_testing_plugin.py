@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 
@@ -11,6 +12,7 @@ import pytest
 from google.protobuf import json_format, text_format
 
 from tests.plugins import numpy_backend
+from tests.support import ROOT
 from triton_core import Status, TritonError
 from triton_core.protos import model_config_pb2
 from triton_core.testing import (
@@ -168,3 +170,21 @@ def test_a_process_that_cannot_start_raises_with_its_log(model_repository, tmp_p
         process.wait_ready()
     assert re.search("no_such_backend", str(info.value))
     assert process.stop() == 1
+
+
+def test_no_plugin_test_imports_the_core_tests():
+    """Plugins are tested as a third party tests them: with triton_core.testing."""
+    offenders = []
+    for path in sorted((ROOT / "plugins").glob("*/tests/**/*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                names = [node.module or ""]
+            offenders += [
+                f"{path.relative_to(ROOT)}:{node.lineno} imports {name}"
+                for name in names
+                if name == "tests" or name.startswith("tests.")
+            ]
+    assert not offenders, offenders
