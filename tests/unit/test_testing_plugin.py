@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import json
 import re
+import tomllib
 
 import ml_dtypes
 import numpy as np
@@ -23,6 +24,8 @@ from triton_core.testing import (
     inference_request,
     render_config,
 )
+
+pytest_plugins = ["pytester"]
 
 
 def add_sub_config(max_batch_size: int = 8) -> dict:
@@ -188,3 +191,51 @@ def test_no_plugin_test_imports_the_core_tests():
                 if name == "tests" or name.startswith("tests.")
             ]
     assert not offenders, offenders
+
+
+def documented_files() -> dict[str, str]:
+    """The guide's Python blocks that start with ``# <path>.py``, by that path."""
+    guide = (ROOT / "docs" / "writing_plugins.md").read_text()
+    blocks = re.findall(r"^```python\n# (\S+\.py)\n(.*?)^```", guide, re.MULTILINE | re.DOTALL)
+    return dict(blocks)
+
+
+#: a project without pytest-asyncio, and projects with it in each mode
+ASYNCIO_SETTINGS = [
+    ("-p", "no:asyncio"),
+    ("-o", "asyncio_mode=strict"),
+    ("-o", "asyncio_mode=auto"),
+]
+
+
+@pytest.mark.parametrize("asyncio_setting", ASYNCIO_SETTINGS, ids=lambda s: " ".join(s))
+def test_the_guides_plugin_and_test_recipe_pass_as_pasted(pytester, asyncio_setting):
+    files = documented_files()
+    assert set(files) == {"triton_core_mybackend/plugin.py", "tests/test_doubler.py"}
+    for path, source in files.items():
+        (pytester.path / path).parent.mkdir(parents=True, exist_ok=True)
+        (pytester.path / path).write_text(source)
+    # -p: idempotent where the pytest11 entry point is installed, needed where it is not
+    result = pytester.runpytest_subprocess("-p", "triton_core.testing", *asyncio_setting)
+    result.assert_outcomes(passed=2)
+
+
+def test_the_entry_point_names_the_plugin_as_its_module():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert project["entry-points"]["pytest11"] == {"triton_core.testing": "triton_core.testing"}
+    assert "tritonclient[http,grpc]>=2.50" in project["optional-dependencies"]["testing"]
+
+
+def test_a_process_that_exits_badly_fails_its_test_at_teardown(pytester):
+    pytester.makepyfile(
+        """
+        def test_killed(triton_process_factory):
+            # an empty repository is never ready under strict readiness
+            process = triton_process_factory("--strict-readiness=false")
+            process.process.kill()
+            process.process.wait()
+        """
+    )
+    result = pytester.runpytest_subprocess("-p", "triton_core.testing")
+    result.assert_outcomes(passed=1, errors=1)
+    result.stdout.fnmatch_lines(["*exit code -9*"])
