@@ -239,3 +239,13 @@ def test_a_process_that_exits_badly_fails_its_test_at_teardown(pytester):
     result = pytester.runpytest_subprocess("-p", "triton_core.testing")
     result.assert_outcomes(passed=1, errors=1)
     result.stdout.fnmatch_lines(["*exit code -9*"])
+
+
+def test_an_in_process_start_that_fails_raises_the_load_error(
+    model_repository, triton_server_factory
+):
+    model_repository.add_model("broken", {"backend": "no_such_backend"})
+    with pytest.raises(TritonError, match="no_such_backend") as info:
+        triton_server_factory()
+    assert "failed to load all models" in info.value.message
+    assert triton_server_factory(exit_on_error=False).server.model_ready("add_sub")

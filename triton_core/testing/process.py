@@ -98,7 +98,8 @@ class ServerProcess:
                 )
             if time.monotonic() > deadline:
                 raise TimeoutError(f"server not listening after {timeout}s:\n{self.log()[-4000:]}")
-        return json.loads(self.ports_path.read_text())
+        ports: dict[str, int] = json.loads(self.ports_path.read_text())
+        return ports
 
     def _exited_within(self, seconds: float) -> bool:
         try:
@@ -213,6 +214,7 @@ def _child_env(plugins: list[str], extra: Mapping[str, str]) -> dict[str, str]:
 def _answers_ok(url: str) -> bool:
     try:
         with urllib.request.urlopen(url, timeout=1) as reply:
-            return reply.status == 200
+            status: int = reply.status
+            return status == 200
     except OSError:
         return False

@@ -29,7 +29,8 @@ def render_config(config: ConfigSource) -> str:
         return config
     if isinstance(config, Mapping):
         config = json_format.ParseDict(dict(config), model_config_pb2.ModelConfig())
-    return text_format.MessageToString(config)
+    text: str = text_format.MessageToString(config)
+    return text
 
 
 class ModelRepository:
