@@ -92,6 +92,8 @@ class InProcessServer:
     def stop(self, grace_seconds: float = 30.0) -> bool:
         """Stop the server and its loop; False when the stop overran ``grace_seconds``."""
         if not self._thread.is_alive():
+            if not self._loop.is_closed() and not self._loop.is_running():
+                self._loop.close()  # never started, or its start failed
             return True
         try:
             return self.run(self.server.stop(grace_seconds), grace_seconds + 10.0)
