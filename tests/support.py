@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -12,8 +11,10 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from triton_core.plugins import create_plugin_manager
+from triton_core import testing
+from triton_core.plugins import PluginManager
 from triton_core.server import Server, ServerOptions
+from triton_core.testing import plugin_manager
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -47,10 +48,10 @@ def write_numpy_model(
     return model_dir
 
 
-def numpy_plugins():  # type: ignore[no-untyped-def]
+def numpy_plugins() -> PluginManager:
     from tests.plugins import numpy_backend
 
-    return create_plugin_manager(autoload=False, extra_plugins=[("numpy", numpy_backend)])
+    return plugin_manager([("numpy", numpy_backend)])
 
 
 def numpy_server(repo: Path, **options) -> Server:  # type: ignore[no-untyped-def]
@@ -58,75 +59,19 @@ def numpy_server(repo: Path, **options) -> Server:  # type: ignore[no-untyped-de
 
 
 def free_port() -> int:
+    """A port that was free a moment ago: racy, for servers that cannot bind port 0 and
+    report it; retry on a bind failure (see S3Server)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
 
 
-class ServerProcess:
-    """``triton-core serve`` as a real process on free loopback ports."""
+class ServerProcess(testing.ServerProcess):
+    """``triton-core serve`` on ports it binds itself, run from the repository root (so that
+    ``TRITON_CORE_PLUGINS=tests.plugins...`` imports the test plugins)."""
 
     def __init__(self, repos: list[Path], *args: str, env: dict[str, str] | None = None):
-        self.http_port = free_port()
-        self.grpc_port = free_port()
-        self.metrics_port = free_port()
-        self.metrics_url = f"http://127.0.0.1:{self.metrics_port}/metrics"
-        self.http_url = f"127.0.0.1:{self.http_port}"
-        self.grpc_url = f"127.0.0.1:{self.grpc_port}"
-        command = [sys.executable, "-m", "triton_core", "serve"]
-        for repo in repos:
-            command += ["--model-repository", str(repo)]
-        command += [
-            "--http-address", "127.0.0.1", "--http-port", str(self.http_port),
-            "--grpc-address", "127.0.0.1", "--grpc-port", str(self.grpc_port),
-            "--metrics-port", str(self.metrics_port),
-            *args,
-        ]  # fmt: skip
-        self.log_path = Path(os.environ.get("TMPDIR", "/tmp")) / f"triton-core-{self.http_port}.log"
-        self._log = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
-        self.process = subprocess.Popen(
-            command,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            cwd=ROOT,
-            env={**os.environ, **(env or {})},
-        )
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def wait_ready(self, timeout: float = 60.0, path: str = "/v2/health/ready") -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(
-                    f"server exited with {self.process.returncode}:\n{self.log()[-4000:]}"
-                )
-            try:
-                with urllib.request.urlopen(f"http://{self.http_url}{path}", timeout=1) as reply:
-                    if reply.status == 200:
-                        return
-            except OSError:
-                pass
-            time.sleep(0.1)
-        raise TimeoutError(f"server not ready after {timeout}s:\n{self.log()[-4000:]}")
-
-    def stop(self, timeout: float = 30.0) -> int:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        self._log.close()
-        return self.process.returncode
-
-    def __enter__(self) -> ServerProcess:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.stop()
+        super().__init__(repos, *args, env=env, cwd=ROOT)
 
 
 def write_stream_model(
@@ -159,27 +104,40 @@ class S3Server:
         "AWS_DEFAULT_REGION": "us-east-1",
     }
 
+    #: moto cannot report a port it bound itself: take a free one, and another if it is gone
+    ATTEMPTS = 3
+
     def __init__(self) -> None:
-        self.port = free_port()
-        self.endpoint = f"http://127.0.0.1:{self.port}"
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            env={**os.environ, **self.CREDENTIALS},
-        )
-        deadline = time.monotonic() + 30
-        while True:
+        for _ in range(self.ATTEMPTS):
+            self.port = free_port()
+            self.endpoint = f"http://127.0.0.1:{self.port}"
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                env={**os.environ, **self.CREDENTIALS},
+            )
+            if self._answers_within(30.0):
+                return
+        raise RuntimeError(f"moto server did not start in {self.ATTEMPTS} attempts")
+
+    def _answers_within(self, seconds: float) -> bool:
+        """Whether it answers; False (and stopped) when it exits first, as on a taken port."""
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
             try:
                 with urllib.request.urlopen(self.endpoint, timeout=1):
-                    break
+                    return True
             except urllib.error.HTTPError:
-                break  # answering, even if with an error status
+                return True  # answering, even if with an error status
             except OSError:
-                if time.monotonic() > deadline or self.process.poll() is not None:
-                    self.stop()
-                    raise RuntimeError("moto server did not start") from None
-                time.sleep(0.1)
+                try:
+                    self.process.wait(0.1)
+                    return False
+                except subprocess.TimeoutExpired:
+                    continue
+        self.stop()
+        return False
 
     def client(self):  # type: ignore[no-untyped-def]
         import boto3

@@ -203,6 +203,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--log-verbose", type=int, default=0, metavar="LEVEL", help="verbose logging when > 0"
     )
     _add_bool(serve_cmd, "--log-info", True, "log informational messages")
+    serve_cmd.add_argument(
+        "--ports-file",
+        default=None,
+        metavar="PATH",
+        help="once every endpoint listens, write their ports to PATH as JSON "
+        '({"http": 8000, "grpc": 8001, "metrics": 8002}); with port 0 the system picks them',
+    )
 
     commands.add_parser("plugins", help="list the installed plugins and what they provide")
     return parser
@@ -338,6 +345,7 @@ def _run_serve(args: argparse.Namespace) -> int:
         grpc_tls=_tls_options(args, "grpc"),
         http_restrictions=http_restrictions,
         grpc_restrictions=grpc_restrictions,
+        ports_file=args.ports_file,
     )
     server = Server(options, plugins)
     try:

@@ -137,5 +137,7 @@ def test_metrics_can_be_turned_off(tmp_path):
     write_numpy_model(repo, "plain")
     with ServerProcess([repo], "--allow-metrics=false", env=NUMPY_PLUGIN) as process:
         process.wait_ready()
-        with pytest.raises(OSError):
+        assert set(process.ports) == {"http", "grpc"}
+        assert "Metrics Service" not in process.log()
+        with pytest.raises(LookupError, match="no metrics endpoint"):
             urllib.request.urlopen(process.metrics_url, timeout=2)

@@ -20,7 +20,7 @@ import hpack
 import numpy as np
 import pytest
 
-from tests.unit.test_grpc_servicer import StandInServer, free_port
+from tests.unit.test_grpc_servicer import StandInServer
 from triton_core.frontends.grpc import create_grpc_server
 from triton_core.frontends.grpc import http2 as h2
 from triton_core.frontends.grpc.limits import GrpcLimits
@@ -173,8 +173,8 @@ def stand_in() -> StandInServer:
 
 @pytest.fixture
 async def port(stand_in: StandInServer) -> AsyncIterator[int]:
-    number = free_port()
-    server = create_grpc_server(stand_in, "127.0.0.1", number, transport="http2")
+    server = create_grpc_server(stand_in, "127.0.0.1", 0, transport="http2")
+    number = server.port
     await server.start()
     try:
         yield number
@@ -283,8 +283,8 @@ async def test_padded_frames(client: RawClient) -> None:
 
 async def test_answers_respect_small_client_windows() -> None:
     """An answer larger than the client's windows waits for its WINDOW_UPDATEs."""
-    number = free_port()
-    server = create_grpc_server(StandInServer(), "127.0.0.1", number, transport="http2")
+    server = create_grpc_server(StandInServer(), "127.0.0.1", 0, transport="http2")
+    number = server.port
     await server.start()
     client = await RawClient.connect(number, {h2.SETTINGS_INITIAL_WINDOW_SIZE: 1000})
     try:
@@ -320,8 +320,8 @@ async def test_without_window_updates_the_answer_waits(client: RawClient) -> Non
 
 
 async def test_frames_follow_the_max_frame_size_after_its_ack() -> None:
-    number = free_port()
-    server = create_grpc_server(StandInServer(), "127.0.0.1", number, transport="http2")
+    server = create_grpc_server(StandInServer(), "127.0.0.1", 0, transport="http2")
+    number = server.port
     await server.start()
     client = await RawClient.connect(
         number, {h2.SETTINGS_INITIAL_WINDOW_SIZE: 1 << 24, h2.SETTINGS_MAX_FRAME_SIZE: 1 << 15}
@@ -493,8 +493,8 @@ async def test_protocol_errors_close_with_goaway(port: int, data: bytes) -> None
 
 async def test_stop_lets_calls_in_flight_finish_and_refuses_new_ones() -> None:
     stand_in = StandInServer()
-    number = free_port()
-    server = create_grpc_server(stand_in, "127.0.0.1", number, transport="http2")
+    server = create_grpc_server(stand_in, "127.0.0.1", 0, transport="http2")
+    number = server.port
     await server.start()
     client = await RawClient.connect(number)
     try:

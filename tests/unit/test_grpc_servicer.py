@@ -135,12 +135,6 @@ class StandInServer:
         )
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture
 def stand_in() -> StandInServer:
     return StandInServer()
@@ -154,8 +148,8 @@ def transport(request: pytest.FixtureRequest) -> str:
 
 @pytest.fixture
 async def url(stand_in: StandInServer, transport: Any) -> AsyncIterator[str]:
-    port = free_port()
-    server = create_grpc_server(stand_in, "127.0.0.1", port, transport=transport)
+    server = create_grpc_server(stand_in, "127.0.0.1", 0, transport=transport)
+    port = server.port  # bound by the system: no race for a free port
     await server.start()
     try:
         yield f"127.0.0.1:{port}"
@@ -402,8 +396,8 @@ async def test_every_triton_error_status_maps(
             def model_metadata(self, name: str, version: int = -1) -> ModelMetadata:
                 raise error  # noqa: B023 - used within this iteration only
 
-        port = free_port()
-        server = create_grpc_server(Failing(), "127.0.0.1", port, transport=transport)
+        server = create_grpc_server(Failing(), "127.0.0.1", 0, transport=transport)
+        port = server.port  # bound by the system: no race for a free port
         await server.start()
         try:
             async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
@@ -648,8 +642,8 @@ def test_runs_on_uvloop(transport: Any) -> None:
     async def scenario() -> None:
         loop = asyncio.get_running_loop()
         assert type(loop).__module__.startswith("uvloop")
-        port = free_port()
-        server = create_grpc_server(StandInServer(), "127.0.0.1", port, transport=transport)
+        server = create_grpc_server(StandInServer(), "127.0.0.1", 0, transport=transport)
+        port = server.port  # bound by the system: no race for a free port
         await server.start()
         client = tc_aio.InferenceServerClient(f"127.0.0.1:{port}")
         try:
@@ -700,8 +694,8 @@ async def real_url(numpy_repo: Any, transport: Any) -> AsyncIterator[str]:
     write_numpy_model(numpy_repo, "streamer", extra="model_transaction_policy { decoupled: true }")
     server = numpy_server(numpy_repo)
     await server.start()
-    port = free_port()
-    grpc_server = create_grpc_server(server, "127.0.0.1", port, transport=transport)
+    grpc_server = create_grpc_server(server, "127.0.0.1", 0, transport=transport)
+    port = grpc_server.port  # bound by the system: no race for a free port
     await grpc_server.start()
     try:
         yield f"127.0.0.1:{port}"
@@ -783,8 +777,8 @@ class BrokenServer(StandInServer):
 async def test_every_rpc_reports_server_failures(
     error: Exception, code: str, message: str, transport: Any
 ) -> None:
-    port = free_port()
-    grpc_server = create_grpc_server(BrokenServer(error), "127.0.0.1", port, transport=transport)
+    grpc_server = create_grpc_server(BrokenServer(error), "127.0.0.1", 0, transport=transport)
+    port = grpc_server.port  # bound by the system: no race for a free port
     await grpc_server.start()
     try:
         async with tc_aio.InferenceServerClient(f"127.0.0.1:{port}") as client:

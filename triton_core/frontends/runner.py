@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import signal
@@ -66,6 +67,8 @@ class FrontendOptions:
     #: ``--http-restricted-api`` / ``--grpc-restricted-protocol``, by API group
     http_restrictions: Restrictions = field(default_factory=dict)
     grpc_restrictions: Restrictions = field(default_factory=dict)
+    #: ``--ports-file``: where to write the bound ports as JSON once every frontend listens
+    ports_file: str | None = None
 
 
 def _check_ports(options: FrontendOptions) -> None:
@@ -170,7 +173,7 @@ async def serve(server: Server, options: FrontendOptions) -> int:
         logger.info(
             "Started HTTPService at %s:%d%s",
             options.http_address,
-            options.http_port,
+            _port_of(sockets["HTTP"]),
             " (TLS)" if http_ssl else "",
         )
     if "metrics" in sockets:
@@ -178,7 +181,9 @@ async def serve(server: Server, options: FrontendOptions) -> int:
 
         metrics_app = create_metrics_app(create_registry(server, options.metrics))
         uvicorn_servers.append(_start_uvicorn(metrics_app, sockets["metrics"], options))
-        logger.info("Started Metrics Service at %s:%d", metrics_address, options.metrics_port)
+        logger.info(
+            "Started Metrics Service at %s:%d", metrics_address, _port_of(sockets["metrics"])
+        )
     grpc_server = None
     if options.allow_grpc:
         from triton_core.frontends.grpc.server import create_grpc_server
@@ -193,12 +198,18 @@ async def serve(server: Server, options: FrontendOptions) -> int:
             limits=options.grpc_limits,
         )
         await grpc_server.start()
+        grpc_port: int = grpc_server.port  # type: ignore[union-attr]  # both transports set it
         logger.info(
             "Started GRPCInferenceService at %s:%d%s",
             options.grpc_address,
-            options.grpc_port,
+            grpc_port,
             " (TLS)" if options.grpc_tls.enabled else "",
         )
+    if options.ports_file:
+        ports = {name.lower(): _port_of(sock) for name, sock in sockets.items()}
+        if grpc_server is not None:
+            ports["grpc"] = grpc_port
+        write_ports_file(options.ports_file, ports)
 
     await stop.wait()
     logger.info("Stopping: no new requests; waiting for requests in flight to finish")
@@ -230,6 +241,22 @@ async def serve(server: Server, options: FrontendOptions) -> int:
     watchdog.cancel()
     logger.info("Stopped")
     return 0
+
+
+def _port_of(sock: socket.socket) -> int:
+    # the port the system chose when the flag asked for port 0
+    return sock.getsockname()[1]
+
+
+def write_ports_file(path: str, ports: dict[str, int]) -> None:
+    """Write ``{"http": port, "grpc": port, "metrics": port}`` (the endpoints that listen).
+
+    Written to a temporary name and renamed, so that a reader sees the whole file or none.
+    """
+    temporary = f"{path}.{os.getpid()}.tmp"
+    with open(temporary, "w") as handle:
+        json.dump(ports, handle)
+    os.replace(temporary, path)
 
 
 #: how long past --exit-timeout-secs the watchdog lets a stop run before it ends the process

@@ -8,7 +8,6 @@ that such files run unchanged.
 from __future__ import annotations
 
 import os
-import sys
 import textwrap
 from collections.abc import Callable
 from pathlib import Path
@@ -18,10 +17,6 @@ import pytest
 
 from triton_core.plugins import create_plugin_manager
 from triton_core.server import Server, ServerOptions
-
-ROOT = Path(__file__).resolve().parents[3]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))  # for tests.support (ServerProcess)
 
 ADD_SUB = """
 import json
@@ -284,9 +279,7 @@ def write_model() -> Callable[..., Path]:
 @pytest.fixture(scope="session")
 def models() -> SimpleNamespace:
     """The model sources and configs above, by name."""
-    return SimpleNamespace(
-        **{name: value for name, value in globals().items() if name.isupper() and name != "ROOT"}
-    )
+    return SimpleNamespace(**{name: value for name, value in globals().items() if name.isupper()})
 
 
 @pytest.fixture

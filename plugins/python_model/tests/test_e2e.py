@@ -7,12 +7,15 @@ import json
 import os
 import queue
 import time
+from textwrap import dedent
 
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
+
+from triton_core.testing import ModelRepository, ServerProcess
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -43,19 +46,15 @@ output [ { name: "text_output" data_type: TYPE_STRING dims: [ 1 ] } ]
 """
 
 
-def _write_repository(root, sources) -> None:
-    from textwrap import dedent
-
+def _write_repository(root, sources) -> ModelRepository:
+    repository = ModelRepository(root)
     for name, (source, config) in sources.items():
-        (root / name / "1").mkdir(parents=True)
-        (root / name / "1" / "model.py").write_text(dedent(source))
-        (root / name / "config.pbtxt").write_text(dedent(config))
+        repository.add_model(name, dedent(config), versions={1: {"model.py": dedent(source)}})
+    return repository
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory, models):
-    from tests.support import ServerProcess
-
     root = tmp_path_factory.mktemp("python_models")
     _write_repository(
         root,
@@ -259,8 +258,6 @@ def test_a_killed_instance_fails_its_request_and_is_restarted(server):
 
 
 def test_shutdown_leaves_no_processes_and_no_shared_memory(tmp_path, models, list_shm):
-    from tests.support import ServerProcess
-
     _write_repository(
         tmp_path / "repo",
         {"proc": (models.PROCESS, models.PROCESS_CONFIG.replace("{count}", "2"))},
@@ -316,8 +313,6 @@ def _process_gone(pid: int) -> bool:
 
 def test_exit_timeout_kills_a_hung_stub_and_ends_the_process(tmp_path):
     import threading
-
-    from tests.support import ServerProcess
 
     _write_repository(tmp_path, {"hung": (HUNG, HUNG_CONFIG)})
     started = tmp_path / "hung" / "started"

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -10,12 +9,6 @@ from typing import Any
 import numpy as np
 import pytest
 from google.protobuf import text_format
-
-# The end-to-end tests use the core's tests.support (ServerProcess); make the repository root
-# importable however pytest was started.
-ROOT = Path(__file__).resolve().parents[3]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
 
 torch = pytest.importorskip("torch")
 

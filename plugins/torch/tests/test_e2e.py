@@ -14,7 +14,7 @@ import tritonclient.http as httpclient
 from triton_core_torch import model_builders as mb
 from tritonclient.utils import InferenceServerException, triton_to_np_dtype
 
-from tests.support import ServerProcess
+from triton_core.testing import ServerProcess, grpc_inputs, http_inputs
 
 SIMPLE_CONFIG = """
 platform: "pytorch_libtorch"
@@ -169,14 +169,9 @@ def client_module(protocol: str):
 
 def infer(clients, protocol, name, arrays, outputs=None):
     module = client_module(protocol)
-    client = clients[protocol]
-    inputs = []
-    for input_name, (datatype, array) in arrays.items():
-        tensor = module.InferInput(input_name, list(array.shape), datatype)
-        tensor.set_data_from_numpy(array)
-        inputs.append(tensor)
+    inputs = (http_inputs if protocol == "http" else grpc_inputs)(arrays)
     requested = None if outputs is None else [module.InferRequestedOutput(n) for n in outputs]
-    return client.infer(name, inputs, outputs=requested)
+    return clients[protocol].infer(name, inputs, outputs=requested)
 
 
 @pytest.fixture(scope="module")

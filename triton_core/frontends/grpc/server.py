@@ -39,6 +39,8 @@ def create_grpc_server(
 ) -> GrpcServer | grpc.aio.Server:
     """A gRPC server with the inference and health services, bound but not started.
 
+    Its ``port`` attribute is the bound port (the one the system chose for port 0).
+
     Call it from the event loop that will run it, then ``await grpc_server.start()`` and, on
     shutdown, ``await grpc_server.stop(grace)`` on that same loop. ``reuse_port`` lets several
     worker processes share the port; it is off by default so that a port already in use is an
@@ -111,6 +113,7 @@ def _create_grpcio_server(
     if bound == 0:  # older grpcio reports failure this way instead of raising
         raise RuntimeError(f"failed to bind the gRPC server to {target}")
     log.info("gRPC frontend (grpcio) bound to %s (port %d)", target, bound)
+    grpc_server.port = bound  # type: ignore[attr-defined]  # as GrpcServer.port
     return grpc_server
 
 
