@@ -103,13 +103,29 @@ def create_plugin_manager(
 class PluginManager:
     """Typed calls onto the hooks; see :mod:`triton_core.hookspecs` for their contracts."""
 
-    def __init__(self, pm: pluggy.PluginManager) -> None:
+    def __init__(self, pm: pluggy.PluginManager, broken: dict[str, str] | None = None) -> None:
         self.pm = pm
+        #: entry points that failed to import, by plugin name: why
+        self.broken: dict[str, str] = dict(broken or {})
 
     def _fill(self, hook_name: str, registry: Registry[Any]) -> None:
         # In registration order (built-ins first), each with a view that records the plugin.
+        registry.broken.update(self.broken)
+        distributions = self.distributions()
         for impl in getattr(self.pm.hook, hook_name).get_hookimpls():
-            impl.function(registry=registry.for_plugin(impl.plugin_name))
+            view = registry.for_plugin(
+                impl.plugin_name, distributions.get(impl.plugin_name, ("", ""))
+            )
+            impl.function(registry=view)
+
+    def distributions(self) -> dict[str, tuple[str, str]]:
+        """(distribution, version) of each plugin installed through an entry point."""
+        names = {id(plugin): name for name, plugin in self.pm.list_name_plugin()}
+        return {
+            names[id(plugin)]: (dist.project_name, dist.version)
+            for plugin, dist in self.pm.list_plugin_distinfo()
+            if id(plugin) in names
+        }
 
     def register_backends(self) -> BackendRegistry:
         registry = BackendRegistry()

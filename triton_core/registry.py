@@ -11,6 +11,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
+from triton_core.failures import PluginOrigin
+
 if TYPE_CHECKING:
     from triton_core.backend import Backend
     from triton_core.cache.base import ResponseCache
@@ -27,6 +29,13 @@ class Registration(Generic[T]):
     name: str
     value: T
     plugin: str
+    #: the installed distribution that holds the plugin, and its version ("" if none)
+    distribution: str = ""
+    version: str = ""
+
+    def origin(self, kind: str) -> PluginOrigin:
+        """Who provides this entry, as error messages name it."""
+        return PluginOrigin(kind, self.name, self.plugin, self.distribution, self.version)
 
 
 class Registry(Generic[T]):
@@ -37,12 +46,19 @@ class Registry(Generic[T]):
     def __init__(self) -> None:
         self._entries: dict[str, Registration[T]] = {}
         self._plugin = "<unknown>"
+        self._distribution = ("", "")
+        #: plugins that failed to import, by name: why (a model needing one says so)
+        self.broken: dict[str, str] = {}
 
-    def for_plugin(self, plugin: str) -> Registry[T]:
-        """A view of this registry whose additions are attributed to ``plugin``."""
+    def for_plugin(self, plugin: str, distribution: tuple[str, str] = ("", "")) -> Registry[T]:
+        """A view of this registry whose additions are attributed to ``plugin``.
+
+        ``distribution`` is the (name, version) of the installed distribution that holds it.
+        """
         view = object.__new__(type(self))
         view.__dict__.update(self.__dict__)
         view._plugin = plugin
+        view._distribution = distribution
         return view
 
     def _add(self, name: str, value: T, replace: bool) -> None:
@@ -52,7 +68,7 @@ class Registry(Generic[T]):
                 f"{self.kind} '{name}' from plugin '{self._plugin}' is already registered by "
                 f"plugin '{existing.plugin}' (pass replace=True to override it)"
             )
-        self._entries[name] = Registration(name, value, self._plugin)
+        self._entries[name] = Registration(name, value, self._plugin, *self._distribution)
 
     def get(self, name: str) -> Registration[T] | None:
         return self._entries.get(name)
@@ -76,8 +92,8 @@ class BackendRegistry(Registry["type[Backend]"]):
         super().__init__()
         self._platforms: dict[str, str] = {}
 
-    def for_plugin(self, plugin: str) -> BackendRegistry:
-        view = super().for_plugin(plugin)
+    def for_plugin(self, plugin: str, distribution: tuple[str, str] = ("", "")) -> BackendRegistry:
+        view = super().for_plugin(plugin, distribution)
         assert isinstance(view, BackendRegistry)
         return view
 
@@ -101,8 +117,10 @@ class SchedulerRegistry(Registry[SchedulerFactory]):
 
     kind = "scheduler"
 
-    def for_plugin(self, plugin: str) -> SchedulerRegistry:
-        view = super().for_plugin(plugin)
+    def for_plugin(
+        self, plugin: str, distribution: tuple[str, str] = ("", "")
+    ) -> SchedulerRegistry:
+        view = super().for_plugin(plugin, distribution)
         assert isinstance(view, SchedulerRegistry)
         return view
 
@@ -118,8 +136,10 @@ class BatchStrategyRegistry(Registry[BatchStrategyFactory]):
 
     kind = "batch strategy"
 
-    def for_plugin(self, plugin: str) -> BatchStrategyRegistry:
-        view = super().for_plugin(plugin)
+    def for_plugin(
+        self, plugin: str, distribution: tuple[str, str] = ("", "")
+    ) -> BatchStrategyRegistry:
+        view = super().for_plugin(plugin, distribution)
         assert isinstance(view, BatchStrategyRegistry)
         return view
 
@@ -135,8 +155,8 @@ class CacheRegistry(Registry[CacheFactory]):
 
     kind = "cache"
 
-    def for_plugin(self, plugin: str) -> CacheRegistry:
-        view = super().for_plugin(plugin)
+    def for_plugin(self, plugin: str, distribution: tuple[str, str] = ("", "")) -> CacheRegistry:
+        view = super().for_plugin(plugin, distribution)
         assert isinstance(view, CacheRegistry)
         return view
 
@@ -152,8 +172,10 @@ class RepositoryAgentRegistry(Registry[AgentFactory]):
 
     kind = "repository agent"
 
-    def for_plugin(self, plugin: str) -> RepositoryAgentRegistry:
-        view = super().for_plugin(plugin)
+    def for_plugin(
+        self, plugin: str, distribution: tuple[str, str] = ("", "")
+    ) -> RepositoryAgentRegistry:
+        view = super().for_plugin(plugin, distribution)
         assert isinstance(view, RepositoryAgentRegistry)
         return view
 

@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from google.protobuf import json_format
 
 from triton_core.backend import Backend, BackendModel, InstanceSpec, ModelContext, ModelInstance
-from triton_core.config import config_to_json
+from triton_core.config import config_to_json, wire_datatype
 from triton_core.errors import TritonError, internal, invalid_arg, unavailable
 from triton_core.protos.model_config_pb2 import ModelConfig
 from triton_core_python.process import StubDied, StubProcess, StubSettings, stub_command
@@ -202,6 +202,10 @@ class PythonModel(BackendModel):
         self.python = _interpreter(config, context.model_dir)
         self.config_json = json.dumps(config_to_json(config))
         self.output_names = tuple(output.name for output in config.output)
+        # numpy has no bfloat16: a model returns their bits as uint16, labelled BF16 here
+        self.bf16_outputs = frozenset(
+            output.name for output in config.output if wire_datatype(output.data_type) == "BF16"
+        )
         self.decoupled = config.model_transaction_policy.decoupled
 
     def settings(self, spec: InstanceSpec) -> StubSettings:
@@ -223,6 +227,7 @@ class PythonModel(BackendModel):
             model_dir=context.model_dir,
             decoupled=self.decoupled,
             output_names=self.output_names,
+            bf16_outputs=self.bf16_outputs,
             args=args,
             python=self.python,
             shm_size=self.backend.shm_size,
