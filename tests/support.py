@@ -130,7 +130,13 @@ class ServerProcess:
 
 
 def write_stream_model(
-    repo: Path, name: str, *, count: int = 3, delay_ms: int = 10, finish: str = "flag"
+    repo: Path,
+    name: str,
+    *,
+    count: int = 3,
+    delay_ms: int = 10,
+    finish: str = "flag",
+    out_dtype: str = "int32",
 ) -> Path:
     """A decoupled model of the stream test backend (tests/plugins/stream_backend.py)."""
     model_dir = repo / name
@@ -145,6 +151,7 @@ output [ {{ name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] }} ]
 parameters {{ key: "count" value {{ string_value: "{count}" }} }}
 parameters {{ key: "delay_ms" value {{ string_value: "{delay_ms}" }} }}
 parameters {{ key: "finish" value {{ string_value: "{finish}" }} }}
+parameters {{ key: "out_dtype" value {{ string_value: "{out_dtype}" }} }}
 """
     )
     return model_dir

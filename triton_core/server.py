@@ -456,7 +456,7 @@ class Server:
         sender = StreamSender(
             asyncio.get_running_loop(),
             request,
-            lambda req, resp: signature.finish_one(req, resp, version),
+            lambda req, resp, instance: signature.finish_one(req, resp, version, instance),
             version,
         )
         request.response_sender = sender

@@ -18,7 +18,9 @@ class StreamSender:
         self,
         loop: asyncio.AbstractEventLoop,
         request: InferenceRequest,
-        finish: Callable[[InferenceRequest, InferenceResponse], InferenceResponse | TritonError],
+        finish: Callable[
+            [InferenceRequest, InferenceResponse, str], InferenceResponse | TritonError
+        ],
         version: int,
     ) -> None:
         self._loop = loop
@@ -28,6 +30,8 @@ class StreamSender:
         self._queue: asyncio.Queue[_Item] = asyncio.Queue()
         self._final_sent = False
         self.cancelled = False
+        #: the instance executing the request, for error messages (set by the instance pool)
+        self.instance = ""
 
     def send(self, response: InferenceResponse | None = None, *, final: bool = False) -> None:
         """Deliver a response (and/or the final flag); callable from any thread."""
@@ -38,7 +42,7 @@ class StreamSender:
             )
         if final:
             self._final_sent = True
-        item = None if response is None else self._finish(self._request, response)
+        item = None if response is None else self._finish(self._request, response, self.instance)
         self._loop.call_soon_threadsafe(self._queue.put_nowait, (item, final))
 
     def is_cancelled(self) -> bool:
@@ -81,3 +85,11 @@ class StreamSender:
             yield item
             if final:
                 return
+
+
+def note_instance(requests: list[InferenceRequest], instance: str) -> None:
+    """Tell decoupled requests' senders which instance answers them (once per batch)."""
+    for request in requests:
+        sender = request.response_sender
+        if isinstance(sender, StreamSender):
+            sender.instance = instance

@@ -158,3 +158,36 @@ def test_decoupled_models_may_send_empty_responses() -> None:
         'output [{ name: "Y" data_type: TYPE_INT32 dims: [ 1 ] }]'
     )
     assert plan.problem(InferenceResponse().outputs, batch_size=1) is None
+
+
+ENSEMBLE = """
+platform: "ensemble"
+max_batch_size: 8
+input [
+  { name: "A" data_type: TYPE_FP32 dims: [ 4 ] },
+  { name: "B" data_type: TYPE_FP32 dims: [ 4 ] }
+]
+output [{ name: "OUT" data_type: TYPE_FP32 dims: [ 4 ] }]
+ensemble_scheduling { step [{
+  model_name: "extra_rows"
+  model_version: -1
+  input_map [{ key: "INPUT0" value: "A" }, { key: "INPUT1" value: "B" }]
+  output_map [{ key: "OUTPUT0" value: "OUT" }]
+}] }
+"""
+
+
+async def test_an_ensemble_step_is_checked_as_its_own_model(tmp_path) -> None:
+    write_numpy_model(tmp_path, "extra_rows", kind="extra_rows", datatype="TYPE_FP32")
+    (tmp_path / "ens" / "1").mkdir(parents=True)
+    (tmp_path / "ens" / "config.pbtxt").write_text(ENSEMBLE)
+    async with numpy_server(tmp_path) as server:
+        data = np.ones((1, 4), np.float32)
+        request = InferenceRequest(
+            "ens", {"A": Tensor("A", "FP32", data), "B": Tensor("B", "FP32", data)}
+        )
+        with pytest.raises(TritonError) as info:
+            await server.infer(request)
+    assert info.value.status is Status.INTERNAL
+    assert "step 0 (model 'extra_rows') failed: model 'extra_rows' version 1" in info.value.message
+    assert "with shape [3,4] for a request of batch size 1" in info.value.message

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 from triton_core.errors import Status, TritonError
 from triton_core.failures import RepeatedFailureLog, model_label, raised
 from triton_core.statistics import ExecutionTimes, ModelStatistics
+from triton_core.streaming import note_instance
 
 if TYPE_CHECKING:
     from triton_core.backend import ModelInstance
@@ -186,6 +187,8 @@ class InstancePool:
         if self._busy[index] == 1:
             self._idle -= 1
         requests, futures = batch
+        if requests and requests[0].response_sender is not None:
+            note_instance(requests, self.names[index])
         start = monotonic_ns()
 
         def done(
@@ -257,6 +260,8 @@ class InstancePool:
             with self._lock:
                 self._idle -= 1
             requests, futures = batch
+            if requests and requests[0].response_sender is not None:  # decoupled
+                note_instance(requests, name)
             start = monotonic_ns()
             infer_start = infer_end = start
             try:
