@@ -157,6 +157,20 @@ parameters {{ key: "out_dtype" value {{ string_value: "{out_dtype}" }} }}
     return model_dir
 
 
+def write_broken_distribution(root: Path) -> Path:
+    """An installed distribution at ``root`` (put it on ``sys.path``) whose ``triton_core``
+    entry point ``broken`` fails to import (ModuleNotFoundError)."""
+    root.mkdir(parents=True)
+    (root / "broken_plugin_module.py").write_text("import a_module_that_is_not_installed\n")
+    info = root / "triton_core_broken-0.3.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: triton-core-broken\nVersion: 0.3\n"
+    )
+    (info / "entry_points.txt").write_text("[triton_core]\nbroken = broken_plugin_module\n")
+    return root
+
+
 class S3Server:
     """A real S3-compatible server (moto in server mode) on a free loopback port."""
 

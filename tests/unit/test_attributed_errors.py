@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from tests.plugins import numpy_backend
-from tests.support import numpy_plugins, write_numpy_model
+from tests.support import numpy_plugins, write_broken_distribution, write_numpy_model
 from triton_core import InferenceRequest, Server, ServerOptions, Status, Tensor, TritonError
 from triton_core.cache.base import CacheStatistics, ResponseCache
 from triton_core.failures import RepeatedFailureLog
@@ -157,19 +157,6 @@ async def test_a_failing_cache_is_a_miss_with_one_warning_naming_it(tmp_path, ca
         "response cache 'flaky' (plugin flaky): insert() raised ConnectionError: cache server is "
         "down; the response is not kept (logged once; repeats are counted)",
     ]
-
-
-def write_broken_distribution(root: Path) -> Path:
-    """An installed distribution (on ``sys.path`` at ``root``) whose plugin cannot import."""
-    root.mkdir()
-    (root / "broken_plugin_module.py").write_text("import a_module_that_is_not_installed\n")
-    info = root / "triton_core_broken-0.3.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text(
-        "Metadata-Version: 2.1\nName: triton-core-broken\nVersion: 0.3\n"
-    )
-    (info / "entry_points.txt").write_text("[triton_core]\nbroken = broken_plugin_module\n")
-    return root
 
 
 @pytest.fixture
