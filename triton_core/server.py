@@ -361,7 +361,9 @@ class Server:
         except (TritonError, asyncio.CancelledError):
             raise
         except Exception as exc:
-            raise internal(f"inference on model '{request.model_name}' failed: {exc}") from exc
+            raise internal(
+                f"inference on model '{request.model_name}' failed: {exception_text(exc)}"
+            ) from exc
 
     def submit(
         self, request: InferenceRequest, *, nested: bool = False
@@ -389,7 +391,9 @@ class Server:
             self._infer_done(model, received, exc)
             if isinstance(exc, TritonError | asyncio.CancelledError):
                 raise
-            raise internal(f"inference on model '{model.name}' failed: {exc}") from exc
+            raise internal(
+                f"inference on model '{model.name}' failed: {exception_text(exc)}"
+            ) from exc
         future.add_done_callback(lambda done: self._infer_done(model, received, done))
         return future
 

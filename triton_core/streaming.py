@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Callable
 
-from triton_core.errors import TritonError, invalid_arg
+from triton_core.errors import TritonError, internal, invalid_arg
+from triton_core.failures import exception_text
 from triton_core.types import InferenceRequest, InferenceResponse
 
 _Item = tuple[InferenceResponse | TritonError | None, bool]
@@ -61,8 +62,8 @@ class StreamSender:
         error = future.exception()
         if isinstance(error, TritonError):
             self.fail(error)
-        elif error is not None:
-            self.fail(invalid_arg(str(error)))
+        elif error is not None:  # the pool makes execute errors TritonErrors: this is a bug
+            self.fail(internal(f"model '{self._request.model_name}': {exception_text(error)}"))
 
     async def responses(self) -> AsyncIterator[InferenceResponse]:
         """Responses in the order they were sent; the last one has ``final=True``.
