@@ -182,14 +182,15 @@ def test_a_plugin_that_fails_to_import_is_reported_by_name_and_left_out(
     assert "numpy" in plugins.register_backends()  # the others still register
 
 
+@pytest.mark.parametrize("selector", ['backend: "brokenbackend"', 'platform: "broken_platform"'])
 async def test_a_model_whose_backend_is_missing_names_the_plugin_that_failed(
-    broken_distribution, tmp_path
+    broken_distribution, tmp_path, selector: str
 ) -> None:
     repo = tmp_path / "models"
     write_numpy_model(repo, "fine")
     write_numpy_model(repo, "needs_broken")
     config = repo / "needs_broken" / "config.pbtxt"
-    config.write_text(config.read_text().replace('backend: "numpy"', 'backend: "brokenbackend"'))
+    config.write_text(config.read_text().replace('backend: "numpy"', selector))
     plugins = create_plugin_manager(extra_plugins=[("numpy", numpy_backend)])
     async with Server(ServerOptions([repo], exit_on_error=False), plugins) as server:
         [entry] = [e for e in server.repository_index() if e.name == "needs_broken"]

@@ -134,6 +134,7 @@ class ModelLoader:
                     f"model '{config.name}' uses platform '{config.platform}' but no installed "
                     f"backend plugin provides it (known platforms: "
                     f"{', '.join(sorted(self._backends.platforms())) or 'none'})"
+                    + _broken_hint(self._backends.broken)
                 )
         if not name:
             name = self._detect_backend(config, versions)
@@ -151,6 +152,7 @@ class ModelLoader:
             f"unable to determine the backend of model '{config.name}': its config names no "
             "'backend' or 'platform' and its newest version folder holds no default model file "
             f"of an installed backend ({', '.join(self._backends.names()) or 'none installed'})"
+            + _broken_hint(self._backends.broken)
         )
 
     def _backend(self, name: str, model: str) -> Backend:
