@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from triton_core.classification import classify
 from triton_core.config import wire_datatype
-from triton_core.errors import Status, TritonError, internal, invalid_arg
+from triton_core.errors import Status, TritonError, invalid_arg
 from triton_core.failures import model_label
 from triton_core.outputs import OutputCheck, format_shape, shape_matches
 from triton_core.types import InferenceRequest, InferenceResponse, Tensor, TensorMetadata
@@ -177,9 +177,9 @@ class ModelSignature:
         response.id = request.id
         if request.outputs is not None:
             try:
-                response.outputs = self._select_outputs(request, response)
+                response.outputs = self._select_outputs(request, response, version, instance)
             except TritonError as error:
-                return self.backend_error(version, instance, error.message)
+                return error
         return response
 
     def backend_error(self, version: int, instance: str, problem: str) -> TritonError:
@@ -189,14 +189,15 @@ class ModelSignature:
         return TritonError(Status.INTERNAL, f"{where}:{who} {problem}", reason="BACKEND")
 
     def _select_outputs(
-        self, request: InferenceRequest, response: InferenceResponse
+        self, request: InferenceRequest, response: InferenceResponse, version: int, instance: str
     ) -> list[Tensor]:
         produced = {tensor.name: tensor for tensor in response.outputs}
         selected = []
         for output in request.outputs or ():
             tensor = produced.get(output.name)
             if tensor is None:
-                raise internal(f"did not produce requested output '{output.name}'")
+                problem = f"did not produce requested output '{output.name}'"
+                raise self.backend_error(version, instance, problem)
             if output.classification > 0:
                 tensor = classify(
                     tensor,
