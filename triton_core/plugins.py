@@ -197,12 +197,9 @@ class PluginManager:
     def _fill(self, hook_name: str, registry: Registry[Any]) -> None:
         # In registration order (built-ins first), each with a view that records the plugin.
         registry.broken.update(self.broken)
-        distributions = self.distributions()
+        registry.distributions.update(self.distributions())
         for impl in getattr(self.pm.hook, hook_name).get_hookimpls():
-            view = registry.for_plugin(
-                impl.plugin_name, distributions.get(impl.plugin_name, ("", ""))
-            )
-            impl.function(registry=view)
+            impl.function(registry=registry.for_plugin(impl.plugin_name))
 
     def distributions(self) -> dict[str, tuple[str, str]]:
         """(distribution, version) of each plugin installed through an entry point;

@@ -46,19 +46,16 @@ class Registry(Generic[T]):
     def __init__(self) -> None:
         self._entries: dict[str, Registration[T]] = {}
         self._plugin = "<unknown>"
-        self._distribution = ("", "")
+        #: (distribution, version) by plugin name, recorded in each registration
+        self.distributions: dict[str, tuple[str, str]] = {}
         #: plugins that failed to import, by name: why (a model needing one says so)
         self.broken: dict[str, str] = {}
 
-    def for_plugin(self, plugin: str, distribution: tuple[str, str] = ("", "")) -> Registry[T]:
-        """A view of this registry whose additions are attributed to ``plugin``.
-
-        ``distribution`` is the (name, version) of the installed distribution that holds it.
-        """
+    def for_plugin(self, plugin: str) -> Registry[T]:
+        """A view of this registry whose additions are attributed to ``plugin``."""
         view = object.__new__(type(self))
         view.__dict__.update(self.__dict__)
         view._plugin = plugin
-        view._distribution = distribution
         return view
 
     def _add(self, name: str, value: T, replace: bool) -> None:
@@ -68,7 +65,8 @@ class Registry(Generic[T]):
                 f"{self.kind} '{name}' from plugin '{self._plugin}' is already registered by "
                 f"plugin '{existing.plugin}' (pass replace=True to override it)"
             )
-        self._entries[name] = Registration(name, value, self._plugin, *self._distribution)
+        distribution, version = self.distributions.get(self._plugin, ("", ""))
+        self._entries[name] = Registration(name, value, self._plugin, distribution, version)
 
     def get(self, name: str) -> Registration[T] | None:
         return self._entries.get(name)
@@ -92,8 +90,8 @@ class BackendRegistry(Registry["type[Backend]"]):
         super().__init__()
         self._platforms: dict[str, str] = {}
 
-    def for_plugin(self, plugin: str, distribution: tuple[str, str] = ("", "")) -> BackendRegistry:
-        view = super().for_plugin(plugin, distribution)
+    def for_plugin(self, plugin: str) -> BackendRegistry:
+        view = super().for_plugin(plugin)
         assert isinstance(view, BackendRegistry)
         return view
 
@@ -117,10 +115,8 @@ class SchedulerRegistry(Registry[SchedulerFactory]):
 
     kind = "scheduler"
 
-    def for_plugin(
-        self, plugin: str, distribution: tuple[str, str] = ("", "")
-    ) -> SchedulerRegistry:
-        view = super().for_plugin(plugin, distribution)
+    def for_plugin(self, plugin: str) -> SchedulerRegistry:
+        view = super().for_plugin(plugin)
         assert isinstance(view, SchedulerRegistry)
         return view
 
@@ -136,10 +132,8 @@ class BatchStrategyRegistry(Registry[BatchStrategyFactory]):
 
     kind = "batch strategy"
 
-    def for_plugin(
-        self, plugin: str, distribution: tuple[str, str] = ("", "")
-    ) -> BatchStrategyRegistry:
-        view = super().for_plugin(plugin, distribution)
+    def for_plugin(self, plugin: str) -> BatchStrategyRegistry:
+        view = super().for_plugin(plugin)
         assert isinstance(view, BatchStrategyRegistry)
         return view
 
@@ -155,8 +149,8 @@ class CacheRegistry(Registry[CacheFactory]):
 
     kind = "cache"
 
-    def for_plugin(self, plugin: str, distribution: tuple[str, str] = ("", "")) -> CacheRegistry:
-        view = super().for_plugin(plugin, distribution)
+    def for_plugin(self, plugin: str) -> CacheRegistry:
+        view = super().for_plugin(plugin)
         assert isinstance(view, CacheRegistry)
         return view
 
@@ -172,10 +166,8 @@ class RepositoryAgentRegistry(Registry[AgentFactory]):
 
     kind = "repository agent"
 
-    def for_plugin(
-        self, plugin: str, distribution: tuple[str, str] = ("", "")
-    ) -> RepositoryAgentRegistry:
-        view = super().for_plugin(plugin, distribution)
+    def for_plugin(self, plugin: str) -> RepositoryAgentRegistry:
+        view = super().for_plugin(plugin)
         assert isinstance(view, RepositoryAgentRegistry)
         return view
 

@@ -269,3 +269,15 @@ def test_repeated_failures_are_summarised_with_a_count(caplog) -> None:
     ]
     assert [r.exc_info is not None for r in caplog.records] == [True, False, False, True]
     assert failures.total == 4
+
+
+async def test_a_backends_own_load_error_keeps_its_status_and_gains_the_plugin(tmp_path) -> None:
+    extra = 'parameters { key: "fail_load" value { string_value: "yes" } }'
+    write_numpy_model(tmp_path, "m", extra=extra)
+    server = Server(ServerOptions([tmp_path], exit_on_error=False), numpy_plugins())
+    async with server:
+        [entry] = server.repository_index()
+    assert entry.reason == (
+        "numpy backend was told to fail loading 'm' (raised by backend 'numpy' (plugin numpy) "
+        "in load_model())"
+    )

@@ -183,12 +183,17 @@ class ModelLoader:
 
     @contextmanager
     def _plugin_call(self, where: str, backend: str, method: str) -> Iterator[None]:
-        """Any exception but a TritonError from a backend's method becomes an attributed
-        INTERNAL error, its traceback logged once here."""
+        """Errors from a backend's method say whose they are.
+
+        A TritonError keeps its status and message, with the backend and plugin added; any
+        other exception becomes INTERNAL naming them and its type, its traceback logged here.
+        """
         try:
             yield
-        except TritonError:
-            raise
+        except TritonError as error:
+            origin = self.backend_origin(backend)
+            message = f"{error.message} (raised by {origin} in {method}())"
+            raise TritonError(error.status, message, reason=error.reason) from error
         except Exception as exc:
             message = raised(where, self.backend_origin(backend), exc, method)
             logger.error("%s", message, exc_info=exc)
