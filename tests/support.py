@@ -75,7 +75,13 @@ class ServerProcess(testing.ServerProcess):
 
 
 def write_stream_model(
-    repo: Path, name: str, *, count: int = 3, delay_ms: int = 10, finish: str = "flag"
+    repo: Path,
+    name: str,
+    *,
+    count: int = 3,
+    delay_ms: int = 10,
+    finish: str = "flag",
+    out_dtype: str = "int32",
 ) -> Path:
     """A decoupled model of the stream test backend (tests/plugins/stream_backend.py)."""
     model_dir = repo / name
@@ -90,9 +96,24 @@ output [ {{ name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] }} ]
 parameters {{ key: "count" value {{ string_value: "{count}" }} }}
 parameters {{ key: "delay_ms" value {{ string_value: "{delay_ms}" }} }}
 parameters {{ key: "finish" value {{ string_value: "{finish}" }} }}
+parameters {{ key: "out_dtype" value {{ string_value: "{out_dtype}" }} }}
 """
     )
     return model_dir
+
+
+def write_broken_distribution(root: Path) -> Path:
+    """An installed distribution at ``root`` (put it on ``sys.path``) whose ``triton_core``
+    entry point ``broken`` fails to import (ModuleNotFoundError)."""
+    root.mkdir(parents=True)
+    (root / "broken_plugin_module.py").write_text("import a_module_that_is_not_installed\n")
+    info = root / "triton_core_broken-0.3.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: triton-core-broken\nVersion: 0.3\n"
+    )
+    (info / "entry_points.txt").write_text("[triton_core]\nbroken = broken_plugin_module\n")
+    return root
 
 
 class S3Server:

@@ -386,7 +386,8 @@ def _run_plugins(args: argparse.Namespace) -> int:
         return 2
     rows = [("NAME", "DISTRIBUTION", "VERSION", "PROVIDES")]
     for info in plugins.describe():
-        rows.append((info.name, info.distribution, info.version, ", ".join(info.provides) or "-"))
+        provides = f"BROKEN: {info.broken}" if info.broken else ", ".join(info.provides) or "-"
+        rows.append((info.name, info.distribution, info.version, provides))
     widths = [max(len(row[i]) for row in rows) for i in range(3)]
     for row in rows:
         print(

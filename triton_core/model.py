@@ -10,7 +10,9 @@ from typing import TYPE_CHECKING
 
 from triton_core.classification import classify
 from triton_core.config import wire_datatype
-from triton_core.errors import TritonError, internal, invalid_arg
+from triton_core.errors import Status, TritonError, invalid_arg
+from triton_core.failures import model_label
+from triton_core.outputs import OutputCheck, format_shape, shape_matches
 from triton_core.types import InferenceRequest, InferenceResponse, Tensor, TensorMetadata
 
 if TYPE_CHECKING:
@@ -30,10 +32,6 @@ class InputSpec:
     dims: tuple[int, ...]
     optional: bool
     reshape: tuple[int, ...] | None
-
-
-def _format_shape(shape: Sequence[int]) -> str:
-    return "[" + ",".join(str(dim) for dim in shape) + "]"
 
 
 class ModelSignature:
@@ -56,6 +54,9 @@ class ModelSignature:
         self.decoupled = config.model_transaction_policy.decoupled
         self.output_datatypes = {t.name: wire_datatype(t.data_type) for t in config.output}
         self.labels: dict[str, list[str]] = {}
+        self.output_check = OutputCheck(config)
+        #: who produces the outputs, for error messages: the backend and its plugin
+        self.origin = ""
         batch_prefix = (-1,) if self.max_batch_size > 0 else ()
         self.input_metadata = tuple(
             TensorMetadata(spec.name, spec.datatype, batch_prefix + spec.dims)
@@ -89,7 +90,7 @@ class ModelSignature:
                 if not shape:
                     raise invalid_arg(
                         f"input '{name}' for model '{model}' has no batch dimension; expected "
-                        f"shape {_format_shape((-1, *spec.dims))}"
+                        f"shape {format_shape((-1, *spec.dims))}"
                     )
                 if batch_size < 0:
                     batch_size = shape[0]
@@ -101,11 +102,11 @@ class ModelSignature:
                 item_shape = shape[1:]
             else:
                 item_shape = shape
-            if not _matches(item_shape, spec.dims):
+            if not shape_matches(item_shape, spec.dims):
                 expected = (-1, *spec.dims) if self.max_batch_size > 0 else spec.dims
                 raise invalid_arg(
                     f"unexpected shape for input '{name}' for model '{model}'. Expected "
-                    f"{_format_shape(expected)}, got {_format_shape(shape)}"
+                    f"{format_shape(expected)}, got {format_shape(shape)}"
                 )
             if spec.reshape is not None:
                 new_shape = (shape[0], *spec.reshape) if self.max_batch_size > 0 else spec.reshape
@@ -134,53 +135,69 @@ class ModelSignature:
         requests: Sequence[InferenceRequest],
         responses: Sequence[InferenceResponse] | None,
         version: int,
+        instance: str = "",
     ) -> list[InferenceResponse | TritonError | None]:
-        """Name, number and trim backend responses to what each request asked for.
+        """Check, name, number and trim backend responses to what each request asked for.
 
         A decoupled model answers through each request's response sender instead: its batch
         resolves with None per request once ``execute`` returns.
         """
         if self.decoupled:
             return [None] * len(requests)
-        model = self.model_name
         if responses is None or len(responses) != len(requests):
             count = 0 if responses is None else len(responses)
-            error = internal(
-                f"model '{model}' returned {count} responses for {len(requests)} requests"
+            error = self.backend_error(
+                version, instance, f"returned {count} responses for {len(requests)} requests"
             )
             return [error] * len(requests)
         return [
-            self.finish_one(request, response, version)
+            self.finish_one(request, response, version, instance)
             for request, response in zip(requests, responses, strict=True)
         ]
 
     def finish_one(
-        self, request: InferenceRequest, response: InferenceResponse, version: int
+        self,
+        request: InferenceRequest,
+        response: InferenceResponse,
+        version: int,
+        instance: str = "",
     ) -> InferenceResponse | TritonError:
-        """One backend response made final: its error, or named, numbered and trimmed."""
+        """One backend response made final: its error, or checked, named, numbered, trimmed.
+
+        Outputs that break the config (:mod:`triton_core.outputs`) fail the request with
+        INTERNAL, naming the model, version, instance and backend plugin.
+        """
         if response.error is not None:
             return response.error
+        problem = self.output_check.problem(response.outputs, request.batch_size)
+        if problem is not None:
+            return self.backend_error(version, instance, problem)
         response.model_name = self.model_name
         response.model_version = version
         response.id = request.id
         if request.outputs is not None:
             try:
-                response.outputs = self._select_outputs(request, response)
+                response.outputs = self._select_outputs(request, response, version, instance)
             except TritonError as error:
                 return error
         return response
 
+    def backend_error(self, version: int, instance: str, problem: str) -> TritonError:
+        """INTERNAL, blaming the backend: ``model 'm' version 1 instance 'm_0': backend ...``."""
+        where = model_label(self.model_name, version, instance)
+        who = f" {self.origin}" if self.origin else ""
+        return TritonError(Status.INTERNAL, f"{where}:{who} {problem}", reason="BACKEND")
+
     def _select_outputs(
-        self, request: InferenceRequest, response: InferenceResponse
+        self, request: InferenceRequest, response: InferenceResponse, version: int, instance: str
     ) -> list[Tensor]:
         produced = {tensor.name: tensor for tensor in response.outputs}
         selected = []
         for output in request.outputs or ():
             tensor = produced.get(output.name)
             if tensor is None:
-                raise internal(
-                    f"model '{self.model_name}' did not produce requested output '{output.name}'"
-                )
+                problem = f"did not produce requested output '{output.name}'"
+                raise self.backend_error(version, instance, problem)
             if output.classification > 0:
                 tensor = classify(
                     tensor,
@@ -190,14 +207,6 @@ class ModelSignature:
                 )
             selected.append(tensor)
         return selected
-
-
-def _matches(shape: Sequence[int], dims: Sequence[int]) -> bool:
-    if shape == dims:  # the common case, compared in C
-        return True
-    if len(shape) != len(dims):
-        return False
-    return all(dim == -1 or dim == actual for actual, dim in zip(shape, dims, strict=True))
 
 
 class ModelRetired(Exception):

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
 import inspect
+import logging
 import os
 import sys
 from collections.abc import Iterable
@@ -14,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import pluggy
 
 from triton_core import hookspecs
+from triton_core.failures import exception_text
 from triton_core.hookspecs import NAME
 from triton_core.registry import (
     BackendRegistry,
@@ -25,9 +28,13 @@ from triton_core.registry import (
 )
 
 if TYPE_CHECKING:
+    from importlib.metadata import Distribution, EntryPoint
+
     from pluggy import HookImpl
 
     from triton_core.server import Server
+
+logger = logging.getLogger(__name__)
 
 #: built-in plugins: (plugin name, module path), registered before entry points
 DEFAULT_PLUGINS: tuple[tuple[str, str], ...] = (
@@ -56,16 +63,17 @@ class PluginInfo:
     distribution: str
     version: str
     provides: tuple[str, ...]
+    #: why it failed to import ("" for a plugin that works)
+    broken: str = ""
 
 
 def disabled_from_env() -> list[str]:
     return [name.strip() for name in os.environ.get(DISABLE_ENV, "").split(",") if name.strip()]
 
 
-def modules_from_env() -> list[tuple[str, object]]:
-    """Plugins named by module path in ``TRITON_CORE_PLUGINS`` (registered under that path)."""
-    paths = [path.strip() for path in os.environ.get(PLUGINS_ENV, "").split(",")]
-    return [(path, importlib.import_module(path)) for path in paths if path]
+def env_module_paths() -> list[str]:
+    """Module paths listed in ``TRITON_CORE_PLUGINS``."""
+    return [path.strip() for path in os.environ.get(PLUGINS_ENV, "").split(",") if path.strip()]
 
 
 def create_plugin_manager(
@@ -79,7 +87,11 @@ def create_plugin_manager(
     ``disabled`` (plus ``TRITON_CORE_DISABLE_PLUGINS``) names plugins to block; blocking an
     essential built-in is an error. ``autoload=None`` follows
     ``TRITON_CORE_DISABLE_PLUGIN_AUTOLOAD``. Modules listed in ``TRITON_CORE_PLUGINS`` are
-    registered after ``extra_plugins``.
+    registered after ``extra_plugins``, under their path, or under the entry point's name
+    when an installed plugin is that module (so it is registered once).
+
+    A plugin that fails to import is logged by name with the ``--disable-plugin`` hint and
+    left out: only the models that need it fail, and :attr:`PluginManager.broken` says why.
     """
     blocked = set(disabled) | set(disabled_from_env())
     essential = blocked & ESSENTIAL_PLUGINS
@@ -95,27 +107,118 @@ def create_plugin_manager(
     for name, module_path in DEFAULT_PLUGINS:
         if not pm.is_blocked(name):
             pm.register(importlib.import_module(module_path), name=name)
-    for name, plugin in [*extra_plugins, *modules_from_env()]:
+    for name, plugin in extra_plugins:
         if not pm.is_blocked(name):
             pm.register(plugin, name=name)
+    entry_points = _entry_points() if autoload else {}
+    broken: dict[str, str] = {}
+    env_names = _register_env_modules(pm, entry_points, broken)
     if autoload:
+        _import_entry_points(pm, entry_points, broken)
         pm.load_setuptools_entrypoints(NAME)
     pm.check_pending()
-    return PluginManager(pm)
+    return PluginManager(pm, broken, env_names)
+
+
+def _entry_points() -> dict[str, tuple[EntryPoint, Distribution]]:
+    """The ``triton_core`` entry points by name (the first of a name wins, as in pluggy)."""
+    found: dict[str, tuple[EntryPoint, Distribution]] = {}
+    for dist in importlib.metadata.distributions():
+        for entry_point in dist.entry_points:
+            if entry_point.group == NAME and entry_point.name not in found:
+                found[entry_point.name] = (entry_point, dist)
+    return found
+
+
+def _register_env_modules(
+    pm: pluggy.PluginManager,
+    entry_points: dict[str, tuple[EntryPoint, Distribution]],
+    broken: dict[str, str],
+) -> set[str]:
+    """Register ``TRITON_CORE_PLUGINS`` modules; returns the names they are registered under."""
+    installed_as = {entry_point.value: name for name, (entry_point, _) in entry_points.items()}
+    names = set()
+    for path in env_module_paths():
+        name = installed_as.get(path, path)
+        if pm.is_blocked(name) or pm.get_plugin(name) is not None:
+            continue
+        try:
+            module = importlib.import_module(path)
+        except Exception as exc:
+            _report_broken(broken, name, f"{PLUGINS_ENV} module {path}", exc)
+            continue
+        if not pm.is_registered(module):
+            pm.register(module, name=name)
+            names.add(name)
+    return names
+
+
+def _import_entry_points(
+    pm: pluggy.PluginManager,
+    entry_points: dict[str, tuple[EntryPoint, Distribution]],
+    broken: dict[str, str],
+) -> None:
+    """Import each entry point before pluggy does: one that fails is reported and blocked."""
+    for name, (entry_point, dist) in entry_points.items():
+        if pm.is_blocked(name) or pm.get_plugin(name) is not None:
+            continue
+        try:
+            entry_point.load()
+        except Exception as exc:
+            where = f"{dist.metadata['Name']} {dist.version}, entry point {entry_point.value}"
+            _report_broken(broken, name, where, exc)
+            pm.set_blocked(name)
+
+
+def _report_broken(broken: dict[str, str], name: str, where: str, exc: Exception) -> None:
+    broken[name] = f"{where}: {exception_text(exc)}"
+    logger.error(
+        "plugin '%s' (%s) failed to import: %s; going on without it (pass --disable-plugin %s "
+        "to leave it out)",
+        name,
+        where,
+        exception_text(exc),
+        name,
+        exc_info=exc,
+    )
 
 
 class PluginManager:
     """Typed calls onto the hooks; see :mod:`triton_core.hookspecs` for their contracts."""
 
-    def __init__(self, pm: pluggy.PluginManager) -> None:
+    def __init__(
+        self,
+        pm: pluggy.PluginManager,
+        broken: dict[str, str] | None = None,
+        env_plugins: Iterable[str] = (),
+    ) -> None:
         self.pm = pm
+        #: plugins that failed to import, by plugin name: why
+        self.broken: dict[str, str] = dict(broken or {})
+        #: plugins registered from ``TRITON_CORE_PLUGINS``
+        self.env_plugins = frozenset(env_plugins)
 
     def _fill(self, hook_name: str, registry: Registry[Any]) -> None:
         # One call through pluggy, so wrappers and tryfirst/trylast apply as documented; the
         # registry names each addition's plugin from the hookimpl running at that moment.
+        registry.broken.update(self.broken)
+        registry.distributions.update(self.distributions())
         hook = getattr(self.pm.hook, hook_name)
         registry.attribute_with(_RunningHookimpl(hook.get_hookimpls()).plugin_name)
         hook(registry=registry)
+
+    def distributions(self) -> dict[str, tuple[str, str]]:
+        """(distribution, version) of each plugin installed through an entry point;
+        ``TRITON_CORE_PLUGINS`` stands for the distribution of the plugins it names."""
+        names = {id(plugin): name for name, plugin in self.pm.list_name_plugin()}
+        found = {
+            names[id(plugin)]: (dist.project_name, dist.version)
+            for plugin, dist in self.pm.list_plugin_distinfo()
+            if id(plugin) in names
+        }
+        for name in self.env_plugins:
+            found.setdefault(name, (PLUGINS_ENV, ""))
+        return found
 
     def register_backends(self) -> BackendRegistry:
         registry = BackendRegistry()
@@ -166,24 +269,28 @@ class PluginManager:
         ):
             for registration in registry:
                 provides.setdefault(registration.plugin, []).append(f"{kind}:{registration.name}")
-        dists = {id(plugin): dist for plugin, dist in self.pm.list_plugin_distinfo()}
+        distributions = self.distributions()
         infos = []
         for name, plugin in self.pm.list_name_plugin():
             if plugin is None:  # blocked
                 continue
-            dist = dists.get(id(plugin))
-            infos.append(
-                PluginInfo(
-                    name=name,
-                    distribution=dist.project_name if dist else "triton-core (built-in)",
-                    version=dist.version if dist else _core_version(),
-                    provides=tuple(provides.get(name, ())),
-                )
+            distribution, version = distributions.get(
+                name, ("triton-core (built-in)", _core_version())
             )
+            infos.append(
+                PluginInfo(name, distribution, version or "-", tuple(provides.get(name, ())))
+            )
+        for name, why in sorted(self.broken.items()):
+            infos.append(PluginInfo(name, "-", "-", (), broken=why))
         return infos
 
     def blocked(self) -> list[str]:
-        return sorted(name for name, plugin in self.pm.list_name_plugin() if plugin is None)
+        """Plugins left out by ``--disable-plugin`` (not those that failed to import)."""
+        return sorted(
+            name
+            for name, plugin in self.pm.list_name_plugin()
+            if plugin is None and name not in self.broken
+        )
 
 
 class _RunningHookimpl:

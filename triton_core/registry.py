@@ -11,6 +11,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar
 
+from triton_core.failures import PluginOrigin
+
 if TYPE_CHECKING:
     from triton_core.backend import Backend
     from triton_core.cache.base import ResponseCache
@@ -36,6 +38,13 @@ class Registration(Generic[T]):
     name: str
     value: T
     plugin: str
+    #: the installed distribution that holds the plugin, and its version ("" if none)
+    distribution: str = ""
+    version: str = ""
+
+    def origin(self, kind: str) -> PluginOrigin:
+        """Who provides this entry, as error messages name it."""
+        return PluginOrigin(kind, self.name, self.plugin, self.distribution, self.version)
 
 
 class Registry(Generic[T]):
@@ -52,6 +61,10 @@ class Registry(Generic[T]):
         self._entries: dict[str, Registration[T]] = {}
         self._replaced: set[str] = set()
         self._plugin_of_caller: PluginOfCaller = _unknown_plugin
+        #: (distribution, version) by plugin name, recorded in each registration
+        self.distributions: dict[str, tuple[str, str]] = {}
+        #: plugins that failed to import, by name: why (a model needing one says so)
+        self.broken: dict[str, str] = {}
 
     def attribute_with(self, plugin_of_caller: PluginOfCaller) -> None:
         """Attribute each later addition to the plugin ``plugin_of_caller()`` names."""
@@ -77,7 +90,8 @@ class Registry(Generic[T]):
             )
         if replace:
             self._replaced.add(name)
-        self._entries[name] = Registration(name, value, plugin)
+        distribution, version = self.distributions.get(plugin, ("", ""))
+        self._entries[name] = Registration(name, value, plugin, distribution, version)
         return True
 
     def get(self, name: str) -> Registration[T] | None:

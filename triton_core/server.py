@@ -19,6 +19,7 @@ from triton_core.cache.base import ResponseCache, request_key
 from triton_core.config import ModelConfig, config_to_json
 from triton_core.devices import gpu_count
 from triton_core.errors import TritonError, internal, invalid_arg, unavailable, unsupported
+from triton_core.failures import RepeatedFailureLog, exception_text
 from triton_core.model import ModelRetired
 from triton_core.plugins import PluginManager, create_plugin_manager
 from triton_core.repository.loader import LoaderOptions, ModelLoader
@@ -95,6 +96,8 @@ class Server:
         self._metadata = ServerMetadata(options.id, __version__, EXTENSIONS)
         #: the response cache, when ``--cache-config`` names one
         self.cache: ResponseCache | None = None
+        #: a cache that raises is a miss, with a warning (rate-limited) naming it
+        self._cache_failures: RepeatedFailureLog | None = None
         self._mode = ControlMode.NONE
         self._poller: asyncio.Task[None] | None = None
 
@@ -180,9 +183,13 @@ class Server:
                 f"--cache-config names cache '{name}', which no installed plugin provides"
             )
         try:
-            return registration.value(dict(settings))
+            cache = registration.value(dict(settings))
         except ValueError as exc:
             raise invalid_arg(str(exc)) from None
+        self._cache_failures = RepeatedFailureLog(
+            logger, f"response {registration.origin('cache')}", level=logging.WARNING
+        )
+        return cache
 
     async def stop(self, grace_seconds: float | None = None) -> bool:
         """Refuse new requests, let accepted ones finish, unload models and backends.
@@ -354,7 +361,9 @@ class Server:
         except (TritonError, asyncio.CancelledError):
             raise
         except Exception as exc:
-            raise internal(f"inference on model '{request.model_name}' failed: {exc}") from exc
+            raise internal(
+                f"inference on model '{request.model_name}' failed: {exception_text(exc)}"
+            ) from exc
 
     def submit(
         self, request: InferenceRequest, *, nested: bool = False
@@ -383,7 +392,9 @@ class Server:
             self._infer_done(model, received, exc)
             if isinstance(exc, TritonError | asyncio.CancelledError):
                 raise
-            raise internal(f"inference on model '{model.name}' failed: {exc}") from exc
+            raise internal(
+                f"inference on model '{model.name}' failed: {exception_text(exc)}"
+            ) from exc
         future.add_done_callback(lambda done: self._infer_done(model, received, done))
         return future
 
@@ -420,7 +431,11 @@ class Server:
         assert cache is not None
         model.signature.validate(request)
         key = request_key(model.name, model.version, request)
-        cached = await cache.lookup(key)
+        try:
+            cached = await cache.lookup(key)
+        except Exception as exc:
+            self._cache_failed("lookup", exc, "a miss")
+            cached = None
         looked_up = monotonic_ns()
         if cached is not None:
             model.statistics.record_cache_hit(looked_up - received)
@@ -433,9 +448,17 @@ class Server:
             future = model.submit(request)
         response = await future
         inserting = monotonic_ns()
-        await cache.insert(key, replace(response, id="", outputs=list(response.outputs)))
+        try:
+            await cache.insert(key, replace(response, id="", outputs=list(response.outputs)))
+        except Exception as exc:
+            self._cache_failed("insert", exc, "not kept")
         model.statistics.record_cache_miss(looked_up - received + monotonic_ns() - inserting)
         return response
+
+    def _cache_failed(self, method: str, exc: Exception, outcome: str) -> None:
+        assert self._cache_failures is not None
+        message = f"{method}() raised {exception_text(exc)}; the response is {outcome}"
+        self._cache_failures.failed((method, type(exc)), message, exc)
 
     async def infer_stream(self, request: InferenceRequest) -> AsyncIterator[InferenceResponse]:
         """All responses to a request as the model produces them; the last has ``final``.
@@ -457,7 +480,7 @@ class Server:
         sender = StreamSender(
             asyncio.get_running_loop(),
             request,
-            lambda req, resp: signature.finish_one(req, resp, version),
+            lambda req, resp, instance: signature.finish_one(req, resp, version, instance),
             version,
         )
         request.response_sender = sender

@@ -6,7 +6,8 @@ import asyncio
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-from triton_core.errors import TritonError, invalid_arg
+from triton_core.errors import TritonError, internal, invalid_arg
+from triton_core.failures import exception_text
 from triton_core.types import InferenceRequest, InferenceResponse
 
 _Item = tuple[InferenceResponse | TritonError | None, bool]
@@ -19,7 +20,9 @@ class StreamSender:
         self,
         loop: asyncio.AbstractEventLoop,
         request: InferenceRequest,
-        finish: Callable[[InferenceRequest, InferenceResponse], InferenceResponse | TritonError],
+        finish: Callable[
+            [InferenceRequest, InferenceResponse, str], InferenceResponse | TritonError
+        ],
         version: int,
     ) -> None:
         self._loop = loop
@@ -29,6 +32,8 @@ class StreamSender:
         self._queue: asyncio.Queue[_Item] = asyncio.Queue()
         self._final_sent = False
         self.cancelled = False
+        #: the instance executing the request, for error messages (set by the instance pool)
+        self.instance = ""
 
     def send(self, response: InferenceResponse | None = None, *, final: bool = False) -> None:
         """Deliver a response (and/or the final flag); callable from any thread."""
@@ -39,7 +44,7 @@ class StreamSender:
             )
         if final:
             self._final_sent = True
-        item = None if response is None else self._finish(self._request, response)
+        item = None if response is None else self._finish(self._request, response, self.instance)
         self._loop.call_soon_threadsafe(self._queue.put_nowait, (item, final))
 
     def is_cancelled(self) -> bool:
@@ -58,8 +63,8 @@ class StreamSender:
         error = future.exception()
         if isinstance(error, TritonError):
             self.fail(error)
-        elif error is not None:
-            self.fail(invalid_arg(str(error)))
+        elif error is not None:  # the pool makes execute errors TritonErrors: this is a bug
+            self.fail(internal(f"model '{self._request.model_name}': {exception_text(error)}"))
 
     async def responses(self) -> AsyncIterator[InferenceResponse]:
         """Responses in the order they were sent; the last one has ``final=True``.
@@ -82,3 +87,11 @@ class StreamSender:
             yield item
             if final:
                 return
+
+
+def note_instance(requests: list[InferenceRequest], instance: str) -> None:
+    """Tell decoupled requests' senders which instance answers them (once per batch)."""
+    for request in requests:
+        sender = request.response_sender
+        if isinstance(sender, StreamSender):
+            sender.instance = instance

@@ -7,6 +7,13 @@ and subtracts INPUT0 and INPUT1; ``fail`` raises; ``sleep`` waits ``sleep_ms`` f
 With the parameter ``started_file``, each ``execute`` first appends a line to that file, so
 that a test knows a batch is running.
 
+Kinds that misbehave, for the server's output checks and error attribution (each is
+``identity`` gone wrong): ``wrong_dtype`` (values of another numpy dtype than the config's),
+``numpy_datatype`` (the datatype named ``float32`` instead of ``FP32``), ``extra_dims`` (one
+trailing dimension too many), ``extra_rows`` (three times the request's rows), ``list_output``
+(a Python list instead of an array), ``undeclared`` (an output named ``EXTRA`` too),
+``empty`` (no outputs) and ``key_error`` (``execute`` raises ``KeyError('x')``).
+
 Stateful kinds, for ``sequence_batching`` models:
 
 * ``accumulate``: the first output is the running sum of the first input over a sequence,
@@ -78,6 +85,8 @@ class NumpyInstance(ModelInstance):
             return self._accumulate(requests)
         if self.kind == "state_add":
             return [self._state_add(request) for request in requests]
+        if self.kind == "key_error":
+            raise KeyError("x")
         responses = []
         for request in requests:
             arrays = [request.inputs[name].data for name in self.inputs if name in request.inputs]
@@ -85,14 +94,11 @@ class NumpyInstance(ModelInstance):
                 values = [arrays[0] + arrays[1], arrays[0] - arrays[1]]
             else:
                 values = arrays
-            responses.append(
-                InferenceResponse(
-                    outputs=[
-                        Tensor(name, datatype, value)
-                        for (name, datatype), value in zip(self.outputs, values, strict=False)
-                    ]
-                )
-            )
+            outputs = [
+                Tensor(name, datatype, value)
+                for (name, datatype), value in zip(self.outputs, values, strict=False)
+            ]
+            responses.append(InferenceResponse(outputs=_misbehave(self.kind, outputs)))
         return responses
 
     def _control(self, request: InferenceRequest, kind: str, default: bool) -> bool:
@@ -146,6 +152,27 @@ class NumpyInstance(ModelInstance):
             if name not in state_outputs
         ]
         return InferenceResponse(outputs=outputs)
+
+
+def _misbehave(kind: str, outputs: list[Tensor]) -> list[Tensor]:
+    """The first output broken the way ``kind`` says (unchanged for well-behaved kinds)."""
+    if kind == "empty":
+        return []
+    if kind == "undeclared":
+        return [*outputs, Tensor("EXTRA", outputs[0].datatype, outputs[0].data)]
+    first = outputs[0]
+    data = first.data
+    if kind == "wrong_dtype":
+        first.data = data.astype(np.int32 if data.dtype != np.int32 else np.float32)
+    elif kind == "numpy_datatype":
+        first.datatype = str(data.dtype)
+    elif kind == "extra_dims":
+        first.data = data[..., np.newaxis]
+    elif kind == "extra_rows":
+        first.data = np.concatenate([data, data, data])
+    elif kind == "list_output":
+        first.data = data.tolist()
+    return outputs
 
 
 def _control_inputs(config) -> dict[str, tuple[str, object]]:  # type: ignore[no-untyped-def]

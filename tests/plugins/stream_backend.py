@@ -4,6 +4,8 @@ Model config parameters: ``count`` (responses per request, taken from input COUN
 model has it), ``delay_ms``; the output OUT carries the response index. ``finish`` selects how
 the stream ends: ``flag`` (a flag-only final send, Triton's usual pattern) or ``last`` (the
 last response carries the final flag). Cancellation is observed between responses.
+``out_dtype`` (a numpy dtype name, default int32) lets a model send OUT values of a dtype its
+config does not declare, for the server's output checks.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ class StreamInstance(ModelInstance):
         self.count = int(_parameter(context, "count", "3"))
         self.delay = float(_parameter(context, "delay_ms", "10")) / 1000
         self.finish = _parameter(context, "finish", "flag")
+        self.out_dtype = np.dtype(_parameter(context, "out_dtype", "int32"))
 
     def execute(self, requests: list[InferenceRequest]) -> None:
         for request in requests:
@@ -66,7 +69,7 @@ class StreamInstance(ModelInstance):
                 return
             time.sleep(self.delay)
             last = index == count - 1 and self.finish == "last"
-            out = Tensor("OUT", "INT32", np.array([index], dtype=np.int32))
+            out = Tensor("OUT", "INT32", np.array([index], dtype=self.out_dtype))
             sender.send(InferenceResponse(outputs=[out]), final=last)
         if self.finish != "last" or count == 0:
             sender.send(final=True)

@@ -47,7 +47,7 @@ async def run_batches(pool: InstancePool, count: int) -> list[InferenceResponse]
     return await asyncio.gather(*futures)
 
 
-def finish(requests, responses):  # type: ignore[no-untyped-def]
+def finish(requests, responses, instance):  # type: ignore[no-untyped-def]
     return list(responses)
 
 

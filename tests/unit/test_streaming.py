@@ -90,3 +90,18 @@ async def test_leaving_the_stream_cancels_the_request(repo):
                 break
             await asyncio.sleep(0.02)
         assert "gone" in stream_backend.CANCELLED
+
+
+async def test_a_response_of_the_wrong_dtype_ends_the_stream_with_an_attributed_error(tmp_path):
+    write_stream_model(tmp_path, "floats", count=3, out_dtype="float32")
+    write_stream_model(tmp_path, "streamer", count=2)
+    async with server_for(tmp_path) as server:
+        with pytest.raises(TritonError) as info:
+            [r async for r in server.infer_stream(stream_request("floats"))]
+        assert info.value.status is Status.INTERNAL
+        assert info.value.message.startswith(
+            "model 'floats' version 1 instance 'floats_0_0': backend 'stream' (plugin stream) "
+            "returned output 'OUT' (INT32) holding numpy float32 values"
+        )
+        responses = [r async for r in server.infer_stream(stream_request("streamer"))]
+        assert [r.final for r in responses] == [False, False, True]

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -19,6 +21,7 @@ from triton_core.config import (
     validate,
 )
 from triton_core.errors import TritonError, internal, invalid_arg
+from triton_core.failures import exception_text, model_label, raised
 from triton_core.model import LoadedModel, ModelSignature
 from triton_core.registry import BackendRegistry, BatchStrategyRegistry, SchedulerRegistry
 from triton_core.repository.layout import is_within, select_versions, version_folders
@@ -112,7 +115,8 @@ class ModelLoader:
         selected = select_versions(config.version_policy, list(available), name)
         if self._options.auto_complete_config:
             newest = available[selected[-1]] / config.default_model_filename
-            backend.auto_complete_config(config, newest)
+            with self._plugin_call(model_label(name), backend.name, "auto_complete_config"):
+                backend.auto_complete_config(config, newest)
         normalize(
             config,
             default_cpu_instance_count=backend.default_cpu_instance_count,
@@ -130,6 +134,7 @@ class ModelLoader:
                     f"model '{config.name}' uses platform '{config.platform}' but no installed "
                     f"backend plugin provides it (known platforms: "
                     f"{', '.join(sorted(self._backends.platforms())) or 'none'})"
+                    + _broken_hint(self._backends.broken)
                 )
         if not name:
             name = self._detect_backend(config, versions)
@@ -147,6 +152,7 @@ class ModelLoader:
             f"unable to determine the backend of model '{config.name}': its config names no "
             "'backend' or 'platform' and its newest version folder holds no default model file "
             f"of an installed backend ({', '.join(self._backends.names()) or 'none installed'})"
+            + _broken_hint(self._backends.broken)
         )
 
     def _backend(self, name: str, model: str) -> Backend:
@@ -158,15 +164,40 @@ class ModelLoader:
             raise invalid_arg(
                 f"model '{model}' uses backend '{name}' but no installed plugin provides it "
                 f"(installed backends: {', '.join(self._backends.names()) or 'none'})"
+                + _broken_hint(self._backends.broken)
             )
         options = {**self._options.backend_options.get("", {})}
         options.update(self._options.backend_options.get(name, {}))
-        backend = registration.value(options)
+        with self._plugin_call(model_label(model), name, "__init__"):
+            backend = registration.value(options)
         self._backend_objects[name] = backend
         return backend
 
     def backends(self) -> list[Backend]:
         return list(self._backend_objects.values())
+
+    def backend_origin(self, name: str) -> str:
+        """``backend 'x' (plugin p, dist 1.0)``: who provides a backend, for error messages."""
+        registration = self._backends.get(name)
+        return str(registration.origin("backend")) if registration else f"backend '{name}'"
+
+    @contextmanager
+    def _plugin_call(self, where: str, backend: str, method: str) -> Iterator[None]:
+        """Errors from a backend's method say whose they are.
+
+        A TritonError keeps its status and message, with the backend and plugin added; any
+        other exception becomes INTERNAL naming them and its type, its traceback logged here.
+        """
+        try:
+            yield
+        except TritonError as error:
+            origin = self.backend_origin(backend)
+            message = f"{error.message} (raised by {origin} in {method}())"
+            raise TritonError(error.status, message, reason=error.reason) from error
+        except Exception as exc:
+            message = raised(where, self.backend_origin(backend), exc, method)
+            logger.error("%s", message, exc_info=exc)
+            raise internal(message) from exc
 
     # -- versions ------------------------------------------------------------------------------
 
@@ -197,12 +228,17 @@ class ModelLoader:
         strategy = self._batch_strategy(config)
         signature = ModelSignature(config)
         signature.labels = self._read_labels(config, prepared.model_dir)
-        backend_model = prepared.backend.load_model(context)
+        backend_name = prepared.backend.name
+        signature.origin = self.backend_origin(backend_name)
+        where = model_label(config.name, version)
+        with self._plugin_call(where, backend_name, "load_model"):
+            backend_model = prepared.backend.load_model(context)
         instances = []
         names = []
         try:
             for spec in instance_specs(config):
-                instances.append(backend_model.create_instance(spec))
+                with self._plugin_call(where, backend_name, "create_instance"):
+                    instances.append(backend_model.create_instance(spec))
                 names.append(spec.name)
         except Exception:
             for instance in instances:
@@ -211,11 +247,19 @@ class ModelLoader:
             raise
 
         # untyped: ResponseFinisher does not say yet that a decoupled batch resolves to None
-        def finish(requests, responses):
-            return signature.finish(requests, responses, version)
+        def finish(requests, responses, instance):
+            return signature.finish(requests, responses, version, instance)
 
         statistics = ModelStatistics(config.name, version, self._options.latency_buckets_ms)
-        pool = InstancePool(instances, names, self._loop, finish, config.name, statistics)
+        pool = InstancePool(
+            instances,
+            names,
+            self._loop,
+            finish,
+            config.name,
+            statistics,
+            origin=signature.origin,
+        )
         try:
             scheduler = factory.value(
                 SchedulerContext(
@@ -263,8 +307,8 @@ class ModelLoader:
         statistics = ModelStatistics(config.name, version, self._options.latency_buckets_ms)
 
         # untyped: ResponseFinisher does not say yet that a decoupled batch resolves to None
-        def finish(requests, responses):
-            return signature.finish(requests, responses, version)
+        def finish(requests, responses, instance):
+            return signature.finish(requests, responses, version, instance)
 
         # An empty pool keeps LoadedModel's shape: no instances, no threads.
         pool = InstancePool([], [], self._loop, finish, config.name, statistics)
@@ -350,4 +394,12 @@ def load_error(exc: BaseException, model: str) -> TritonError:
     """A load failure as a TritonError whose message names the model."""
     if isinstance(exc, TritonError):
         return exc
-    return internal(f"failed to load model '{model}': {exc}")
+    return internal(f"failed to load model '{model}': {exception_text(exc)}")
+
+
+def _broken_hint(broken: dict[str, str]) -> str:
+    """Names the plugins that failed to import: the backend may be one of theirs."""
+    if not broken:
+        return ""
+    failures = "; ".join(f"{name}: {why}" for name, why in sorted(broken.items()))
+    return f"; plugin(s) that failed to import and may provide it: {failures}"

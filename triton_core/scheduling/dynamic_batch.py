@@ -21,6 +21,7 @@ from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from triton_core.errors import Status, TritonError
+from triton_core.failures import RepeatedFailureLog, exception_text
 from triton_core.hookspecs import hookimpl
 from triton_core.protos.model_config_pb2 import ModelQueuePolicy
 from triton_core.scheduling.base import Scheduler, SchedulerContext
@@ -155,6 +156,10 @@ class DynamicBatcher(Scheduler):
         self._delay = batching.max_queue_delay_microseconds / 1e6
         self._ragged = frozenset(t.name for t in config.input if t.allow_ragged_batch)
         self._strategy: BatchStrategy | None = context.batch_strategy
+        #: a strategy that raises is logged once per method and exception type, then counted
+        self._strategy_failures = RepeatedFailureLog(
+            logger, f"batch strategy of model '{self._model}'"
+        )
         self._levels, self._default_level = _build_levels(batching)
         self._single = len(self._levels) == 1
         self._timeouts = any(level.has_timeouts for level in self._levels)
@@ -359,18 +364,23 @@ class DynamicBatcher(Scheduler):
         assert self._strategy is not None
         try:
             return self._strategy.new_batch()
-        except Exception:
-            logger.exception("batch strategy of model '%s' failed in new_batch()", self._model)
+        except Exception as exc:
+            self._strategy_failed("new_batch", exc)
             return None
 
     def _include(self, pending: _Pending, state: Any) -> bool:
         assert self._strategy is not None
         try:
             return bool(self._strategy.include(pending.request, state))
-        except Exception:
+        except Exception as exc:
             # A broken strategy closes the batch; it must not lose or stall requests.
-            logger.exception("batch strategy of model '%s' failed in include()", self._model)
+            self._strategy_failed("include", exc)
             return False
+
+    def _strategy_failed(self, method: str, exc: Exception) -> None:
+        strategy = type(self._strategy).__name__
+        message = f"{strategy}.{method}() raised {exception_text(exc)}; batches still form"
+        self._strategy_failures.failed((method, type(exc)), message, exc)
 
     def _target_size(self, available: int) -> int:
         """The batch size to send: the largest preferred size that fits, else all of it."""

@@ -24,7 +24,9 @@ from time import monotonic_ns
 from typing import TYPE_CHECKING
 
 from triton_core.errors import Status, TritonError
+from triton_core.failures import RepeatedFailureLog, model_label, raised
 from triton_core.statistics import ExecutionTimes, ModelStatistics
+from triton_core.streaming import note_instance
 
 if TYPE_CHECKING:
     from triton_core.backend import ModelInstance
@@ -32,9 +34,10 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-#: turns one batch's raw backend responses into final ones (names, ids, output selection)
+#: turns one batch's raw backend responses into final ones (checks, names, ids, output
+#: selection); the third argument is the name of the instance that executed the batch
 ResponseFinisher = Callable[
-    [Sequence["InferenceRequest"], Sequence["InferenceResponse"]],
+    [Sequence["InferenceRequest"], Sequence["InferenceResponse"], str],
     list["InferenceResponse | TritonError"],
 ]
 
@@ -55,12 +58,18 @@ class InstancePool:
         finish: ResponseFinisher,
         model_name: str,
         statistics: ModelStatistics | None = None,
+        *,
+        origin: str = "",
     ) -> None:
         self.instances = list(instances)
+        self.names = list(names)
         self.statistics = statistics if statistics is not None else ModelStatistics(model_name, 0)
         self._loop = loop
         self._finish = finish
         self._model_name = model_name
+        #: the backend and plugin the instances come from, for error messages
+        self._origin = origin or "the backend"
+        self._failures = RepeatedFailureLog(logger, f"model '{model_name}'")
         self._queue: SimpleQueue[Batch | None] = SimpleQueue()
         #: one queue per instance once pin() was called (sequence batching)
         self._pinned: list[SimpleQueue[Batch | None]] | None = None
@@ -178,6 +187,8 @@ class InstancePool:
         if self._busy[index] == 1:
             self._idle -= 1
         requests, futures = batch
+        if requests and requests[0].response_sender is not None:
+            note_instance(requests, self.names[index])
         start = monotonic_ns()
 
         def done(
@@ -185,13 +196,14 @@ class InstancePool:
             times: ExecutionTimes | None = None,
         ) -> None:
             end = monotonic_ns()
+            name = self.names[index]
             if isinstance(result, BaseException):
-                results = self._failed(result, len(requests))
+                results = self._failed(result, len(requests), name)
             else:
                 try:
-                    results = self._finish(requests, result)  # type: ignore[arg-type]
+                    results = self._finish(requests, result, name)  # type: ignore[arg-type]
                 except Exception as exc:  # fails the batch, as on a thread
-                    results = self._failed(exc, len(requests))
+                    results = self._failed(exc, len(requests), name)
             self._busy[index] -= 1
             if not self._busy[index]:
                 self._idle += 1
@@ -211,17 +223,25 @@ class InstancePool:
         except Exception as exc:  # reported through done, after this returns
             self._loop.call_soon(done, exc)
 
-    def _failed(self, exc: BaseException, count: int) -> list[InferenceResponse | TritonError]:
+    def _failed(
+        self, exc: BaseException, count: int, instance: str
+    ) -> list[InferenceResponse | TritonError]:
+        """A batch's failure for each of its requests.
+
+        A TritonError is the backend's own answer and keeps its status and message; any other
+        exception is a backend bug: INTERNAL, naming the model, instance, plugin and exception
+        type, its traceback logged once per instance and kind, then counted.
+        """
         if isinstance(exc, TritonError):
             exc.reason = exc.reason or "BACKEND"
             return [exc] * count
-        logger.error("model '%s' failed to execute a batch: %r", self._model_name, exc)
-        error = TritonError(
-            Status.INTERNAL, f"model '{self._model_name}' failed: {exc}", reason="BACKEND"
-        )
-        return [error] * count
+        where = model_label(self._model_name, self.statistics.version, instance)
+        message = raised(where, self._origin, exc)
+        self._failures.failed((instance, type(exc)), message, exc)
+        return [TritonError(Status.INTERNAL, message, reason="BACKEND")] * count
 
     def _run(self, index: int, instance: ModelInstance) -> None:
+        name = self.names[index]
         queue = self._queue
         resolve = self._resolve
         call_soon = self._loop.call_soon_threadsafe
@@ -240,22 +260,17 @@ class InstancePool:
             with self._lock:
                 self._idle -= 1
             requests, futures = batch
+            if requests and requests[0].response_sender is not None:  # decoupled
+                note_instance(requests, name)
             start = monotonic_ns()
             infer_start = infer_end = start
             try:
                 infer_start = monotonic_ns()
                 responses = instance.execute(requests)
                 infer_end = monotonic_ns()
-                results = self._finish(requests, responses)
-            except TritonError as error:
-                error.reason = error.reason or "BACKEND"
-                results = [error] * len(requests)
+                results = self._finish(requests, responses, name)
             except Exception as exc:  # a backend bug must fail the batch, not the thread
-                logger.exception("model '%s' failed to execute a batch", self._model_name)
-                failure = TritonError(
-                    Status.INTERNAL, f"model '{self._model_name}' failed: {exc}", reason="BACKEND"
-                )
-                results = [failure] * len(requests)
+                results = self._failed(exc, len(requests), name)
             end = monotonic_ns()
             times = ExecutionTimes(
                 start, infer_start - start, infer_end - infer_start, max(0, end - infer_end)

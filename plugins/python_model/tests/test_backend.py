@@ -97,7 +97,7 @@ async def test_identity_round_trips_every_datatype(repo, write_model, models, ma
         response = await server.infer(InferenceRequest("identity", dict(sent)))
     for index, datatype in enumerate(DATATYPES):
         out = response.output(f"OUTPUT{index}")
-        assert out.datatype == ("UINT16" if datatype == "BF16" else datatype)
+        assert out.datatype == datatype  # BF16 bits come back as uint16, labelled BF16
         assert out.data.tolist() == sent[f"INPUT{index}"].data.tolist(), datatype
 
 
@@ -449,3 +449,29 @@ async def test_a_packed_execution_env_is_refused_with_a_message(repo, write_mode
         async with make_server(repo):
             pass
     assert "unpack it" in info.value.message and "packed" in info.value.message
+
+
+async def test_outputs_of_another_dtype_than_the_config_fail_naming_the_model_and_plugin(
+    repo, write_model, models, make_server
+):
+    source = models.ADD_SUB.replace("out_0.astype(self.output0_dtype)", "out_0.astype(np.float64)")
+    config = models.ADD_SUB_CONFIG.format(max_batch_size=8, dtype="TYPE_FP32", extra="")
+    write_model(repo, "doubles", source, config)
+    write_model(repo, "fine", models.ADD_SUB, config)
+    values = np.ones((1, 4), np.float32)
+    inputs = {
+        "INPUT0": tensor("INPUT0", values, "FP32"),
+        "INPUT1": tensor("INPUT1", values, "FP32"),
+    }
+    async with make_server(repo) as server:
+        with pytest.raises(TritonError) as info:
+            await server.infer(request("doubles", **inputs))
+        assert info.value.status is Status.INTERNAL
+        message = info.value.message
+        assert message.startswith("model 'doubles' version 1 instance 'doubles_0_0': backend ")
+        assert "'python' (plugin python" in message
+        assert (
+            "returned output 'OUTPUT0' with datatype 'FP64', but the config says 'FP32'" in message
+        )
+        response = await server.infer(request("fine", **inputs))
+        np.testing.assert_array_equal(response.output("OUTPUT0").data, values * 2)

@@ -52,6 +52,7 @@ from triton_core import (
     internal,
     invalid_arg,
     unavailable,
+    wire_datatype,
 )
 from triton_core_python.process import StubDied, StubProcess, StubSettings, stub_command
 
@@ -211,6 +212,10 @@ class PythonModel(BackendModel):
         self.python = _interpreter(config, context.model_dir)
         self.config_json = json.dumps(config_to_json(config))
         self.output_names = tuple(output.name for output in config.output)
+        # numpy has no bfloat16: a model returns their bits as uint16, labelled BF16 here
+        self.bf16_outputs = frozenset(
+            output.name for output in config.output if wire_datatype(output.data_type) == "BF16"
+        )
         self.decoupled = config.model_transaction_policy.decoupled
 
     def settings(self, spec: InstanceSpec) -> StubSettings:
@@ -232,6 +237,7 @@ class PythonModel(BackendModel):
             model_dir=context.model_dir,
             decoupled=self.decoupled,
             output_names=self.output_names,
+            bf16_outputs=self.bf16_outputs,
             args=args,
             python=self.python,
             shm_size=self.backend.shm_size,

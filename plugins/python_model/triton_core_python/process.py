@@ -38,7 +38,7 @@ from triton_core import (
 )
 from triton_core_python import ipc
 from triton_core_python.shm import Arena, SharedMemoryError
-from triton_core_python.wire import Packer, unpack
+from triton_core_python.wire import Descriptor, Packer, unpack
 
 if TYPE_CHECKING:
     from triton_core import Server
@@ -117,6 +117,8 @@ class StubSettings:
     shm_directory: str | None = None
     #: the stub's scheduling policy: "batch" (SCHED_BATCH) or "normal"
     policy: str = "batch"
+    #: outputs the config declares BF16: the model's uint16 arrays hold their bits
+    bf16_outputs: frozenset[str] = frozenset()
 
 
 class StubDied(Exception):
@@ -528,11 +530,18 @@ class StubProcess:
                 continue
             responses.append(
                 InferenceResponse(
-                    [Tensor(d[0], d[1], unpack(owner, d)) for d in descriptors],
+                    [Tensor(d[0], self._datatype(d), unpack(owner, d)) for d in descriptors],
                     parameters or {},
                 )
             )
         return responses
+
+    def _datatype(self, descriptor: Descriptor) -> str:
+        """An output's datatype: the bits of a BF16 output travel as UINT16."""
+        datatype = descriptor[1]
+        if datatype == "UINT16" and descriptor[0] in self.settings.bf16_outputs:
+            return "BF16"
+        return datatype
 
     def _forget(self, keys: list[int]) -> None:
         for key in keys:
