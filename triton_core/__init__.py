@@ -32,7 +32,6 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "ModelContext",
         "ModelInstance",
     ),
-    "triton_core.batching": ("execute_concatenated",),
     "triton_core.cache.base": ("CacheStatistics", "ResponseCache", "response_size"),
     "triton_core.config.model_config": (
         "config_from_json",
@@ -129,7 +128,6 @@ if TYPE_CHECKING:
         ModelContext,
         ModelInstance,
     )
-    from triton_core.batching import execute_concatenated
     from triton_core.cache.base import CacheStatistics, ResponseCache, response_size
     from triton_core.config.model_config import (
         config_from_json,
@@ -297,7 +295,6 @@ __all__ = [
     "default_max_batch_size",
     "deserialize_bytes",
     "dims_error",
-    "execute_concatenated",
     "fill_tensor",
     "fill_unset",
     "format_shape",
