@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
+import sys
 from dataclasses import dataclass
+from types import ModuleType
 
 import numpy as np
 import pytest
 
+from tests.support import ROOT
 from triton_core import (
     Backend,
     BackendModel,
@@ -34,7 +38,7 @@ from triton_core import (
     wire_type,
     wire_types,
 )
-from triton_core.testing import inference_request
+from triton_core.testing import ModelRepository, inference_request
 
 
 @dataclass(frozen=True)
@@ -445,4 +449,70 @@ def test_a_framework_that_returns_the_wrong_batch_fails_the_batch():
     assert info.value.status is Status.INTERNAL
     assert (
         info.value.message == "model 'm' returned output 'OUT0' with shape [1, 2] for a batch of 3"
+    )
+
+
+# -- the guide's example -----------------------------------------------------------------------
+
+
+def guide_example_code() -> str:
+    """The backend of docs/writing_plugins.md, "A framework backend with the kit"."""
+    guide = (ROOT / "docs" / "writing_plugins.md").read_text()
+    section = guide.split("## A framework backend with the kit\n", 1)[1].split("\n## ", 1)[0]
+    return section.split("```python\n", 1)[1].split("```", 1)[0]
+
+
+WEIGHTS = np.arange(12, dtype=np.float32).reshape(4, 3)
+
+
+@pytest.fixture
+def triton_plugins(monkeypatch):
+    example = ModuleType("triton_core_matmul_example")
+    monkeypatch.setitem(sys.modules, example.__name__, example)  # dataclasses look it up
+    exec(compile(guide_example_code(), "docs/writing_plugins.md", "exec"), example.__dict__)
+    return [example]
+
+
+@pytest.fixture
+def model_repository(model_repository: ModelRepository) -> ModelRepository:
+    # A long delay: the four requests below fill the batch at once, so it never runs out.
+    config = {"backend": "matmul", "dynamic_batching": {"max_queue_delay_microseconds": 5_000_000}}
+    model_file = {"model.npy": lambda path: np.save(path, WEIGHTS)}
+    model_repository.add_model("matmul", config, versions={1: model_file})
+    return model_repository
+
+
+def test_the_guide_example_completes_its_config_and_runs_a_batch_as_one_call(triton_server):
+    completed = triton_server.server.model_config("matmul")
+    assert completed.max_batch_size == 4
+    assert [(t.name, list(t.dims)) for t in completed.input] == [("x", [4])]
+    assert [(t.name, DataType.Name(t.data_type)) for t in completed.output] == [("y", "TYPE_FP32")]
+    rows = [np.full((1, 4), i, dtype=np.float32) for i in range(4)]
+
+    async def together() -> list:  # type: ignore[type-arg]
+        server = triton_server.server
+        return await asyncio.gather(
+            *(server.infer(inference_request("matmul", {"x": x})) for x in rows)
+        )
+
+    responses = triton_server.run(together())
+    for x, response in zip(rows, responses, strict=True):
+        assert response.error is None
+        np.testing.assert_array_equal(response.output("y").data, x @ WEIGHTS)
+    (statistics,) = triton_server.server.statistics("matmul")
+    assert (statistics.inference_count, statistics.execution_count) == (4, 1)
+
+
+def test_the_guide_example_refuses_a_config_that_contradicts_the_model(
+    triton_server_factory, tmp_path
+):
+    repository = ModelRepository(tmp_path / "contradicting")
+    config = {"backend": "matmul", "max_batch_size": 2, "input": [{"name": "x", "dims": [5]}]}
+    repository.add_model("m", config, versions={1: {"model.npy": lambda p: np.save(p, WEIGHTS)}})
+    server = triton_server_factory(repository=repository, exit_on_error=False).server
+    (entry,) = server.repository_index()
+    assert not server.model_ready("m")
+    assert entry.reason.endswith(
+        "model 'm': input 'x' has dims [5] in the config (max_batch_size 2, full shape [-1, 5]) "
+        "but shape [-1, 4] in the model"
     )
