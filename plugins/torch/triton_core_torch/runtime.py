@@ -753,7 +753,8 @@ class PyTorchInstance(ModelInstance):
             if len(requests) == 1:
                 request = requests[0]
                 names = self._output_names(request)
-                arrays = self._run_outputs({n: t.data for n, t in request.inputs.items()}, names)
+                result = self._run({n: t.data for n, t in request.inputs.items()})
+                arrays = self._outputs(result, names)
                 return [InferenceResponse(outputs=self._plan.tensors(names, arrays))]
             return self._plan.execute(requests, self._run_outputs)
         finally:
