@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import ctypes
 import os
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
@@ -21,28 +21,33 @@ from triton_core import (
     CONFIG_TO_WIRE,
     Backend,
     BackendModel,
+    BatchPlan,
     DataType,
     InferenceRequest,
     InferenceResponse,
     InstanceSpec,
     ModelContext,
     ModelInstance,
-    ModelInstanceGroup,
     ModelSequenceBatching,
+    Parameters,
     Status,
-    Tensor,
     TritonError,
-    execute_concatenated,
+    complete_batching,
+    count_instances,
+    dims_error,
+    fill_tensor,
+    fill_unset,
+    input_reshapes,
+    output_reshapes,
+    wire_types,
 )
+from triton_core import available_cpus as _available_cpus
 
 if TYPE_CHECKING:
     from triton_core import ModelConfig
 
 PLATFORM: Final = "onnxruntime_onnx"
 DEFAULT_MODEL_FILENAME: Final = "model.onnx"
-#: backend option (``--backend-config=onnxruntime,default-max-batch-size=N``)
-DEFAULT_MAX_BATCH_SIZE_OPTION: Final = "default-max-batch-size"
-DEFAULT_MAX_BATCH_SIZE: Final = 4
 
 CUDA_PROVIDER: Final = "CUDAExecutionProvider"
 CPU_PROVIDER: Final = "CPUExecutionProvider"
@@ -75,10 +80,7 @@ GRAPH_LEVELS: Final[dict[int, ort.GraphOptimizationLevel]] = {
     2: ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
 }
 
-_KIND_GPU: Final = ModelInstanceGroup.KIND_GPU
 _CORRID: Final = ModelSequenceBatching.Control.CONTROL_SEQUENCE_CORRID
-_TRUE: Final = frozenset({"1", "true", "yes", "on"})
-_FALSE: Final = frozenset({"0", "false", "no", "off"})
 
 
 # -- model signature ----------------------------------------------------------------------------
@@ -95,9 +97,6 @@ class TensorInfo:
     ort_type: str
     #: -1 marks a variable (symbolic or unknown) dimension
     shape: tuple[int, ...]
-
-    def batchable(self) -> bool:
-        return len(self.shape) > 0 and self.shape[0] == -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,47 +158,6 @@ def _create_session(
 # -- config checks --------------------------------------------------------------------------------
 
 
-def _type_name(data_type: int) -> str:
-    return DataType.Name(data_type)
-
-
-def _fmt(shape: Iterable[int]) -> str:
-    return "[" + ", ".join(str(d) for d in shape) + "]"
-
-
-def _config_shape(tensor: Any) -> tuple[int, ...]:
-    """The shape the model sees for a config tensor (without batch): reshape wins over dims."""
-    if tensor.HasField("reshape"):
-        return tuple(tensor.reshape.shape)
-    return tuple(tensor.dims)
-
-
-def _dims_error(
-    model: str, kind: str, tensor: Any, info: TensorInfo, max_batch_size: int
-) -> str | None:
-    """Why a config tensor's dims do not fit the model's shape, or None when they do."""
-    dims = _config_shape(tensor)
-    shape = info.shape
-    what = "reshape" if tensor.HasField("reshape") else "dims"
-    full = (-1, *dims) if max_batch_size > 0 else dims
-    if max_batch_size > 0:
-        if not info.batchable():
-            return (
-                f"model '{model}': {kind} '{tensor.name}' has shape {_fmt(shape)} in the model, "
-                f"without the variable first (batch) dimension that max_batch_size "
-                f"{max_batch_size} in the config needs"
-            )
-        shape = shape[1:]
-    # A fixed model dim must be matched exactly; a variable one accepts any config dim.
-    if len(dims) != len(shape) or any(m != -1 and d != m for d, m in zip(dims, shape, strict=True)):
-        return (
-            f"model '{model}': {kind} '{tensor.name}' has {what} {_fmt(dims)} in the config "
-            f"(max_batch_size {max_batch_size}, full shape {_fmt(full)}) but shape "
-            f"{_fmt(info.shape)} in the model"
-        )
-    return None
-
-
 def _claimed_inputs(config: ModelConfig) -> set[str]:
     """Model inputs that the server feeds from config sections other than ``input``."""
     names: set[str] = set()
@@ -258,7 +216,7 @@ def check_config(config: ModelConfig, signature: Signature, model: str, *, compl
                     f"model '{model}': {kind} '{tensor.name}' has type {info.ort_type}, which "
                     f"has no Triton datatype",
                 )
-            configured = _type_name(tensor.data_type)
+            configured = DataType.Name(tensor.data_type)
             if configured != info.config_type and (complete or tensor.data_type != 0):
                 raise TritonError(
                     Status.INVALID_ARG,
@@ -266,7 +224,7 @@ def check_config(config: ModelConfig, signature: Signature, model: str, *, compl
                     f"config but {info.config_type} in the model",
                 )
             if complete or tensor.dims or tensor.HasField("reshape"):
-                error = _dims_error(model, kind, tensor, info, config.max_batch_size)
+                error = dims_error(model, kind, tensor, info.shape, config.max_batch_size)
                 if error:
                     raise TritonError(Status.INVALID_ARG, error)
     if complete:
@@ -292,18 +250,6 @@ class OnnxRuntimeBackend(Backend):
     default_model_filename = DEFAULT_MODEL_FILENAME
     default_cpu_instance_count = 2
 
-    def default_max_batch_size(self) -> int:
-        """The ``default-max-batch-size`` backend option (Triton's default: 4)."""
-        raw = self.options.get(DEFAULT_MAX_BATCH_SIZE_OPTION, str(DEFAULT_MAX_BATCH_SIZE))
-        try:
-            return max(int(raw), 0)
-        except ValueError:
-            raise TritonError(
-                Status.INVALID_ARG,
-                f"backend option {DEFAULT_MAX_BATCH_SIZE_OPTION}={raw!r} of backend "
-                f"'{self.name}' is not an integer",
-            ) from None
-
     def auto_complete_config(self, config: ModelConfig, model_path: Path) -> None:
         """Fill platform, inputs, outputs, max_batch_size and dynamic batching from the model.
 
@@ -322,104 +268,47 @@ class OnnxRuntimeBackend(Backend):
         has_inputs = len(config.input) > 0 or len(config.batch_input) > 0
         has_outputs = len(config.output) > 0
         if not (has_inputs and has_outputs):
-            self._complete_batching(config, signature, model)
+            complete_batching(
+                config,
+                model,
+                signature.inputs,
+                signature.outputs,
+                self,
+                optional_inputs=signature.overridable,
+            )
         check_config(config, signature, model, complete=False)
 
-        strip = 1 if config.max_batch_size > 0 else 0
+        max_batch_size = config.max_batch_size
         if not has_inputs:
             claimed = _claimed_inputs(config)
             for info in signature.inputs.values():
                 if info.name not in claimed:
-                    _fill(config.input.add(), info, strip, config.max_batch_size)
+                    _fill(config.input.add(), info, max_batch_size)
         if not has_outputs:
             internal = _state_outputs(config)  # implicit state stays out of 'output'
             for info in signature.outputs.values():
                 if info.name not in internal:
-                    _fill(config.output.add(), info, strip, config.max_batch_size)
+                    _fill(config.output.add(), info, max_batch_size)
         # Listed tensors without a datatype or dims get them from the model.
         model_tensors = {**signature.overridable, **signature.inputs, **signature.outputs}
         for tensor in [*config.input, *config.output]:
-            info = model_tensors[tensor.name]
-            if tensor.data_type == 0:
-                tensor.data_type = DataType.Value(info.config_type)
-            if not tensor.dims and not tensor.HasField("reshape"):
-                _fill_dims(tensor, info, strip, config.max_batch_size)
-
-    def _complete_batching(self, config: ModelConfig, signature: Signature, model: str) -> None:
-        tensors = [*signature.inputs.values(), *signature.outputs.values()]
-        can_batch = bool(tensors) and all(info.batchable() for info in tensors)
-        if not can_batch:
-            if config.max_batch_size != 0:
-                raise TritonError(
-                    Status.INVALID_ARG,
-                    f"autofill failed for model '{model}': model does not support batching "
-                    f"while non-zero max_batch_size is specified",
-                )
-            return
-        if config.max_batch_size == 0 and not _listed_without_batch(config, signature):
-            config.max_batch_size = self.default_max_batch_size()
-        if config.max_batch_size > 1 and config.WhichOneof("scheduling_choice") is None:
-            config.dynamic_batching.SetInParent()
+            fill_unset(tensor, model_tensors[tensor.name], max_batch_size)
 
     def load_model(self, context: ModelContext) -> OnnxRuntimeModel:
         """Check the model file and parse the session settings; sessions come per instance."""
         return OnnxRuntimeModel(context, self.default_cpu_instance_count)
 
 
-def _listed_without_batch(config: ModelConfig, signature: Signature) -> bool:
-    """True when a listed tensor spells out the model's full shape (so max_batch_size is 0)."""
-    model_tensors = {**signature.overridable, **signature.inputs, **signature.outputs}
-    for tensor in [*config.input, *config.output]:
-        info = model_tensors.get(tensor.name)
-        explicit = info is not None and (tensor.dims or tensor.HasField("reshape"))
-        if explicit and len(_config_shape(tensor)) == len(info.shape):
-            return True
-    return False
-
-
-def _fill(tensor: Any, info: TensorInfo, strip: int, max_batch_size: int) -> None:
-    tensor.name = info.name
+def _fill(tensor: Any, info: TensorInfo, max_batch_size: int) -> None:
     if not info.config_type:
         raise TritonError(
             Status.UNSUPPORTED,
             f"tensor '{info.name}' has type {info.ort_type}, which has no Triton datatype",
         )
-    tensor.data_type = DataType.Value(info.config_type)
-    _fill_dims(tensor, info, strip, max_batch_size)
-
-
-def _fill_dims(tensor: Any, info: TensorInfo, strip: int, max_batch_size: int) -> None:
-    dims = info.shape[strip:]
-    if dims:
-        tensor.dims.extend(dims)
-    else:
-        # Config dims may not be empty: a per-item scalar is dims [1] reshaped to [] (Triton).
-        tensor.dims.append(1)
-        if max_batch_size > 0:
-            tensor.reshape.SetInParent()
+    fill_tensor(tensor, info, max_batch_size)
 
 
 # -- session settings --------------------------------------------------------------------------
-
-
-def _available_cpus() -> int:
-    # The CPUs this process may run on (cgroups/affinity), not the host's count.
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
-
-
-def count_instances(config: ModelConfig, default_cpu_count: int) -> int:
-    """Total instances of a model over its instance groups (per listed GPU for KIND_GPU)."""
-    total = 0
-    for group in config.instance_group:
-        gpu = group.kind == _KIND_GPU
-        count = group.count if group.count > 0 else (1 if gpu else default_cpu_count)
-        if gpu:
-            count *= max(1, len(group.gpus))
-        total += count
-    return total or default_cpu_count
 
 
 @dataclass(frozen=True, slots=True)
@@ -478,43 +367,14 @@ _CUDA_PARAMETERS: Final[dict[str, dict[str, str]]] = {
 
 def parse_session_settings(config: ModelConfig, model: str, instances: int) -> SessionSettings:
     """Read the ORT settings from a config's ``parameters`` and ``optimization``."""
-    params = {key: value.string_value for key, value in config.parameters.items()}
-
-    def integer(key: str, default: int, allowed: Iterable[int] | None = None) -> int:
-        raw = params.get(key)
-        if raw is None:
-            return default
-        try:
-            value = int(raw.strip())
-        except ValueError:
-            value = -1
-        if value < 0 or (allowed is not None and value not in allowed):
-            raise TritonError(
-                Status.INVALID_ARG,
-                f"model '{model}': parameter '{key}' is '{raw}', expected "
-                + (" or ".join(map(str, allowed)) if allowed else "an integer >= 0"),
-            )
-        return value
-
-    def boolean(key: str) -> bool | None:
-        raw = params.get(key)
-        if raw is None:
-            return None
-        lowered = raw.strip().lower()
-        if lowered in _TRUE or lowered in _FALSE:
-            return lowered in _TRUE
-        raise TritonError(
-            Status.INVALID_ARG,
-            f"model '{model}': parameter '{key}' is '{raw}', expected 1/0 or true/false",
-        )
-
+    params = Parameters.of_model(config, model)
     default_threads = "intra_op_thread_count" not in params
     intra = (
         max(1, _available_cpus() // max(1, instances))
         if default_threads
-        else integer("intra_op_thread_count", 0)
+        else params.integer("intra_op_thread_count", 0)
     )
-    mode = integer("execution_mode", 0, allowed=(0, 1))
+    mode = params.integer("execution_mode", 0, allowed=(0, 1))
     level = config.optimization.graph.level if config.HasField("optimization") else 0
 
     cuda_options: dict[str, str] = {}
@@ -541,14 +401,14 @@ def parse_session_settings(config: ModelConfig, model: str, instances: int) -> S
         intra_op_threads=intra,
         # Sequential execution ignores inter-op threads; with parallel execution the config
         # decides, else one thread, so that instances do not oversubscribe the CPU.
-        inter_op_threads=integer("inter_op_thread_count", 1),
+        inter_op_threads=params.integer("inter_op_thread_count", 1),
         default_threads=default_threads,
         execution_mode=(
             ort.ExecutionMode.ORT_PARALLEL if mode == 1 else ort.ExecutionMode.ORT_SEQUENTIAL
         ),
         graph_level=GRAPH_LEVELS.get(level, ort.GraphOptimizationLevel.ORT_ENABLE_ALL),
-        enable_mem_arena=boolean("enable_mem_arena"),
-        enable_mem_pattern=boolean("enable_mem_pattern"),
+        enable_mem_arena=params.boolean("enable_mem_arena"),
+        enable_mem_pattern=params.boolean("enable_mem_pattern"),
         session_entries={k: v for k, v in params.items() if k.startswith("session.")},
         arena_shrinkage=params.get("memory.enable_memory_arena_shrinkage"),
         cuda_options=cuda_options,
@@ -611,25 +471,6 @@ def _from_ortvalue(value: ort.OrtValue) -> np.ndarray:
     return np.frombuffer(buffer, dtype=np.uint16).reshape(shape)
 
 
-def _reshaper(shape: tuple[int, ...], batched: bool) -> Callable[[np.ndarray], np.ndarray] | None:
-    """A function viewing an array as ``[batch] + shape`` (or ``shape``), or None if ambiguous."""
-    if list(shape).count(-1) > 1:
-        return None  # numpy cannot infer two dims; leave such tensors as they come
-
-    if batched:
-
-        def reshape(array: np.ndarray) -> np.ndarray:
-            target = (array.shape[0], *shape)
-            return array if array.shape == target else array.reshape(target)
-
-    else:
-
-        def reshape(array: np.ndarray) -> np.ndarray:
-            return array if array.shape == shape else array.reshape(shape)
-
-    return reshape
-
-
 class OnnxRuntimeModel(BackendModel):
     """One loaded version of an ONNX model; everything request-independent is computed here."""
 
@@ -647,16 +488,14 @@ class OnnxRuntimeModel(BackendModel):
         self.settings = parse_session_settings(config, self.name, self.instance_count)
 
         self.input_names: tuple[str, ...] = tuple(t.name for t in config.input)
-        self.output_datatypes: dict[str, str] = {
-            t.name: self._wire_type(t, "output") for t in config.output
-        }
+        self.output_datatypes = wire_types(self.name, "output", config.output)
         # Implicit-state outputs are produced too: the sequence batcher reads them back.
         for name, data_type in _state_outputs(config).items():
-            self.output_datatypes.setdefault(name, CONFIG_TO_WIRE[_type_name(data_type)])
+            self.output_datatypes.setdefault(name, CONFIG_TO_WIRE[DataType.Name(data_type)])
         self.output_names: tuple[str, ...] = tuple(self.output_datatypes)
-        input_datatypes = {t.name: self._wire_type(t, "input") for t in config.input}
+        input_datatypes = wire_types(self.name, "input", config.input)
         for name, data_type in _sequence_input_types(config).items():
-            input_datatypes[name] = CONFIG_TO_WIRE[_type_name(data_type)]
+            input_datatypes[name] = CONFIG_TO_WIRE[DataType.Name(data_type)]
         self.bytes_inputs = frozenset(n for n, d in input_datatypes.items() if d == "BYTES")
         self.bf16_inputs = frozenset(n for n, d in input_datatypes.items() if d == "BF16")
         self.bf16_outputs = frozenset(n for n, d in self.output_datatypes.items() if d == "BF16")
@@ -667,28 +506,10 @@ class OnnxRuntimeModel(BackendModel):
                 f"inputs ({', '.join(sorted(self.bytes_inputs))}) and BF16 outputs "
                 f"({', '.join(sorted(self.bf16_outputs))}): string tensors cannot be OrtValues",
             )
-        batched = self.max_batch_size > 0
-        self.input_reshapes = {
-            t.name: fn
-            for t in config.input
-            if t.HasField("reshape") and (fn := _reshaper(tuple(t.reshape.shape), batched))
-        }
-        self.output_reshapes = {
-            t.name: fn
-            for t in config.output
-            if t.HasField("reshape") and (fn := _reshaper(tuple(t.dims), batched))
-        }
+        self.input_reshapes = input_reshapes(config)
+        self.output_reshapes = output_reshapes(config)
+        self.plan = BatchPlan(self.name, self.output_datatypes, batching=self.max_batch_size > 0)
         self._checked = False
-
-    def _wire_type(self, tensor: Any, kind: str) -> str:
-        wire = CONFIG_TO_WIRE.get(_type_name(tensor.data_type))
-        if wire is None:
-            raise TritonError(
-                Status.INVALID_ARG,
-                f"model '{self.name}': {kind} '{tensor.name}' has data_type "
-                f"{_type_name(tensor.data_type)}",
-            )
-        return wire
 
     def session_providers(self, spec: InstanceSpec) -> list[str | tuple[str, dict[str, str]]]:
         """Execution providers for an instance: CUDA on its device for GPU, else CPU only."""
@@ -742,10 +563,7 @@ class OnnxRuntimeInstance(ModelInstance):
         self.spec = spec
         self._session: ort.InferenceSession | None = session
         self._model_name = model.name
-        self._batching = model.max_batch_size > 0
-        self._all_outputs = list(model.output_names)
-        self._known_outputs = frozenset(model.output_names)
-        self._wire = model.output_datatypes
+        self._plan = model.plan
         self._bytes_inputs = model.bytes_inputs
         self._bf16_inputs = model.bf16_inputs
         self._bf16_outputs = model.bf16_outputs
@@ -765,39 +583,13 @@ class OnnxRuntimeInstance(ModelInstance):
 
     def execute(self, requests: list[InferenceRequest]) -> list[InferenceResponse]:
         """Run the batch as one ``session.run`` (models with max_batch_size > 0)."""
-        if len(requests) == 1:
-            request = requests[0]
-            names = self._output_names(request)
-            arrays = self._run(names, self._feeds(request.inputs))
-            return [InferenceResponse(outputs=self._tensors(names, arrays))]
-        if not self._batching or not requests:
-            return [self._execute_alone(request) for request in requests]
-        return self._execute_batch(requests)
+        return self._plan.execute(requests, self._run)
 
     def finalize(self) -> None:
         """Drop the session, which frees its memory."""
         self._session = None
 
     # -- helpers ----------------------------------------------------------------------------
-
-    def _output_names(self, request: InferenceRequest) -> list[str]:
-        names = request.output_names()
-        if names is None:
-            return self._all_outputs
-        if not self._known_outputs.issuperset(names):
-            unknown = [n for n in names if n not in self._known_outputs]
-            raise TritonError(
-                Status.INVALID_ARG,
-                f"model '{self._model_name}' has no output(s) {', '.join(unknown)} "
-                f"(outputs: {', '.join(self._all_outputs)})",
-            )
-        return names
-
-    def _feeds(self, inputs: dict[str, Tensor]) -> dict[str, Any]:
-        feeds: dict[str, Any] = {name: tensor.data for name, tensor in inputs.items()}
-        if self._special_inputs:
-            self._convert(feeds)
-        return feeds
 
     def _convert(self, feeds: dict[str, Any]) -> None:
         for name in self._special_inputs.intersection(feeds):
@@ -811,7 +603,10 @@ class OnnxRuntimeInstance(ModelInstance):
                 array = _bf16_for_ort(array)
             feeds[name] = array
 
-    def _run(self, names: list[str], feeds: dict[str, Any]) -> list[np.ndarray]:
+    def _run(self, feeds: dict[str, Any], names: list[str]) -> list[np.ndarray]:
+        """One ``session.run`` of the feeds (converted in place) for the outputs ``names``."""
+        if self._special_inputs:
+            self._convert(feeds)
         session = self.session
         try:
             if self._bf16_outputs and not self._bf16_outputs.isdisjoint(names):
@@ -834,32 +629,3 @@ class OnnxRuntimeInstance(ModelInstance):
                 if reshape is not None:
                     arrays[i] = reshape(arrays[i])
         return arrays
-
-    def _tensors(self, names: list[str], arrays: Sequence[np.ndarray]) -> list[Tensor]:
-        wire = self._wire
-        return [Tensor(name, wire[name], array) for name, array in zip(names, arrays, strict=True)]
-
-    def _execute_alone(self, request: InferenceRequest) -> InferenceResponse:
-        try:
-            names = self._output_names(request)
-            arrays = self._run(names, self._feeds(request.inputs))
-        except TritonError as exc:
-            return InferenceResponse(error=exc)
-        return InferenceResponse(outputs=self._tensors(names, arrays))
-
-    def _execute_batch(self, requests: list[InferenceRequest]) -> list[InferenceResponse]:
-        # Requests asking for unknown outputs fail alone; the rest run as one call.
-        return execute_concatenated(
-            requests,
-            model_name=self._model_name,
-            all_outputs=self._all_outputs,
-            output_datatypes=self._wire,
-            output_names=self._output_names,
-            run=self._run_concatenated,
-            run_alone=self._execute_alone,
-        )
-
-    def _run_concatenated(self, feeds: dict[str, Any], names: list[str]) -> Sequence[np.ndarray]:
-        if self._special_inputs:
-            self._convert(feeds)
-        return self._run(names, feeds)

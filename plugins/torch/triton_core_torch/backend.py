@@ -21,9 +21,6 @@ if TYPE_CHECKING:
     from triton_core_torch.runtime import PyTorchModel
 
 PLATFORM: Final = "pytorch_libtorch"
-#: backend option (``--backend-config=pytorch,default-max-batch-size=N``)
-DEFAULT_MAX_BATCH_SIZE_OPTION: Final = "default-max-batch-size"
-DEFAULT_MAX_BATCH_SIZE: Final = 4
 
 
 class PyTorchBackend(Backend):
@@ -34,18 +31,6 @@ class PyTorchBackend(Backend):
     default_model_filename = "model.pt"
     # Triton gives PyTorch models 1 instance per CPU group: PyTorch parallelises inside an op.
     default_cpu_instance_count = 1
-
-    def default_max_batch_size(self) -> int:
-        """The ``default-max-batch-size`` backend option (Triton's default: 4)."""
-        raw = self.options.get(DEFAULT_MAX_BATCH_SIZE_OPTION, str(DEFAULT_MAX_BATCH_SIZE))
-        try:
-            return max(int(raw), 0)
-        except ValueError:
-            raise TritonError(
-                Status.INVALID_ARG,
-                f"backend option {DEFAULT_MAX_BATCH_SIZE_OPTION}={raw!r} of backend "
-                f"'{self.name}' is not an integer",
-            ) from None
 
     def auto_complete_config(self, config: ModelConfig, model_path: Path) -> None:
         """Fill ``platform``; complete a ``torch.export`` program's config from its signature.
@@ -70,7 +55,7 @@ class PyTorchBackend(Backend):
             config.default_model_filename = path.name
         if runtime.is_exported_program(path):
             signature = runtime.read_signature(path, model)
-            complete_config(config, signature, model, self.default_max_batch_size())
+            complete_config(config, signature, model, self)
             return
         if not config.input or not config.output:
             signature = runtime.read_signature(path, model)

@@ -15,17 +15,17 @@ import logging
 import threading
 import warnings
 import zipfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 import numpy as np
 import torch
 
 from triton_core import (
-    CONFIG_TO_WIRE,
     BackendModel,
+    BatchPlan,
     DataType,
     InferenceRequest,
     InferenceResponse,
@@ -35,9 +35,11 @@ from triton_core import (
     Status,
     Tensor,
     TritonError,
-    execute_concatenated,
+    count_instances,
+    output_reshapes,
+    wire_types,
 )
-from triton_core_torch.settings import TorchSettings, count_instances, parse_settings
+from triton_core_torch.settings import TorchSettings, parse_settings
 from triton_core_torch.signature import (
     EXPORT,
     OTHER,
@@ -54,9 +56,6 @@ from triton_core_torch.signature import (
     TensorSpec,
     check_config,
 )
-
-if TYPE_CHECKING:
-    pass
 
 logger = logging.getLogger(__name__)
 
@@ -91,10 +90,6 @@ TORCH_TO_CONFIG: Final[dict[torch.dtype, str]] = {v: k for k, v in CONFIG_TO_TOR
 
 #: how the input checks of a torch.export program's module word their failures
 _GUARD_FAILURES: Final = ("Guard failed", "Expected input at")
-
-
-def _type_name(data_type: int) -> str:
-    return DataType.Name(data_type)
 
 
 # -- files ----------------------------------------------------------------------------------------
@@ -395,25 +390,6 @@ class Loaded:
     owner: Any
 
 
-def _reshaper(shape: tuple[int, ...], batched: bool) -> Callable[[np.ndarray], np.ndarray] | None:
-    """A function viewing an array as ``[batch] + shape`` (or ``shape``), or None if ambiguous."""
-    if list(shape).count(-1) > 1:
-        return None
-
-    if batched:
-
-        def reshape(array: np.ndarray) -> np.ndarray:
-            target = (array.shape[0], *shape)
-            return array if array.shape == target else array.reshape(target)
-
-    else:
-
-        def reshape(array: np.ndarray) -> np.ndarray:
-            return array if array.shape == shape else array.reshape(shape)
-
-    return reshape
-
-
 class PyTorchModel(BackendModel):
     """One loaded version of a PyTorch model; everything request-independent is done here."""
 
@@ -430,31 +406,17 @@ class PyTorchModel(BackendModel):
         )
         apply_process_settings(self.settings, self.name, self.exported)
 
-        self.output_datatypes = {t.name: self._wire_type(t, "output") for t in config.output}
-        self.input_datatypes = {t.name: self._wire_type(t, "input") for t in config.input}
+        self.output_datatypes = wire_types(self.name, "output", config.output)
+        self.input_datatypes = wire_types(self.name, "input", config.input)
         self.output_dtypes: dict[str, torch.dtype | None] = {
-            t.name: CONFIG_TO_TORCH.get(_type_name(t.data_type)) for t in config.output
+            t.name: CONFIG_TO_TORCH.get(DataType.Name(t.data_type)) for t in config.output
         }
-        batched = self.max_batch_size > 0
-        self.output_reshapes = {
-            t.name: fn
-            for t in config.output
-            if t.HasField("reshape") and (fn := _reshaper(tuple(t.dims), batched))
-        }
+        self.output_reshapes = output_reshapes(config)
+        self.plan = BatchPlan(self.name, self.output_datatypes, batching=self.max_batch_size > 0)
         self.binding: Binding | None = None
         self._shared: dict[str, Loaded] = {}
         self._lock = threading.Lock()
         self._program: Any = None
-
-    def _wire_type(self, tensor: Any, kind: str) -> str:
-        wire = CONFIG_TO_WIRE.get(_type_name(tensor.data_type))
-        if wire is None:
-            raise TritonError(
-                Status.INVALID_ARG,
-                f"model '{self.name}': {kind} '{tensor.name}' has data_type "
-                f"{_type_name(tensor.data_type)}",
-            )
-        return wire
 
     def device_for(self, spec: InstanceSpec) -> torch.device | None:
         """``cuda:<id>`` for GPU instances, the CPU for CPU ones, None (as saved) for MODEL."""
@@ -697,12 +659,13 @@ class PyTorchInstance(ModelInstance):
         self._model_name = model.name
         self._settings = model.settings
         self._torchscript = not model.exported
-        self._batching = model.max_batch_size > 0
+        self._plan = model.plan
+        #: the outputs a request asks for (the general path; the single-tensor one knows)
+        self._output_names: Callable[[InferenceRequest], list[str]] = model.plan.select
         self._dict_input = loaded.signature.dict_input
         self._arguments = binding.arguments
         self._output_keys = binding.outputs
-        self._all_outputs = list(model.output_datatypes)
-        self._known_outputs = frozenset(self._all_outputs)
+        self._all_outputs = model.plan.outputs
         self._wire = model.output_datatypes
         self._dtypes = model.output_dtypes
         self._output_reshapes = model.output_reshapes
@@ -792,10 +755,8 @@ class PyTorchInstance(ModelInstance):
                 names = self._output_names(request)
                 result = self._run({n: t.data for n, t in request.inputs.items()})
                 arrays = self._outputs(result, names)
-                return [InferenceResponse(outputs=self._tensors(names, arrays))]
-            if not self._batching or not requests:
-                return [self._execute_alone(request) for request in requests]
-            return self._execute_batch(requests)
+                return [InferenceResponse(outputs=self._plan.tensors(names, arrays))]
+            return self._plan.execute(requests, self._run_outputs)
         finally:
             if self._gpu and self._settings.cache_cleaning:
                 torch.cuda.empty_cache()
@@ -821,7 +782,8 @@ class PyTorchInstance(ModelInstance):
             raise self._forward_error(exc) from exc
         if type(result) is torch.Tensor and result.dtype is dtype and not result.requires_grad:
             return InferenceResponse(outputs=[Tensor(output, wire, result.numpy())])
-        return InferenceResponse(outputs=self._tensors([output], self._outputs(result, [output])))
+        outputs = self._plan.tensors([output], self._outputs(result, [output]))
+        return InferenceResponse(outputs=outputs)
 
     def finalize(self) -> None:
         """Drop the module, which frees its memory (and the GPU's cached blocks)."""
@@ -832,18 +794,9 @@ class PyTorchInstance(ModelInstance):
 
     # -- helpers ----------------------------------------------------------------------------
 
-    def _output_names(self, request: InferenceRequest) -> list[str]:
-        names = request.output_names()
-        if names is None:
-            return self._all_outputs
-        if not self._known_outputs.issuperset(names):
-            unknown = [n for n in names if n not in self._known_outputs]
-            raise TritonError(
-                Status.INVALID_ARG,
-                f"model '{self._model_name}' has no output(s) {', '.join(unknown)} "
-                f"(outputs: {', '.join(self._all_outputs)})",
-            )
-        return names
+    def _run_outputs(self, arrays: dict[str, np.ndarray], names: list[str]) -> list[np.ndarray]:
+        """One ``forward`` of the inputs; the outputs ``names`` of its result."""
+        return self._outputs(self._run(arrays), names)
 
     def _run(self, arrays: dict[str, np.ndarray]) -> Any:
         """Convert the inputs and call ``forward``; errors become TritonErrors."""
@@ -952,30 +905,6 @@ class PyTorchInstance(ModelInstance):
             Status.INTERNAL,
             f"model '{self._model_name}': output '{name}' is a {type(value).__name__}; "
             f"expected a Tensor" + (" or a List[str]" if self._dtypes[name] is None else ""),
-        )
-
-    def _tensors(self, names: list[str], arrays: Sequence[np.ndarray]) -> list[Tensor]:
-        wire = self._wire
-        return [Tensor(name, wire[name], array) for name, array in zip(names, arrays, strict=True)]
-
-    def _execute_alone(self, request: InferenceRequest) -> InferenceResponse:
-        try:
-            names = self._output_names(request)
-            arrays = self._outputs(self._run({n: t.data for n, t in request.inputs.items()}), names)
-        except TritonError as exc:
-            return InferenceResponse(error=exc)
-        return InferenceResponse(outputs=self._tensors(names, arrays))
-
-    def _execute_batch(self, requests: list[InferenceRequest]) -> list[InferenceResponse]:
-        # Requests asking for unknown outputs fail alone; the rest run as one call.
-        return execute_concatenated(
-            requests,
-            model_name=self._model_name,
-            all_outputs=self._all_outputs,
-            output_datatypes=self._wire,
-            output_names=self._output_names,
-            run=lambda inputs, names: self._outputs(self._run(inputs), names),
-            run_alone=self._execute_alone,
         )
 
 

@@ -9,20 +9,15 @@ config written for Triton loads unchanged.
 from __future__ import annotations
 
 import logging
-import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
-from triton_core import ModelInstanceGroup, Status, TritonError
+from triton_core import ModelInstanceGroup, Parameters, available_cpus
 
 if TYPE_CHECKING:
     from triton_core import ModelConfig
 
 logger = logging.getLogger(__name__)
-
-_KIND_GPU: Final = ModelInstanceGroup.KIND_GPU
-_TRUE: Final = frozenset({"1", "true", "yes", "on"})
-_FALSE: Final = frozenset({"0", "false", "no", "off"})
 
 #: switches of the TorchScript graph executor: meaningless for a torch.export program
 TORCHSCRIPT_ONLY: Final = (
@@ -35,26 +30,6 @@ TORCHSCRIPT_ONLY: Final = (
 CUDA_ONLY: Final = ("DISABLE_CUDNN", "ENABLE_CACHE_CLEANING")
 #: switches of PyTorch versions long gone (nvfuser was removed in PyTorch 2.2)
 OBSOLETE: Final = ("ENABLE_NVFUSER",)
-
-
-def available_cpus() -> int:
-    """The CPUs this process may run on (affinity, cgroups through taskset), not the host's."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
-
-
-def count_instances(config: ModelConfig, default_cpu_count: int = 1) -> int:
-    """Total instances of a model over its instance groups (per listed GPU for KIND_GPU)."""
-    total = 0
-    for group in config.instance_group:
-        gpu = group.kind == _KIND_GPU
-        count = group.count if group.count > 0 else (1 if gpu else default_cpu_count)
-        if gpu:
-            count *= max(1, len(group.gpus))
-        total += count
-    return total or default_cpu_count
 
 
 def has_gpu_instances(config: ModelConfig) -> bool:
@@ -110,7 +85,7 @@ def parse_settings(
     config: ModelConfig, model: str, *, exported: bool, instances: int
 ) -> TorchSettings:
     """Read the ``parameters`` of a config; bad values fail with INVALID_ARG naming the key."""
-    params = {key: value.string_value for key, value in config.parameters.items()}
+    params = config.parameters
     ignored = [key for key in OBSOLETE if key in params]
     if exported:
         ignored += [key for key in TORCHSCRIPT_ONLY if key in params]
@@ -123,44 +98,17 @@ def parse_settings(
             key,
             "torch.export" if exported else "CPU" if key in CUDA_ONLY else "PyTorch",
         )
-    usable = {key: value for key, value in params.items() if key not in ignored}
-
-    def boolean(key: str) -> bool | None:
-        raw = usable.get(key)
-        if raw is None:
-            return None
-        lowered = raw.strip().lower()
-        if lowered in _TRUE or lowered in _FALSE:
-            return lowered in _TRUE
-        raise TritonError(
-            Status.INVALID_ARG,
-            f"model '{model}': parameter '{key}' is '{raw}', expected true/false (or 1/0)",
-        )
-
-    def count(key: str) -> int | None:
-        raw = usable.get(key)
-        if raw is None:
-            return None
-        try:
-            value = int(raw.strip())
-        except ValueError:
-            value = -1
-        if value < 0:
-            raise TritonError(
-                Status.INVALID_ARG,
-                f"model '{model}': parameter '{key}' is '{raw}', expected an integer >= 0",
-            )
-        # Triton treats 0 as "not set" for both thread counts.
-        return value or None
-
-    intra = count("INTRA_OP_THREAD_COUNT")
+    usable = Parameters.of_model(config, model, ignore=ignored)
+    boolean = usable.boolean
+    # Triton treats 0 as "not set" for both thread counts.
+    intra = usable.integer("INTRA_OP_THREAD_COUNT") or None
     disable_cudnn = boolean("DISABLE_CUDNN")
     disable_optimized = boolean("DISABLE_OPTIMIZED_EXECUTION")
     inference_mode = boolean("INFERENCE_MODE")
     return TorchSettings(
         intra_op_threads=intra or default_intra_op_threads(instances),
         default_threads=intra is None,
-        inter_op_threads=count("INTER_OP_THREAD_COUNT"),
+        inter_op_threads=usable.integer("INTER_OP_THREAD_COUNT") or None,
         inference_mode=True if inference_mode is None else inference_mode,
         optimized_execution=not disable_optimized,
         weight_sharing=bool(boolean("ENABLE_WEIGHT_SHARING")),

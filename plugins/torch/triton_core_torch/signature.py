@@ -20,14 +20,24 @@ config names. Outputs are bound by name when the model returns a dict, else by
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
-from triton_core import DataType, Status, TritonError
+from triton_core import (
+    DataType,
+    Status,
+    TritonError,
+    complete_batching,
+    config_shape,
+    dims_error,
+    fill_tensor,
+    fill_unset,
+    format_shape,
+)
 
 if TYPE_CHECKING:
-    from triton_core import ModelConfig
+    from triton_core import Backend, ModelConfig
 
 logger = logging.getLogger(__name__)
 
@@ -47,6 +57,8 @@ RETURNS_STRINGS: Final = "strings"  # a single List[str]
 RETURNS_UNKNOWN: Final = "unknown"  # decided at run time (TorchScript ``Any``)
 
 _STRING_TYPE: Final = "TYPE_STRING"
+#: ends the message for a program exported without a variable batch dim
+_BATCH_DIM_HINT: Final = "export it with a dynamic batch dim"
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,12 +76,9 @@ class TensorSpec:
     #: dims with -1 for dynamic ones; None where the file does not say (TorchScript)
     shape: tuple[int, ...] | None = None
 
-    def batchable(self) -> bool:
-        return self.shape is not None and len(self.shape) > 0 and self.shape[0] == -1
-
     def describe(self) -> str:
         if self.config_type and self.shape is not None:
-            return f"{self.config_type} {_fmt(self.shape)}"
+            return f"{self.config_type} {format_shape(self.shape)}"
         return self.type_name
 
 
@@ -114,14 +123,6 @@ class Binding:
     arguments: tuple[str, ...]
     #: config output name -> index in the returned tuple/list, or key of the returned dict
     outputs: dict[str, int | str]
-
-
-def _fmt(shape: Iterable[int]) -> str:
-    return "[" + ", ".join(str(d) for d in shape) + "]"
-
-
-def _type_name(data_type: int) -> str:
-    return DataType.Name(data_type)
 
 
 def named_index(name: str) -> int | None:
@@ -227,43 +228,11 @@ def bind(config: ModelConfig, signature: Signature, model: str) -> Binding:
 # -- checks ---------------------------------------------------------------------------------------
 
 
-def _config_shape(tensor: Any) -> tuple[int, ...]:
-    """The shape the model sees for a config tensor (without batch): reshape wins over dims."""
-    return tuple(tensor.reshape.shape) if tensor.HasField("reshape") else tuple(tensor.dims)
-
-
-def _dims_error(
-    model: str, kind: str, tensor: Any, spec: TensorSpec, max_batch_size: int
-) -> str | None:
-    """Why a config tensor's dims do not fit the model's shape, or None when they do."""
-    assert spec.shape is not None
-    dims = _config_shape(tensor)
-    shape = spec.shape
-    what = "reshape" if tensor.HasField("reshape") else "dims"
-    full = (-1, *dims) if max_batch_size > 0 else dims
-    if max_batch_size > 0:
-        if not spec.batchable():
-            return (
-                f"model '{model}': {kind} '{tensor.name}' has shape {_fmt(shape)} in the model, "
-                f"without the dynamic first (batch) dimension that max_batch_size "
-                f"{max_batch_size} in the config needs (export it with a dynamic batch dim)"
-            )
-        shape = shape[1:]
-    # A fixed model dim must be matched exactly; a dynamic one accepts any config dim.
-    if len(dims) != len(shape) or any(m != -1 and d != m for d, m in zip(dims, shape, strict=True)):
-        return (
-            f"model '{model}': {kind} '{tensor.name}' has {what} {_fmt(dims)} in the config "
-            f"(max_batch_size {max_batch_size}, full shape {_fmt(full)}) but shape "
-            f"{_fmt(spec.shape)} in the model"
-        )
-    return None
-
-
 def _check_tensor(
     model: str, kind: str, tensor: Any, spec: TensorSpec, where: str, config: ModelConfig,
     *, complete: bool,
 ) -> None:  # fmt: skip
-    configured = _type_name(tensor.data_type)
+    configured = DataType.Name(tensor.data_type)
     strings = configured == _STRING_TYPE
     if spec.kind == OTHER:
         raise TritonError(
@@ -284,13 +253,13 @@ def _check_tensor(
             f"config but {where} is {spec.type_name} in the model ({hint})",
         )
     if spec.kind == STRINGS and complete:
-        dims = _config_shape(tensor)
+        dims = config_shape(tensor)
         if len(dims) + (1 if config.max_batch_size > 0 else 0) > 1:
             raise TritonError(
                 Status.INVALID_ARG,
                 f"unable to load model '{model}': {kind} '{tensor.name}' is a List[str], which "
-                f"is one-dimensional, but the config gives it dims {_fmt(dims)} (with batching "
-                f"use dims: [1] and reshape: {{ shape: [] }})",
+                f"is one-dimensional, but the config gives it dims {format_shape(dims)} (with "
+                f"batching use dims: [1] and reshape: {{ shape: [] }})",
             )
     mismatch = spec.config_type and configured != spec.config_type
     if mismatch and (complete or tensor.data_type != 0):
@@ -300,7 +269,9 @@ def _check_tensor(
             f"{configured} in the config but {spec.config_type} in the model ({where})",
         )
     if spec.shape is not None and (complete or tensor.dims or tensor.HasField("reshape")):
-        error = _dims_error(model, kind, tensor, spec, config.max_batch_size)
+        error = dims_error(
+            model, kind, tensor, spec.shape, config.max_batch_size, hint=_BATCH_DIM_HINT
+        )
         if error:
             raise TritonError(Status.INVALID_ARG, error)
 
@@ -359,40 +330,8 @@ def output_names(signature: Signature) -> list[str]:
     return [f"OUTPUT__{i}" for i in range(len(signature.outputs))]
 
 
-def _fill(tensor: Any, name: str, spec: TensorSpec, strip: int, max_batch_size: int) -> None:
-    tensor.name = name
-    tensor.data_type = DataType.Value(spec.config_type)
-    _fill_dims(tensor, spec, strip, max_batch_size)
-
-
-def _fill_dims(tensor: Any, spec: TensorSpec, strip: int, max_batch_size: int) -> None:
-    assert spec.shape is not None
-    dims = spec.shape[strip:]
-    if dims:
-        tensor.dims.extend(dims)
-    else:
-        # Config dims may not be empty: a per-item scalar is dims [1] reshaped to [] (Triton).
-        tensor.dims.append(1)
-        if max_batch_size > 0:
-            tensor.reshape.SetInParent()
-
-
-def _listed_without_batch(config: ModelConfig, signature: Signature) -> bool:
-    """True when a listed tensor spells out the model's full shape (so max_batch_size is 0)."""
-    by_name = {spec.name: spec for spec in signature.inputs}
-    if signature.outputs is not None:
-        by_name.update(zip(output_names(signature), signature.outputs, strict=True))
-    for tensor in [*config.input, *config.output]:
-        spec = by_name.get(tensor.name)
-        explicit = tensor.dims or tensor.HasField("reshape")
-        known = spec is not None and spec.shape is not None
-        if known and explicit and len(_config_shape(tensor)) == len(spec.shape):
-            return True
-    return False
-
-
 def complete_config(
-    config: ModelConfig, signature: Signature, model: str, default_max_batch_size: int
+    config: ModelConfig, signature: Signature, model: str, backend: Backend
 ) -> None:
     """Fill inputs, outputs, max_batch_size and dynamic batching from a program's signature.
 
@@ -404,56 +343,32 @@ def complete_config(
     has_inputs = len(config.input) > 0
     has_outputs = len(config.output) > 0
     if not (has_inputs and has_outputs):
-        _complete_batching(config, signature, model, default_max_batch_size)
-    strip = 1 if config.max_batch_size > 0 else 0
+        forward = signature.forward_text()
+        complete_batching(
+            config,
+            model,
+            {spec.name: spec for spec in signature.inputs},
+            dict(zip(output_names(signature), signature.outputs, strict=True)),
+            backend,
+            max_batch=signature.max_batch,
+            why=f"not every input and output has a dynamic first dim: {forward}",
+        )
+    max_batch_size = config.max_batch_size
     if not has_inputs:
         for spec in signature.inputs:
-            _fill(config.input.add(), spec.name, spec, strip, config.max_batch_size)
+            fill_tensor(config.input.add(), spec, max_batch_size)
     if not has_outputs:
         for name, spec in zip(output_names(signature), signature.outputs, strict=True):
-            _fill(config.output.add(), name, spec, strip, config.max_batch_size)
+            fill_tensor(config.output.add(), spec, max_batch_size, name=name)
     binding = check_config(config, signature, model, complete=False)
     # Listed tensors without a datatype or dims get them from the model.
     arguments = list(binding.arguments)
     for tensor in config.input:
-        spec = signature.inputs[arguments.index(tensor.name)]
-        _fill_missing(tensor, spec, strip, config.max_batch_size)
+        fill_unset(tensor, signature.inputs[arguments.index(tensor.name)], max_batch_size)
     for tensor in config.output:
         key = binding.outputs[tensor.name]
         if isinstance(key, int):
             spec = signature.outputs[key]
         else:
             spec = next(o for o in signature.outputs if o.name == key)
-        _fill_missing(tensor, spec, strip, config.max_batch_size)
-
-
-def _fill_missing(tensor: Any, spec: TensorSpec, strip: int, max_batch_size: int) -> None:
-    if tensor.data_type == 0:
-        tensor.data_type = DataType.Value(spec.config_type)
-    if not tensor.dims and not tensor.HasField("reshape"):
-        _fill_dims(tensor, spec, strip, max_batch_size)
-
-
-def _complete_batching(
-    config: ModelConfig, signature: Signature, model: str, default_max_batch_size: int
-) -> None:
-    assert signature.outputs is not None
-    specs = [*signature.inputs, *signature.outputs]
-    can_batch = bool(specs) and all(spec.batchable() for spec in specs)
-    if not can_batch:
-        if config.max_batch_size != 0:
-            raise TritonError(
-                Status.INVALID_ARG,
-                f"autofill failed for model '{model}': model does not support batching "
-                f"(not every input and output has a dynamic first dim: "
-                f"{signature.forward_text()}) while non-zero max_batch_size is specified",
-            )
-        return
-    if config.max_batch_size == 0 and not _listed_without_batch(config, signature):
-        size = default_max_batch_size
-        if signature.max_batch is not None:
-            # The program's batch dim has an upper bound: a larger batch would fail its guard.
-            size = min(size, signature.max_batch)
-        config.max_batch_size = size
-    if config.max_batch_size > 1 and config.WhichOneof("scheduling_choice") is None:
-        config.dynamic_batching.SetInParent()
+        fill_unset(tensor, spec, max_batch_size)
