@@ -232,6 +232,7 @@ class Server:
     async def _release_everything(self) -> None:
         assert self._models is not None
         await self._models.unload_all()
+        await self._models.finalize_agents()
         self._models.close()
         if self.cache is not None:
             await self.cache.close()

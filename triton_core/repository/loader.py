@@ -21,6 +21,7 @@ from triton_core.config import (
 from triton_core.errors import TritonError, internal, invalid_arg
 from triton_core.model import LoadedModel, ModelSignature
 from triton_core.registry import BackendRegistry, BatchStrategyRegistry, SchedulerRegistry
+from triton_core.repository.agent_set import AgentSet
 from triton_core.repository.layout import is_within, select_versions, version_folders
 from triton_core.scheduling.base import SchedulerContext
 from triton_core.scheduling.ensemble import EnsembleModel, is_ensemble, validate_ensemble_config
@@ -53,6 +54,8 @@ class PreparedModel:
     backend: Backend | None
     model_dir: Path
     versions: dict[int, Path]
+    #: the repository agents that saw this load's LOAD (the manager fills it in)
+    agents: AgentSet = field(default_factory=AgentSet)
 
 
 class ModelLoader:

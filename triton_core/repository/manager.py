@@ -5,6 +5,12 @@ A reload loads the new versions beside the serving ones and swaps them in when t
 ready; the old versions finish the requests they accepted and then unload. A failed reload
 leaves the old versions serving. Every change to one model is serialised by that model's
 lock; lookups (the hot path) never wait for it.
+
+Repository agents follow Triton's order (see :mod:`triton_core.repository.agent_set`): a
+reload's agents get LOAD_COMPLETE, then the replaced set's agents UNLOAD at once and
+UNLOAD_COMPLETE after its versions drained and unloaded; a failed reload releases the new
+versions, then its agents get LOAD_FAIL, and the serving set's agents hear nothing.
+The reload returns once the replaced set heard UNLOAD; its requests drain after.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from triton_core.config import ModelConfig, config_from_json
 from triton_core.errors import TritonError, internal, invalid_arg, unavailable
 from triton_core.model import LoadedModel
 from triton_core.registry import RepositoryAgentRegistry
+from triton_core.repository.agent_set import AgentSet, notify, run_detached
 from triton_core.repository.agents import AgentAction, AgentModel, RepositoryAgent
 from triton_core.repository.loader import (
     ModelLoader,
@@ -88,8 +95,8 @@ class ModelRecord:
     override: LoadOverride | None = None
     #: a load or reload is under way
     loading: bool = False
-    #: agents that saw this version set's LOAD, for UNLOAD later
-    agents: list[tuple[RepositoryAgent, AgentModel]] = field(default_factory=list)
+    #: the agents that saw the serving version set's LOAD, for its UNLOAD later
+    agents: AgentSet = field(default_factory=AgentSet)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     def refresh_latest(self) -> None:
@@ -240,14 +247,14 @@ class ModelRepositoryManager:
                 folder, root = location, location.parent
             prepared = self._loader.prepare(name, folder, root, raw)
         except Exception:
-            self._agents_notify(agents, AgentAction.LOAD_FAIL)
+            agents.send(AgentAction.LOAD_FAIL)
             raise
-        record.agents = agents
+        prepared.agents = agents
         return prepared
 
     def _agents_load(
         self, record: ModelRecord, raw: ModelConfig, folder: Path
-    ) -> tuple[Path, list[tuple[RepositoryAgent, AgentModel]]]:
+    ) -> tuple[Path, AgentSet]:
         """LOAD to each agent the config lists, in order; an agent may move the model."""
         location = folder
         active: list[tuple[RepositoryAgent, AgentModel]] = []
@@ -257,7 +264,7 @@ class ModelRepositoryManager:
             try:
                 moved = agent.act(AgentAction.LOAD, seen)
             except Exception as exc:
-                self._agents_notify(active, AgentAction.LOAD_FAIL)
+                notify(active, AgentAction.LOAD_FAIL)
                 if isinstance(exc, TritonError):
                     raise TritonError(
                         exc.status,
@@ -272,7 +279,7 @@ class ModelRepositoryManager:
                 location = Path(moved)
         for _, seen in active:  # later actions see where the model now is
             seen.location = location
-        return location, active
+        return location, AgentSet(active)
 
     def _agent(self, name: str, model: str) -> RepositoryAgent:
         agent = self._agent_objects.get(name)
@@ -288,16 +295,12 @@ class ModelRepositoryManager:
         return agent
 
     @staticmethod
-    def _agents_notify(
-        agents: list[tuple[RepositoryAgent, AgentModel]], action: AgentAction
-    ) -> None:
-        """LOAD_COMPLETE/LOAD_FAIL/UNLOAD_COMPLETE go in reverse order; UNLOAD in order."""
-        ordered = agents if action is AgentAction.UNLOAD else list(reversed(agents))
-        for agent, model in ordered:
-            try:
-                agent.act(action, model)
-            except Exception:
-                logger.exception("repository agent failed on %s of '%s'", action.value, model.name)
+    async def _agents_send(agents: AgentSet, action: AgentAction) -> None:
+        """``action`` to a set's agents off the loop; a hung agent holds only this await."""
+        if agents.agents:
+            await run_detached(lambda: agents.send(action), f"agents:{action.value}")
+        else:
+            agents.send(action)
 
     async def _swap_in(self, record: ModelRecord, prepared: PreparedModel) -> TritonError | None:
         """Load the selected versions beside the serving ones, then swap and retire the old.
@@ -330,29 +333,41 @@ class ModelRepositoryManager:
                 new_states[version] = state
                 if not reloading:
                     record.versions[version] = state
-        action = AgentAction.LOAD_FAIL if errors else AgentAction.LOAD_COMPLETE
-        await asyncio.to_thread(self._agents_notify, record.agents, action)
         if reloading and errors:
-            for state in new_states.values():
-                if state.model is not None:
-                    self._retire(state.model)
+            # as Triton: release what the failed reload loaded, then LOAD_FAIL
+            loaded = [state.model for state in new_states.values() if state.model is not None]
+            for model in loaded:
+                model.retired = True
+            await asyncio.gather(*(self._unload_model(model) for model in loaded))
+            await self._agents_send(prepared.agents, AgentAction.LOAD_FAIL)
             logger.error("reload of '%s' failed; the loaded versions keep serving", record.name)
             return errors[0]
-        old = [state.model for state in record.versions.values() if state.model is not None]
+        action = AgentAction.LOAD_FAIL if errors else AgentAction.LOAD_COMPLETE
+        await self._agents_send(prepared.agents, action)
+        new = {state.model for state in new_states.values()}
+        old = [
+            s.model for s in record.versions.values() if s.model is not None and s.model not in new
+        ]
+        old_agents, record.agents = record.agents, prepared.agents
         record.versions = new_states
         record.refresh_latest()
-        for model in old:
-            if model not in (state.model for state in new_states.values()):
-                self._retire(model)
+        if old:
+            for model in old:
+                model.retired = True
+            await self._agents_send(old_agents, AgentAction.UNLOAD)
+            self._retire(old, old_agents)
         return errors[0] if errors else None
 
-    def _retire(self, model: LoadedModel) -> None:
-        """Stop routing to ``model``; let it finish what it accepted, then unload it."""
-        model.retired = True
-
-        task = asyncio.create_task(self._unload_model(model))
+    def _retire(self, models: list[LoadedModel], agents: AgentSet) -> None:
+        """Let a replaced version set finish what it accepted, then unload it; its agents
+        get UNLOAD_COMPLETE once every version has unloaded."""
+        task = asyncio.create_task(self._retire_set(models, agents))
         self._retiring.add(task)
         task.add_done_callback(self._retiring.discard)
+
+    async def _retire_set(self, models: list[LoadedModel], agents: AgentSet) -> None:
+        await asyncio.gather(*(self._unload_model(model) for model in models))
+        await self._agents_send(agents, AgentAction.UNLOAD_COMPLETE)
 
     # -- ensembles: they load after what they use, and are ready while their members are ------
 
@@ -364,7 +379,8 @@ class ModelRepositoryManager:
         )
         errors: list[TritonError | None] = []
         for name, error in cycles.items():
-            record = ensembles[name][0]
+            record, prepared = ensembles[name]
+            await self._agents_send(prepared.agents, AgentAction.LOAD_FAIL)
             record.error = error
             logger.error("failed to load '%s': %s", name, error.message)
             errors.append(error)
@@ -378,6 +394,7 @@ class ModelRepositoryManager:
         """Load a prepared model whose ensemble members (if any) are already loaded."""
         error = self._members_error(record)
         if error is not None:
+            await self._agents_send(prepared.agents, AgentAction.LOAD_FAIL)
             if not record.serving:
                 record.error = error
             logger.error("failed to load '%s': %s", record.name, error.message)
@@ -474,15 +491,11 @@ class ModelRepositoryManager:
             prepared = await self._prepare(record)
             if isinstance(prepared, TritonError):
                 raise prepared
-        if record.dependencies:
-            for member in sorted(record.dependencies):
-                if member in visiting or member == name:
-                    raise invalid_arg(f"circular dependency between ensembles: {name} -> {member}")
-                member_record = self._models.get(member)
-                if member_record is None or member_record.latest is None:
-                    await self.load(member, _loaded_by=name, _visiting=visiting | {name})
-                else:
-                    member_record.loaded_by.add(name)
+        try:
+            await self._load_members(record, visiting)
+        except BaseException:
+            await self._agents_send(prepared.agents, AgentAction.LOAD_FAIL)
+            raise
         async with record.lock:
             error = (
                 await self._load_checked(record, prepared)
@@ -491,6 +504,18 @@ class ModelRepositoryManager:
             )
         if error is not None:
             raise error
+
+    async def _load_members(self, record: ModelRecord, visiting: frozenset[str]) -> None:
+        """Load the models an ensemble's steps call that are not loaded yet."""
+        name = record.name
+        for member in sorted(record.dependencies):
+            if member in visiting or member == name:
+                raise invalid_arg(f"circular dependency between ensembles: {name} -> {member}")
+            member_record = self._models.get(member)
+            if member_record is None or member_record.latest is None:
+                await self.load(member, _loaded_by=name, _visiting=visiting | {name})
+            else:
+                member_record.loaded_by.add(name)
 
     async def _record_for_load(self, name: str, uploaded: bool) -> ModelRecord:
         """The model's record; a model built from uploaded files needs no repository folder."""
@@ -552,7 +577,7 @@ class ModelRepositoryManager:
         record.loaded_by.clear()
         record.error = None
         models = [state.model for state in record.versions.values() if state.model is not None]
-        await asyncio.to_thread(self._agents_notify, record.agents, AgentAction.UNLOAD)
+        await self._agents_send(record.agents, AgentAction.UNLOAD)
         record.latest = None
         for state in record.versions.values():
             if state.model is not None:
@@ -563,8 +588,8 @@ class ModelRepositoryManager:
         for state in record.versions.values():
             state.model = None
             state.state, state.reason = UNAVAILABLE, UNLOADED_REASON
-        await asyncio.to_thread(self._agents_notify, record.agents, AgentAction.UNLOAD_COMPLETE)
-        record.agents = []
+        await self._agents_send(record.agents, AgentAction.UNLOAD_COMPLETE)
+        record.agents = AgentSet()
         if record.override is not None and record.override.folder is not None:
             shutil.rmtree(record.override.folder, ignore_errors=True)
         record.override = None
@@ -625,6 +650,15 @@ class ModelRepositoryManager:
         await asyncio.gather(*(self._unload_locked(record) for record in records))
         if self._retiring:
             await asyncio.gather(*list(self._retiring), return_exceptions=True)
+
+    async def finalize_agents(self) -> None:
+        """Each agent's :meth:`~RepositoryAgent.finalize`, once, at server stop."""
+        agents, self._agent_objects = self._agent_objects, {}
+        for name, agent in agents.items():
+            try:
+                await run_detached(agent.finalize, f"agent:{name}:finalize")
+            except Exception:
+                logger.exception("finalizing repository agent '%s' failed", name)
 
     async def _unload_locked(self, record: ModelRecord) -> None:
         async with record.lock:
