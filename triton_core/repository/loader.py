@@ -11,11 +11,13 @@ from typing import TYPE_CHECKING
 from triton_core.backend import Backend, InstanceSpec, ModelContext
 from triton_core.config import (
     CONFIG_FILENAME,
+    EXECUTE_TIMEOUT_PARAMETER,
     ModelConfig,
     instance_kind_name,
     normalize,
     read_config_file,
     scheduling_choice,
+    timeout_parameter,
     validate,
 )
 from triton_core.errors import TritonError, internal, invalid_arg
@@ -218,7 +220,15 @@ class ModelLoader:
             return signature.finish(requests, responses, version)
 
         statistics = ModelStatistics(config.name, version, self._options.latency_buckets_ms)
-        pool = InstancePool(instances, names, self._loop, finish, config.name, statistics)
+        pool = InstancePool(
+            instances,
+            names,
+            self._loop,
+            finish,
+            config.name,
+            statistics,
+            execute_timeout=timeout_parameter(config, EXECUTE_TIMEOUT_PARAMETER),
+        )
         try:
             scheduler = factory.value(
                 SchedulerContext(

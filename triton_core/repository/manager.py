@@ -23,7 +23,12 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from triton_core.config import ModelConfig, config_from_json
+from triton_core.config import (
+    LOAD_TIMEOUT_PARAMETER,
+    ModelConfig,
+    config_from_json,
+    timeout_parameter,
+)
 from triton_core.errors import TritonError, internal, invalid_arg, unavailable
 from triton_core.model import LoadedModel
 from triton_core.registry import RepositoryAgentRegistry
@@ -47,6 +52,9 @@ UNAVAILABLE = "UNAVAILABLE"
 LOADING = "LOADING"
 UNLOADING = "UNLOADING"
 UNLOADED_REASON = "unloaded"
+UNHEALTHY_REASON = (
+    "every instance is unhealthy: each ran past execute_timeout_secs and has not returned"
+)
 
 
 class ControlMode(enum.Enum):
@@ -317,9 +325,7 @@ class ModelRepositoryManager:
             for version in prepared.versions:
                 state = VersionState(LOADING)
                 try:
-                    state.model = await asyncio.to_thread(
-                        self._loader.load_version, prepared, version
-                    )
+                    state.model = await self._load_version(prepared, version)
                     self._live.add(state.model)
                     state.state = READY
                     logger.info("successfully loaded '%s' version %d", record.name, version)
@@ -357,6 +363,47 @@ class ModelRepositoryManager:
             await self._agents_send(old_agents, AgentAction.UNLOAD)
             self._retire(old, old_agents)
         return errors[0] if errors else None
+
+    async def _load_version(self, prepared: PreparedModel, version: int) -> LoadedModel:
+        """One version, within the config's ``load_timeout_secs`` if it sets one.
+
+        A load that runs past it fails with UNAVAILABLE; its thread cannot be stopped and is
+        left to finish, and what it loads then is unloaded at once.
+        """
+        timeout = timeout_parameter(prepared.config, LOAD_TIMEOUT_PARAMETER)
+        if timeout is None:
+            return await asyncio.to_thread(self._loader.load_version, prepared, version)
+        name = prepared.config.name
+        try:
+            return await asyncio.wait_for(
+                run_detached(
+                    lambda: self._loader.load_version(prepared, version),
+                    f"load:{name}:{version}",
+                    late=self._release_late_load,
+                ),
+                timeout,
+            )
+        except TimeoutError:
+            logger.error(
+                "loading '%s' version %d did not finish within %s=%g; its thread is abandoned",
+                name,
+                version,
+                LOAD_TIMEOUT_PARAMETER,
+                timeout,
+            )
+            raise unavailable(
+                f"failed to load '{name}' version {version}: the load did not finish within "
+                f"{LOAD_TIMEOUT_PARAMETER}={timeout:g}"
+            ) from None
+
+    def _release_late_load(self, model: LoadedModel) -> None:
+        logger.warning(
+            "the timed-out load of '%s' version %d finished after all: unloading it",
+            model.name,
+            model.version,
+        )
+        model.retired = True
+        self._retire([model], AgentSet())
 
     def _retire(self, models: list[LoadedModel], agents: AgentSet) -> None:
         """Let a replaced version set finish what it accepted, then unload it; its agents
@@ -440,10 +487,16 @@ class ModelRepositoryManager:
 
     @staticmethod
     def _version_ready(record: ModelRecord, version: int) -> bool:
+        """Loaded, and not every instance hung past ``execute_timeout_secs``."""
         if version < 0:
-            return record.latest is not None
+            return record.latest is not None and record.latest.pool.healthy
         state = record.versions.get(version)
-        return state is not None and state.state == READY and state.model is not None
+        return (
+            state is not None
+            and state.state == READY
+            and state.model is not None
+            and state.model.pool.healthy
+        )
 
     # -- the repository API: load, unload, poll ------------------------------------------------
 
@@ -733,7 +786,11 @@ class ModelRepositoryManager:
                     continue
                 return False
             serving = True
-            if any(state.state == UNAVAILABLE for state in record.versions.values()):
+            if any(
+                state.state == UNAVAILABLE
+                or (state.model is not None and not state.model.pool.healthy)
+                for state in record.versions.values()
+            ):
                 return False
             if record.dependencies and self.unready_member(record) is not None:
                 return False
@@ -766,6 +823,8 @@ class ModelRepositoryManager:
                 status, reason = state.state, state.reason
                 if blocked is not None and status == READY:
                     status, reason = UNAVAILABLE, f"composing model '{blocked}' is not ready"
+                elif status == READY and state.model is not None and not state.model.pool.healthy:
+                    status, reason = UNAVAILABLE, UNHEALTHY_REASON
                 if ready_only and status != READY:
                     continue
                 entries.append(ModelIndexEntry(name, version, status, reason))

@@ -24,6 +24,7 @@ from time import monotonic_ns
 from typing import TYPE_CHECKING
 
 from triton_core.errors import Status, TritonError
+from triton_core.scheduling.timeouts import ExecuteWatch
 from triton_core.statistics import ExecutionTimes, ModelStatistics
 
 if TYPE_CHECKING:
@@ -55,12 +56,14 @@ class InstancePool:
         finish: ResponseFinisher,
         model_name: str,
         statistics: ModelStatistics | None = None,
+        execute_timeout: float | None = None,
     ) -> None:
         self.instances = list(instances)
         self.statistics = statistics if statistics is not None else ModelStatistics(model_name, 0)
         self._loop = loop
         self._finish = finish
         self._model_name = model_name
+        self._names = list(names)
         self._queue: SimpleQueue[Batch | None] = SimpleQueue()
         #: one queue per instance once pin() was called (sequence batching)
         self._pinned: list[SimpleQueue[Batch | None]] | None = None
@@ -80,6 +83,12 @@ class InstancePool:
         self._depth = [max(1, getattr(i, "max_batches_in_flight", 1)) for i in self.instances]
         self._waiting: deque[Batch] = deque()
         self._waiting_for: list[deque[Batch]] | None = None
+        #: execute_timeout_secs: which instances ran past it (None: no timeout)
+        self.watch = (
+            ExecuteWatch(execute_timeout, model_name, self.instances, names, loop, self._abandon)
+            if execute_timeout and self.instances
+            else None
+        )
         if self._event_driven:
             self._threads: list[threading.Thread] = []
             return
@@ -95,6 +104,12 @@ class InstancePool:
     @property
     def size(self) -> int:
         return len(self.instances)
+
+    @property
+    def healthy(self) -> bool:
+        """False once every instance ran past ``execute_timeout_secs`` and has not returned."""
+        watch = self.watch
+        return watch is None or watch.unhealthy_count < len(self.instances)
 
     @property
     def idle_count(self) -> int:
@@ -119,7 +134,10 @@ class InstancePool:
         """An idle event-driven instance, else one that may take another batch, else None."""
         busy = self._busy
         best = None
+        unhealthy = self.watch.unhealthy if self.watch is not None else None
         for index, held in enumerate(busy):
+            if unhealthy is not None and unhealthy[index]:
+                continue
             if not held:
                 return index
             if held < self._depth[index] and (best is None or held < busy[best]):
@@ -150,6 +168,9 @@ class InstancePool:
         futures: list[asyncio.Future[InferenceResponse]],
     ) -> None:
         """Queue one batch for instance ``index`` (after :meth:`pin`). Call on the event loop."""
+        if self.watch is not None and self.watch.unhealthy[index]:
+            self._refuse(index, futures)
+            return
         if self._waiting_for is not None:
             self._outstanding += 1
             if self._busy[index]:
@@ -179,12 +200,17 @@ class InstancePool:
             self._idle -= 1
         requests, futures = batch
         start = monotonic_ns()
+        watch = self.watch
+        if watch is not None:
+            watch.began(index, futures)
 
         def done(
             result: Sequence[InferenceResponse] | BaseException | None,
             times: ExecutionTimes | None = None,
         ) -> None:
             end = monotonic_ns()
+            if watch is not None:
+                watch.ended(index, futures)
             if isinstance(result, BaseException):
                 results = self._failed(result, len(requests))
             else:
@@ -225,6 +251,7 @@ class InstancePool:
         queue = self._queue
         resolve = self._resolve
         call_soon = self._loop.call_soon_threadsafe
+        watch = self.watch
         try:
             instance.thread_started()
         except Exception:
@@ -242,6 +269,8 @@ class InstancePool:
             requests, futures = batch
             start = monotonic_ns()
             infer_start = infer_end = start
+            if watch is not None:
+                watch.began(index, futures)
             try:
                 infer_start = monotonic_ns()
                 responses = instance.execute(requests)
@@ -257,6 +286,8 @@ class InstancePool:
                 )
                 results = [failure] * len(requests)
             end = monotonic_ns()
+            if watch is not None:
+                watch.ended(index, futures)
             times = ExecutionTimes(
                 start, infer_start - start, infer_end - infer_start, max(0, end - infer_end)
             )
@@ -274,6 +305,10 @@ class InstancePool:
         results: list[InferenceResponse | TritonError],
         times: ExecutionTimes,
     ) -> None:
+        if self.watch is not None and self.watch.abandoned and self.watch.late(futures):
+            if self.on_batch_done is not None:
+                self.on_batch_done()  # the instance is free again
+            return
         self._outstanding -= 1
         if self._drained is not None and not self._outstanding:
             self._drained.set()
@@ -301,6 +336,30 @@ class InstancePool:
         if self.on_batch_done is not None:
             self.on_batch_done()  # the scheduler may dispatch its next batch now
 
+    def _abandon(
+        self, futures: list[asyncio.Future[InferenceResponse]], error: TritonError
+    ) -> None:
+        """Fail a batch that ran past ``execute_timeout_secs`` (on the event loop); what the
+        instance returns for it later is dropped."""
+        self._outstanding -= 1
+        if self._drained is not None and not self._outstanding:
+            self._drained.set()
+        for future in futures:
+            if not future.done():
+                future.set_exception(error)
+
+    def _refuse(self, index: int, futures: list[asyncio.Future[InferenceResponse]]) -> None:
+        error = TritonError(
+            Status.UNAVAILABLE,
+            f"model '{self._model_name}' instance '{self._names[index]}' is unhealthy: it has "
+            "not returned "
+            "from a batch that ran past execute_timeout_secs",
+            reason="BACKEND",
+        )
+        for future in futures:
+            if not future.done():
+                future.set_exception(error)
+
     def abort(self) -> None:
         """The stop deadline passed: each instance ends what it runs now (any thread)."""
         for instance in self.instances:
@@ -309,14 +368,34 @@ class InstancePool:
             except Exception:
                 logger.exception("aborting an instance of model '%s' failed", self._model_name)
 
+    def _hung(self) -> set[int]:
+        """Instances still in a call that ran past the timeout: a stop leaves them behind
+        (their threads end with the process) and does not finalize them under that call."""
+        watch = self.watch
+        if watch is None:
+            return set()
+        watch.stop()
+        hung = {index for index, unhealthy in enumerate(watch.unhealthy) if unhealthy}
+        for index in sorted(hung):
+            logger.warning(
+                "model '%s' instance '%s' is still in a timed-out call; leaving it behind",
+                self._model_name,
+                self._names[index],
+            )
+        return hung
+
     def stop(self) -> None:
         """Let queued batches finish, then end the threads and finalize the instances."""
         queues = self._pinned or [self._queue] * len(self._threads)
         for queue in queues:
             queue.put(None)
-        for thread in self._threads:
-            thread.join()
-        for instance in self.instances:
+        hung = self._hung()
+        for index, thread in enumerate(self._threads):
+            if index not in hung:
+                thread.join()
+        for index, instance in enumerate(self.instances):
+            if index in hung:
+                continue
             try:
                 instance.finalize()
             except Exception:
