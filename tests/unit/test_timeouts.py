@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -74,13 +75,17 @@ async def test_a_hung_load_fails_only_its_model_and_is_unloaded_when_it_ends(tmp
         assert not server.is_ready()  # strict readiness: a model asked for is not serving
     finally:
         numpy_backend.RELEASE_LOADS.set()
-    for _ in range(3000):  # bounded: the abandoned load ends once released
-        if "finished after all: unloading it" in caplog.text:
-            break
-        await asyncio.sleep(0.01)
-    assert "finished after all: unloading it" in caplog.text
+    await wait_until(lambda: "finished after all: unloading it" in caplog.text)
     assert "its thread is abandoned" in caplog.text
     assert await server.stop(grace_seconds=60)
+
+
+async def wait_until(predicate: Callable[[], bool]) -> None:
+    for _ in range(6000):  # bounded: 60 s at most
+        if predicate():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("timed out waiting")
 
 
 async def gated_server(
@@ -104,13 +109,17 @@ async def test_a_hung_execute_marks_the_instance_unhealthy_until_it_returns(tmp_
     server, instance, gate = await gated_server(tmp_path, "good")
     registry = create_registry(server, MetricsOptions())
     try:
+        hung = asyncio.ensure_future(server.infer(request("slow")))
+        assert await asyncio.to_thread(instance.entered.wait, 60)
+        queued = asyncio.ensure_future(server.infer(request("slow")))  # behind the hung one
         with pytest.raises(TritonError) as failed:
-            await server.infer(request("slow"))
+            await hung
         assert failed.value.status is Status.UNAVAILABLE
         assert "instance 'slow_0_0' did not finish executing within execute_timeout_secs=1" in (
             failed.value.message
         )
-        assert instance.entered.is_set()
+        with pytest.raises(TritonError, match="every instance is unhealthy"):
+            await queued  # no instance left to run it
         assert not server.models.is_ready("slow")
         assert not server.is_ready()
         assert server.models.is_ready("good")
@@ -120,11 +129,14 @@ async def test_a_hung_execute_marks_the_instance_unhealthy_until_it_returns(tmp_
         assert 'nv_model_instance_unhealthy{model="slow",version="1"} 1' in text
         assert 'nv_model_execute_timeout{model="slow",version="1"} 1' in text
 
-        # the next request waits for the instance; the hung call returns first, is dropped
-        following = asyncio.ensure_future(server.infer(request("slow")))
+        # no instance to run on: the next request fails at once instead of queueing
+        with pytest.raises(TritonError, match="every instance is unhealthy"):
+            await server.infer(request("slow"))
+        # the hung call returns: its results are dropped, the instance serves again
         gate.set()
-        assert (await following).model_name == "slow"
-        assert server.models.is_ready("slow") and server.is_ready()
+        await wait_until(lambda: server.models.is_ready("slow"))
+        assert (await server.infer(request("slow"))).model_name == "slow"
+        assert server.is_ready()
         text = exposition(registry).decode()
         assert 'nv_model_instance_unhealthy{model="slow",version="1"} 0' in text
         assert 'nv_model_execute_timeout{model="slow",version="1"} 1' in text

@@ -19,7 +19,7 @@ import logging
 import threading
 from collections import deque
 from collections.abc import Callable, Sequence
-from queue import SimpleQueue
+from queue import Empty, SimpleQueue
 from time import monotonic_ns
 from typing import TYPE_CHECKING
 
@@ -120,6 +120,10 @@ class InstancePool:
         self, requests: list[InferenceRequest], futures: list[asyncio.Future[InferenceResponse]]
     ) -> None:
         """Queue one batch; the next free instance executes it. Call on the event loop."""
+        watch = self.watch
+        if watch is not None and watch.unhealthy_count == len(self.instances):
+            _fail(futures, watch.unhealthy_error())
+            return
         self._outstanding += 1
         if self._event_driven:
             index = self._least_busy()
@@ -168,8 +172,9 @@ class InstancePool:
         futures: list[asyncio.Future[InferenceResponse]],
     ) -> None:
         """Queue one batch for instance ``index`` (after :meth:`pin`). Call on the event loop."""
-        if self.watch is not None and self.watch.unhealthy[index]:
-            self._refuse(index, futures)
+        watch = self.watch
+        if watch is not None and watch.unhealthy[index]:
+            _fail(futures, watch.unhealthy_error(index))
             return
         if self._waiting_for is not None:
             self._outstanding += 1
@@ -337,28 +342,42 @@ class InstancePool:
             self.on_batch_done()  # the scheduler may dispatch its next batch now
 
     def _abandon(
-        self, futures: list[asyncio.Future[InferenceResponse]], error: TritonError
+        self, index: int, futures: list[asyncio.Future[InferenceResponse]], error: TritonError
     ) -> None:
-        """Fail a batch that ran past ``execute_timeout_secs`` (on the event loop); what the
-        instance returns for it later is dropped."""
+        """Fail a batch of instance ``index`` that ran past ``execute_timeout_secs`` (on the
+        event loop), and the batches that now have no instance to run on."""
+        assert self.watch is not None
+        self._batch_gone()
+        _fail(futures, error)
+        waiting = self._take_waiting(index)
+        if waiting:
+            pinned = self._pinned is not None or self._waiting_for is not None
+            refused = self.watch.unhealthy_error(index if pinned else None)
+            for _, waiting_futures in waiting:
+                self._batch_gone()
+                _fail(waiting_futures, refused)
+
+    def _batch_gone(self) -> None:
         self._outstanding -= 1
         if self._drained is not None and not self._outstanding:
             self._drained.set()
-        for future in futures:
-            if not future.done():
-                future.set_exception(error)
 
-    def _refuse(self, index: int, futures: list[asyncio.Future[InferenceResponse]]) -> None:
-        error = TritonError(
-            Status.UNAVAILABLE,
-            f"model '{self._model_name}' instance '{self._names[index]}' is unhealthy: it has "
-            "not returned "
-            "from a batch that ran past execute_timeout_secs",
-            reason="BACKEND",
-        )
-        for future in futures:
-            if not future.done():
-                future.set_exception(error)
+    def _take_waiting(self, index: int) -> list[Batch]:
+        """Batches queued for instance ``index`` alone, or for any, when none is healthy."""
+        assert self.watch is not None
+        if self._pinned is not None:
+            return _take_all(self._pinned[index])
+        if self._waiting_for is not None:
+            taken = list(self._waiting_for[index])
+            self._waiting_for[index].clear()
+            return taken
+        if self.watch.unhealthy_count < len(self.instances):
+            return []
+        if self._event_driven:
+            taken = list(self._waiting)
+            self._waiting.clear()
+            return taken
+        return _take_all(self._queue)
 
     def abort(self) -> None:
         """The stop deadline passed: each instance ends what it runs now (any thread)."""
@@ -400,3 +419,23 @@ class InstancePool:
                 instance.finalize()
             except Exception:
                 logger.exception("finalizing an instance of model '%s' failed", self._model_name)
+
+
+def _fail(futures: list[asyncio.Future[InferenceResponse]], error: TritonError) -> None:
+    for future in futures:
+        if not future.done():
+            future.set_exception(error)
+
+
+def _take_all(queue: SimpleQueue[Batch | None]) -> list[Batch]:
+    """The batches waiting in ``queue``; stops at a stop or pin marker, which stays."""
+    taken: list[Batch] = []
+    while True:
+        try:
+            batch = queue.get_nowait()
+        except Empty:
+            return taken
+        if batch is None or batch is _PIN:
+            queue.put(batch)
+            return taken
+        taken.append(batch)

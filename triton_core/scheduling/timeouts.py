@@ -51,7 +51,7 @@ class ExecuteWatch:
         instances: Sequence[ModelInstance],
         names: Sequence[str],
         loop: asyncio.AbstractEventLoop,
-        abandon: Callable[[Futures, TritonError], None],
+        abandon: Callable[[int, Futures, TritonError], None],
     ) -> None:
         self.timeout = timeout
         self._timeout_ns = int(timeout * 1e9)
@@ -105,6 +105,16 @@ class ExecuteWatch:
     def stop(self) -> None:
         self._stopped = True
 
+    def unhealthy_error(self, index: int | None = None) -> TritonError:
+        """Why a batch is refused: instance ``index`` is unhealthy (None: every one is)."""
+        which = f"instance '{self._names[index]}' is" if index is not None else "every instance is"
+        error = unavailable(
+            f"model '{self._model_name}' is unavailable: {which} unhealthy, in a call that ran "
+            f"past execute_timeout_secs={self.timeout:g}"
+        )
+        error.reason = "BACKEND"
+        return error
+
     def _check(self) -> None:
         if self._stopped:
             return
@@ -137,7 +147,7 @@ class ExecuteWatch:
             f"execute_timeout_secs={self.timeout:g}; the instance is marked unhealthy"
         )
         error.reason = "BACKEND"
-        self._abandon(futures, error)
+        self._abandon(index, futures, error)
         try:
             self._instances[index].interrupt()
         except Exception:

@@ -219,7 +219,11 @@ async def test_an_execute_past_its_timeout_kills_the_process_and_the_next_runs_o
         assert "instance 'proc_0_0' did not finish executing within execute_timeout_secs=1" in (
             info.value.message
         )
-        # interrupt() killed the process: the next request runs on a new one
+        # interrupt() killed the process; once its death ended the call, the instance is
+        # healthy again and the next request runs on a new process
+        for _ in range(6000):  # bounded: 60 s at most
+            if server.models.is_ready("proc"):
+                break
+            await asyncio.sleep(0.01)
         response = await server.infer(action(0))
         assert int(response.output("INFO").data[0]) == instance.pid != old_pid
-        assert server.models.is_ready("proc")
