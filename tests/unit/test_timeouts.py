@@ -14,11 +14,14 @@ import pytest
 
 from tests.plugins import numpy_backend
 from tests.support import numpy_server, write_numpy_model
+from triton_core.backend import ModelInstance
 from triton_core.config import ModelConfig, validate
 from triton_core.errors import Status, TritonError
 from triton_core.metrics import MetricsOptions, create_registry, exposition
+from triton_core.scheduling.executor import InstancePool
 from triton_core.server import Server
 from triton_core.testing import inference_request
+from triton_core.types import InferenceRequest, InferenceResponse, Tensor
 
 ONE_INSTANCE = "\ninstance_group [{ count: 1 kind: KIND_CPU }]"
 
@@ -152,3 +155,98 @@ async def test_a_stop_leaves_a_hung_instance_behind_within_its_deadline(tmp_path
         assert await server.stop(grace_seconds=60)  # does not wait for the hung call
     finally:
         gate.set()
+
+
+class Gated(ModelInstance):
+    """Echoes its inputs; while ``hold`` is set, execute waits for ``gate`` first."""
+
+    def __init__(self) -> None:
+        self.hold = False
+        self.gate = threading.Event()
+        self.interrupted = 0
+
+    def execute(self, requests: list[InferenceRequest]) -> list[InferenceResponse]:
+        if self.hold:
+            self.gate.wait(120)
+        return [InferenceResponse(outputs=list(r.inputs.values())) for r in requests]
+
+    def interrupt(self) -> None:
+        self.interrupted += 1
+
+
+class Killable(ModelInstance):
+    """Event-driven: holds its first batch until interrupted, which fails it (as a killed
+    process's batches fail), then answers at once."""
+
+    event_driven = True
+
+    def __init__(self) -> None:
+        self.held: Callable[..., None] | None = None
+        self.loop = asyncio.get_running_loop()
+
+    def execute(self, requests: list[InferenceRequest]) -> list[InferenceResponse]:
+        raise AssertionError("event-driven: begin_execute only")
+
+    def begin_execute(self, requests: list[InferenceRequest], done: Callable[..., None]) -> None:
+        responses = [InferenceResponse(outputs=list(r.inputs.values())) for r in requests]
+        if self.held is None:
+            self.held = done
+        else:
+            self.loop.call_soon(done, responses)
+
+    def interrupt(self) -> None:
+        assert self.held is not None
+        self.loop.call_soon(self.held, RuntimeError("process killed"))
+
+
+def one_request() -> InferenceRequest:
+    return InferenceRequest("m", {"x": Tensor("x", "FP32", np.ones((1, 1), np.float32))})
+
+
+def pool_of(instances: list[ModelInstance]) -> InstancePool:
+    names = [f"m_{index}" for index in range(len(instances))]
+    loop = asyncio.get_running_loop()
+    return InstancePool(instances, names, loop, lambda _, r: list(r), "m", execute_timeout=0.5)
+
+
+async def submitted(pool: InstancePool, index: int | None = None) -> InferenceResponse:
+    future = asyncio.get_running_loop().create_future()
+    if index is None:
+        pool.submit([one_request()], [future])
+    else:
+        pool.submit_to(index, [one_request()], [future])
+    return await future
+
+
+async def test_a_pinned_instance_that_hangs_refuses_its_batches_and_the_other_serves():
+    hung, other = Gated(), Gated()
+    hung.hold = True
+    pool = pool_of([hung, other])
+    pool.pin()
+    try:
+        with pytest.raises(TritonError, match="'m_0' did not finish executing"):
+            await submitted(pool, 0)
+        assert hung.interrupted == 1
+        with pytest.raises(TritonError, match="instance 'm_0' is unhealthy"):
+            await submitted(pool, 0)
+        await submitted(pool, 1)
+        assert pool.healthy  # one instance still serves
+        hung.gate.set()
+        await wait_until(lambda: pool.watch is not None and not pool.watch.unhealthy_count)
+        await submitted(pool, 0)
+    finally:
+        hung.gate.set()
+        await asyncio.to_thread(pool.stop)
+
+
+async def test_an_event_driven_instance_is_interrupted_and_serves_once_its_call_ends():
+    instance = Killable()
+    pool = pool_of([instance])
+    try:
+        with pytest.raises(TritonError, match="did not finish executing within"):
+            await submitted(pool)
+        # interrupting failed the held call, which returned the instance to health
+        await wait_until(lambda: pool.healthy)
+        assert (await submitted(pool)).outputs[0].name == "x"
+    finally:
+        await asyncio.to_thread(pool.stop)
