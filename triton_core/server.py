@@ -149,6 +149,7 @@ class Server:
         errors = await self._models.start(mode, list(self.options.load_models))
         if errors and self.options.exit_on_error:
             await self._models.unload_all()
+            await self._models.finalize_agents()
             self._models.close()
             self._live = False
             raise TritonError(

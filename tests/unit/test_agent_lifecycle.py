@@ -26,14 +26,18 @@ def agents_config(log: Path, hang_on: str = "") -> str:
 ] }}"""
 
 
-async def agent_server(tmp_path: Path, hang_on: str = "") -> tuple[Server, Path, Path]:
+async def agent_server(
+    tmp_path: Path, hang_on: str = "", extra: str = ""
+) -> tuple[Server, Path, Path]:
     """A started server with model "m" watched by agents A and B; its agent log; the repo."""
     log = tmp_path / "agents.log"
     repo = tmp_path / "models"
-    write_numpy_model(repo, "m", extra=agents_config(log, hang_on))
+    write_numpy_model(repo, "m", extra=agents_config(log, hang_on) + extra)
+    write_numpy_model(repo, "other")
     plugins = plugin_manager([("numpy", numpy_backend), ("agents", agent_plugin)])
-    options = ServerOptions([repo], model_control_mode="explicit", load_models=["m"])
+    options = ServerOptions([repo], exit_on_error=False)
     server = Server(options, plugins)
+    agent_plugin.RELEASE.clear()
     await server.start()
     return server, log, repo
 
@@ -117,3 +121,26 @@ async def test_a_hung_agent_cannot_hold_the_stop_past_its_deadline(tmp_path):
     finally:
         agent_plugin.RELEASE.set()
     assert ["A", "UNLOAD"] in [row[:2] for row in entries(log)]
+
+
+async def test_an_agent_hung_at_load_fails_the_load_at_its_timeout_and_hears_load_fail(tmp_path):
+    timeout = '\nparameters { key: "load_timeout_secs" value { string_value: "1" } }'
+    try:
+        server, log, _ = await agent_server(tmp_path, hang_on="LOAD", extra=timeout)
+        index = {entry.name: entry for entry in server.models.index()}
+        assert index["m"].state == "UNAVAILABLE"
+        assert (
+            "failed to load 'm': its repository agents and config auto-complete did not "
+            "finish within load_timeout_secs=1" in index["m"].reason
+        )
+        assert server.models.is_ready("other")
+    finally:
+        agent_plugin.RELEASE.set()
+    # the abandoned LOAD goes on once released; its agents then hear LOAD_FAIL, in reverse
+    expected = [["A", "LOAD"], ["B", "LOAD"], ["B", "LOAD_FAIL"], ["A", "LOAD_FAIL"]]
+    for _ in range(6000):  # bounded: 60 s at most
+        if [row[:2] for row in entries(log)] == expected:
+            break
+        await asyncio.sleep(0.01)
+    assert [row[:2] for row in entries(log)] == expected
+    assert await server.stop(grace_seconds=60)

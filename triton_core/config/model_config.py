@@ -159,10 +159,11 @@ def validate(config: ModelConfig, *, gpu_count: int = 0) -> None:
         timeout_parameter(config, key)
 
 
-def timeout_parameter(config: ModelConfig, key: str) -> float | None:
+def timeout_parameter(config: ModelConfig, key: str, model: str = "") -> float | None:
     """A timeout in seconds from the config's ``parameters``; None when it is not set.
 
-    Refuses anything but a positive, finite number of seconds, naming model and key.
+    Refuses anything but a positive, finite number of seconds, naming the model (``model``,
+    for a config as written, which may not name it) and the key.
     """
     if key not in config.parameters:
         return None
@@ -173,8 +174,8 @@ def timeout_parameter(config: ModelConfig, key: str) -> float | None:
         seconds = math.nan
     if not math.isfinite(seconds) or seconds <= 0:
         raise invalid_arg(
-            f"model '{config.name}' parameter '{key}' must be a positive number of seconds, "
-            f"got '{text}'"
+            f"model '{model or config.name}' parameter '{key}' must be a positive number of "
+            f"seconds, got '{text}'"
         )
     return seconds
 

@@ -20,8 +20,10 @@ import enum
 import logging
 import shutil
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 from triton_core.config import (
     LOAD_TIMEOUT_PARAMETER,
@@ -46,6 +48,8 @@ from triton_core.scheduling.ensemble import ensemble_load_order, is_ensemble, st
 from triton_core.types import ModelIndexEntry
 
 logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 READY = "READY"
 UNAVAILABLE = "UNAVAILABLE"
@@ -223,7 +227,14 @@ class ModelRepositoryManager:
             return record.error
         async with self._load_slots:
             try:
-                prepared = await asyncio.to_thread(self._prepare_blocking, record)
+                folder, root, raw = await asyncio.to_thread(self._read_config, record)
+                prepared = await self._bounded(
+                    lambda: self._prepare_blocking(record, folder, root, raw),
+                    timeout_parameter(raw, LOAD_TIMEOUT_PARAMETER, record.name),
+                    f"failed to load '{record.name}': its repository agents and config "
+                    "auto-complete",
+                    self._release_late_prepare,
+                )
             except Exception as exc:
                 error = load_error(exc, record.name)
                 logger.error("failed to load '%s': %s", record.name, error.message)
@@ -235,7 +246,8 @@ class ModelRepositoryManager:
         record.dependencies = step_models(prepared.config) if is_ensemble(prepared.config) else {}
         return prepared
 
-    def _prepare_blocking(self, record: ModelRecord) -> PreparedModel:
+    def _read_config(self, record: ModelRecord) -> tuple[Path, Path, ModelConfig]:
+        """The model's folder, its repository root and its config as written (blocking)."""
         assert record.source is not None or record.override is not None
         name = record.name
         if record.override is not None and record.override.folder is not None:
@@ -249,6 +261,13 @@ class ModelRepositoryManager:
             if record.override is not None
             else read_model_config(name, folder)
         )
+        return folder, root, raw
+
+    def _prepare_blocking(
+        self, record: ModelRecord, folder: Path, root: Path, raw: ModelConfig
+    ) -> PreparedModel:
+        """Agents' LOAD, then auto-complete and validation of the config (blocking)."""
+        name = record.name
         location, agents = self._agents_load(record, raw, folder)
         try:
             if location != folder:
@@ -365,36 +384,42 @@ class ModelRepositoryManager:
         return errors[0] if errors else None
 
     async def _load_version(self, prepared: PreparedModel, version: int) -> LoadedModel:
-        """One version, within the config's ``load_timeout_secs`` if it sets one.
-
-        A load that runs past it fails with UNAVAILABLE; its thread cannot be stopped and is
-        left to finish, and what it loads then is unloaded at once.
-        """
-        timeout = timeout_parameter(prepared.config, LOAD_TIMEOUT_PARAMETER)
-        if timeout is None:
-            return await asyncio.to_thread(self._loader.load_version, prepared, version)
+        """One version, within the config's ``load_timeout_secs`` if it sets one."""
         name = prepared.config.name
+        return await self._bounded(
+            lambda: self._loader.load_version(prepared, version),
+            timeout_parameter(prepared.config, LOAD_TIMEOUT_PARAMETER),
+            f"failed to load '{name}' version {version}: the load",
+            self._release_late_load,
+        )
+
+    @staticmethod
+    async def _bounded(
+        call: Callable[[], T], timeout: float | None, what: str, late: Callable[[T], None]
+    ) -> T:
+        """``call`` off the loop, within ``timeout`` seconds (None: unbounded).
+
+        Past it, raises UNAVAILABLE "<what> did not finish within load_timeout_secs=<n>"; the
+        call's thread cannot be stopped and is abandoned, and ``late`` gets what it returns
+        if it ever does.
+        """
+        if timeout is None:
+            return await asyncio.to_thread(call)
         try:
-            return await asyncio.wait_for(
-                run_detached(
-                    lambda: self._loader.load_version(prepared, version),
-                    f"load:{name}:{version}",
-                    late=self._release_late_load,
-                ),
-                timeout,
-            )
+            return await asyncio.wait_for(run_detached(call, "load", late=late), timeout)
         except TimeoutError:
-            logger.error(
-                "loading '%s' version %d did not finish within %s=%g; its thread is abandoned",
-                name,
-                version,
-                LOAD_TIMEOUT_PARAMETER,
-                timeout,
-            )
-            raise unavailable(
-                f"failed to load '{name}' version {version}: the load did not finish within "
-                f"{LOAD_TIMEOUT_PARAMETER}={timeout:g}"
-            ) from None
+            message = f"{what} did not finish within {LOAD_TIMEOUT_PARAMETER}={timeout:g}"
+            logger.error("%s; its thread is abandoned", message)
+            raise unavailable(message) from None
+
+    def _release_late_prepare(self, prepared: PreparedModel) -> None:
+        logger.warning(
+            "the timed-out preparation of '%s' finished after all: its agents get LOAD_FAIL",
+            prepared.config.name,
+        )
+        task = asyncio.create_task(self._agents_send(prepared.agents, AgentAction.LOAD_FAIL))
+        self._retiring.add(task)
+        task.add_done_callback(self._retiring.discard)
 
     def _release_late_load(self, model: LoadedModel) -> None:
         logger.warning(
