@@ -114,6 +114,16 @@ class ModelInstance(ABC):
     def finalize(self) -> None:  # noqa: B027 - optional hook
         """Release what the instance holds. Called once, after its last ``execute``."""
 
+    def interrupt(self) -> None:  # noqa: B027 - optional hook
+        """A batch ran past the model's ``execute_timeout_secs``: end that call if you can.
+
+        Called on the event loop, once per timed-out batch, while the call may still run.
+        The batch has already failed and the instance is marked unhealthy; it takes batches
+        again once the call returns (its results are dropped). An instance that runs in
+        another process may kill it and let its next batch start a new one; a thread cannot
+        be stopped, so the default does nothing. Must not block; exceptions are logged.
+        """
+
     def abort(self) -> None:  # noqa: B027 - optional hook
         """The server's stop deadline passed while this instance may still be executing.
 

@@ -142,6 +142,16 @@ class TritonCollector(Collector):
             "Batches sent to an instance, by why the batcher sent them (beyond Triton)",
             "counter",
         )
+        unhealthy = _family(
+            "nv_model_instance_unhealthy",
+            "Instances that ran past execute_timeout_secs and have not returned (beyond Triton)",
+            "gauge",
+        )
+        timeouts = _family(
+            "nv_model_execute_timeout",
+            "Batches that ran past execute_timeout_secs and failed (beyond Triton)",
+            "counter",
+        )
         for model in models:
             stats: ModelStatistics = model.statistics
             labels = {"model": stats.name, "version": str(stats.version)}
@@ -186,6 +196,10 @@ class TritonCollector(Collector):
                 dispatch.add_sample(
                     "nv_inference_batch_dispatch", {**labels, "reason": reason}, count
                 )
+            watch = model.pool.watch
+            if watch is not None:  # only models that set execute_timeout_secs
+                unhealthy.add_sample("nv_model_instance_unhealthy", labels, watch.unhealthy_count)
+                timeouts.add_sample("nv_model_execute_timeout", labels, watch.timeouts)
         yield from families.values()
         yield pending
         if self._options.counter_latencies:
@@ -196,6 +210,9 @@ class TritonCollector(Collector):
             yield histogram
         yield batch_sizes
         yield dispatch
+        if unhealthy.samples:
+            yield unhealthy
+            yield timeouts
 
 
 def _cache_families(stats: CacheStatistics) -> Iterator[Metric]:

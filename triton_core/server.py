@@ -152,6 +152,7 @@ class Server:
         errors = await self._models.start(mode, list(self.options.load_models))
         if errors and self.options.exit_on_error:
             await self._models.unload_all()
+            await self._models.finalize_agents()
             self._models.close()
             self._live = False
             raise TritonError(
@@ -239,6 +240,7 @@ class Server:
     async def _release_everything(self) -> None:
         assert self._models is not None
         await self._models.unload_all()
+        await self._models.finalize_agents()
         self._models.close()
         if self.cache is not None:
             await self.cache.close()

@@ -6,6 +6,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 
 import numpy as np
 import tritonclient.http as httpclient
@@ -166,5 +167,53 @@ def test_exit_timeout_bounds_the_whole_stop_with_a_hung_execute(tmp_path):
         assert took < 10, (took, log[-3000:])
         assert "Exit timeout expired. Exiting immediately." in log  # not the watchdog
         assert "error" in outcome, outcome
+    finally:
+        process.stop()
+
+
+def test_a_hung_load_and_a_hung_execute_fail_only_their_models(tmp_path):
+    repo = tmp_path / "models"
+    started = tmp_path / "started"
+    write_numpy_model(
+        repo,
+        "hung_load",
+        extra='parameters { key: "hang_load" value { string_value: "true" } }\n'
+        'parameters { key: "load_timeout_secs" value { string_value: "2" } }',
+    )
+    _slow_model(repo, "hung_execute", 600_000, started)
+    with open(repo / "hung_execute" / "config.pbtxt", "a") as config:
+        config.write(
+            'parameters { key: "execute_timeout_secs" value { string_value: "2" } }\n'
+            "instance_group [{ count: 1 kind: KIND_CPU }]\n"
+        )
+    write_numpy_model(repo, "good")
+    process = ServerProcess([repo], "--exit-on-error=false", env=NUMPY_PLUGIN)
+    try:
+        process.wait_ready(path="/v2/health/live")  # start-up ends despite the hung load
+        client = httpclient.InferenceServerClient(process.http_url, network_timeout=90)
+        index = {entry["name"]: entry for entry in client.get_model_repository_index()}
+        assert index["hung_load"]["state"] == "UNAVAILABLE"
+        assert "did not finish within load_timeout_secs=2" in index["hung_load"]["reason"]
+        assert client.is_model_ready("hung_execute") and client.is_model_ready("good")
+
+        thread, outcome, _ = _infer_in_background(process, "hung_execute")
+        _wait_for_file(started, process)
+        thread.join(60)  # fails after 2 s (checked 4 times per period), far below 600 s
+        assert "execute_timeout_secs=2" in str(outcome.get("error")), outcome
+        assert not client.is_model_ready("hung_execute")
+        assert not client.is_server_ready()
+        assert client.is_model_ready("good")
+        with urllib.request.urlopen(process.metrics_url, timeout=30) as reply:
+            metrics = reply.read().decode()
+        assert 'nv_model_instance_unhealthy{model="hung_execute",version="1"} 1' in metrics
+        assert 'nv_model_execute_timeout{model="hung_execute",version="1"} 1' in metrics
+
+        began = time.monotonic()
+        code = process.stop(timeout=60)
+        log = process.log()
+        assert code == 0, log[-3000:]
+        assert time.monotonic() - began < 30, log[-3000:]  # the hung call is left behind
+        assert "its thread is abandoned" in log
+        assert "did not finish a batch within execute_timeout_secs=2" in log
     finally:
         process.stop()

@@ -293,18 +293,45 @@ def _ready(client, name: str) -> bool:
         return False
 
 
-def test_repository_agents_order_relocation_and_failure(repo, tmp_path):
-    log = tmp_path / "agents.log"
-    write_numpy_model(
-        repo,
-        "watched",
-        kind="add_sub",
-        extra=f"""model_repository_agents {{ agents [
+def recorder_agents(log) -> str:  # type: ignore[no-untyped-def]
+    """Agents A (logs) then B (logs, and relocates the model to a temporary copy)."""
+    return f"""model_repository_agents {{ agents [
   {{ name: "recorder_a" parameters {{ key: "log" value: "{log}" }} }},
   {{ name: "recorder_b" parameters [ {{ key: "log" value: "{log}" }},
                                      {{ key: "relocate" value: "true" }} ] }}
-] }}""",
-    )
+] }}"""
+
+
+def test_poll_mode_reload_unloads_the_replaced_versions_agents(repo, tmp_path):
+    log = tmp_path / "agents.log"
+    write_numpy_model(repo, "watched", kind="add_sub", extra=recorder_agents(log))
+    with ServerProcess(
+        [repo], "--model-control-mode=poll", "--repository-poll-secs", "0.2", env=PLUGINS
+    ) as process:
+        process.wait_ready()
+        client = httpclient.InferenceServerClient(process.http_url)
+        write_numpy_model(repo, "watched", kind="add_sub", versions=(1, 2),
+                          extra=recorder_agents(log))  # fmt: skip
+        wait_for(lambda: client.get_model_metadata("watched")["versions"] == ["2"],
+                 what="version 2 to replace version 1")  # fmt: skip
+        wait_for(lambda: log.read_text().count("UNLOAD_COMPLETE") == 2,
+                 what="the replaced set's UNLOAD_COMPLETE")  # fmt: skip
+        client.infer("watched", inputs(1))
+    rows = [line.split() for line in log.read_text().splitlines()]
+    load = [["A", "LOAD"], ["B", "LOAD"], ["B", "LOAD_COMPLETE"], ["A", "LOAD_COMPLETE"]]
+    unload = [["A", "UNLOAD"], ["B", "UNLOAD"], ["B", "UNLOAD_COMPLETE"], ["A", "UNLOAD_COMPLETE"]]
+    # first set, second set, the first set's unload, then the second set's at stop
+    finalize = [["A", "FINALIZE"], ["B", "FINALIZE"]]  # once each, in the order first used
+    assert [row[:2] for row in rows] == load + load + unload + unload + finalize
+    first, second = rows[3][3], rows[7][3]
+    assert first != second
+    assert all(row[3] == first for row in rows[8:12])
+    assert all(row[3] == second for row in rows[12:16])
+
+
+def test_repository_agents_order_relocation_and_failure(repo, tmp_path):
+    log = tmp_path / "agents.log"
+    write_numpy_model(repo, "watched", kind="add_sub", extra=recorder_agents(log))
     write_numpy_model(
         repo,
         "refused",

@@ -5,7 +5,9 @@ be tested without any framework installed. The model kind comes from the config 
 ``kind`` (``identity`` copies every input to the output of the same index; ``add_sub`` adds
 and subtracts INPUT0 and INPUT1; ``fail`` raises; ``sleep`` waits ``sleep_ms`` first).
 With the parameter ``started_file``, each ``execute`` first appends a line to that file, so
-that a test knows a batch is running.
+that a test knows a batch is running. In-process tests may set an instance's ``gate`` (a
+``threading.Event``): ``execute`` then signals ``entered`` and waits for the gate. The
+parameter ``hang_load`` ("true") makes the load wait until ``RELEASE_LOADS`` is set.
 
 Kinds that misbehave, for the server's output checks and error attribution (each is
 ``identity`` gone wrong): ``wrong_dtype`` (values of another numpy dtype than the config's),
@@ -27,6 +29,7 @@ Stateful kinds, for ``sequence_batching`` models:
 
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 
@@ -49,6 +52,9 @@ from triton_core.protos.model_config_pb2 import ModelSequenceBatching
 
 Kind = ModelSequenceBatching.Control.Kind
 
+#: hung loads (``hang_load``) go on when a test sets this
+RELEASE_LOADS = threading.Event()
+
 
 class NumpyInstance(ModelInstance):
     def __init__(self, context: ModelContext, spec: InstanceSpec) -> None:
@@ -63,6 +69,8 @@ class NumpyInstance(ModelInstance):
         self.inputs = [t.name for t in config.input]
         self.outputs = [(t.name, wire_datatype(t.data_type)) for t in config.output]
         self.executions: list[int] = []
+        self.entered = threading.Event()
+        self.gate: threading.Event | None = None
         # sequence_batching: control inputs by kind name, implicit states, per-sequence sums
         self.controls = _control_inputs(config)
         self.states = [
@@ -77,6 +85,9 @@ class NumpyInstance(ModelInstance):
         if self.started_file:
             with open(self.started_file, "a") as started:
                 started.write(f"{len(requests)}\n")
+        self.entered.set()
+        if self.gate is not None:
+            self.gate.wait(120)
         if self.sleep:
             time.sleep(self.sleep)
         if self.kind == "fail":
@@ -213,6 +224,8 @@ class NumpyBackend(Backend):
         parameters = context.config.parameters
         if "load_sleep_ms" in parameters:  # a slow load, for readiness-during-load tests
             time.sleep(float(parameters["load_sleep_ms"].string_value) / 1000)
+        if "hang_load" in parameters:
+            RELEASE_LOADS.wait()
         if "fail_load" in parameters:
             raise internal(f"numpy backend was told to fail loading '{context.name}'")
         return NumpyModel(context)

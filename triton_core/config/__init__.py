@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from triton_core.config.model_config import (
     CONFIG_FILENAME,
+    EXECUTE_TIMEOUT_PARAMETER,
+    LOAD_TIMEOUT_PARAMETER,
     config_from_json,
     config_to_json,
     instance_kind_name,
@@ -11,6 +13,7 @@ from triton_core.config.model_config import (
     parse_config_text,
     read_config_file,
     scheduling_choice,
+    timeout_parameter,
     validate,
     wire_datatype,
 )
@@ -18,6 +21,8 @@ from triton_core.protos.model_config_pb2 import ModelConfig
 
 __all__ = [
     "CONFIG_FILENAME",
+    "EXECUTE_TIMEOUT_PARAMETER",
+    "LOAD_TIMEOUT_PARAMETER",
     "ModelConfig",
     "config_from_json",
     "config_to_json",
@@ -26,6 +31,7 @@ __all__ = [
     "parse_config_text",
     "read_config_file",
     "scheduling_choice",
+    "timeout_parameter",
     "validate",
     "wire_datatype",
 ]

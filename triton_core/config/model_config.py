@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,11 @@ from triton_core.protos.model_config_pb2 import (
 )
 
 CONFIG_FILENAME = "config.pbtxt"
+
+#: model config ``parameters`` (beyond Triton) that bound each version's load and each
+#: batch's execute, in seconds; unset means no bound
+LOAD_TIMEOUT_PARAMETER = "load_timeout_secs"
+EXECUTE_TIMEOUT_PARAMETER = "execute_timeout_secs"
 
 _KIND_NAMES: dict[int, str] = {
     ModelInstanceGroup.KIND_CPU: "CPU",
@@ -149,6 +155,29 @@ def validate(config: ModelConfig, *, gpu_count: int = 0) -> None:
         _validate_dynamic_batching(config)
     if config.HasField("sequence_batching"):
         _validate_sequence_batching(config)
+    for key in (LOAD_TIMEOUT_PARAMETER, EXECUTE_TIMEOUT_PARAMETER):
+        timeout_parameter(config, key)
+
+
+def timeout_parameter(config: ModelConfig, key: str, model: str = "") -> float | None:
+    """A timeout in seconds from the config's ``parameters``; None when it is not set.
+
+    Refuses anything but a positive, finite number of seconds, naming the model (``model``,
+    for a config as written, which may not name it) and the key.
+    """
+    if key not in config.parameters:
+        return None
+    text = config.parameters[key].string_value
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = math.nan
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise invalid_arg(
+            f"model '{model or config.name}' parameter '{key}' must be a positive number of "
+            f"seconds, got '{text}'"
+        )
+    return seconds
 
 
 def _validate_dynamic_batching(config: ModelConfig) -> None:

@@ -5,6 +5,14 @@ As Triton's repository agents: the agents a model's config lists
 different model folder (a verified or decrypted copy); after the load, the agents that saw
 LOAD get LOAD_COMPLETE or LOAD_FAIL in reverse order. Unloading sends UNLOAD in order and
 UNLOAD_COMPLETE in reverse. A failing agent fails the load with its message.
+
+Each load is one agent set: it hears LOAD, then LOAD_FAIL, or LOAD_COMPLETE and later
+UNLOAD and UNLOAD_COMPLETE, exactly once each. A reload that replaces the serving versions
+sends the old set UNLOAD when it swaps the new versions in and UNLOAD_COMPLETE once the old
+versions finished their requests and unloaded; a failed reload releases the versions it
+loaded, then sends its own set LOAD_FAIL (and nothing more), while the old set serves on.
+At server stop every loaded model's set hears UNLOAD and UNLOAD_COMPLETE, then each agent's
+:meth:`RepositoryAgent.finalize` runs, all within the stop's deadline.
 """
 
 from __future__ import annotations
@@ -53,4 +61,14 @@ class RepositoryAgent(ABC):
 
         Raise :class:`~triton_core.TritonError` to fail a LOAD (its message names the
         problem). Errors on the other actions are logged and do not change the outcome.
+        After LOAD_FAIL no other action follows for that load: release what LOAD made
+        (a decrypted copy) then, or on UNLOAD_COMPLETE after a LOAD_COMPLETE.
+        """
+
+    def finalize(self) -> None:  # noqa: B027 - optional hook
+        """Release what the agent holds across models (temporary roots, connections).
+
+        Called once at server stop, off the event loop, after every model it acted on has
+        seen UNLOAD_COMPLETE. Runs within ``--exit-timeout-secs``: an agent still busy when
+        the deadline passes is left behind and the server exits. Errors are logged.
         """

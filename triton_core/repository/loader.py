@@ -13,17 +13,20 @@ from typing import TYPE_CHECKING
 from triton_core.backend import Backend, InstanceSpec, ModelContext
 from triton_core.config import (
     CONFIG_FILENAME,
+    EXECUTE_TIMEOUT_PARAMETER,
     ModelConfig,
     instance_kind_name,
     normalize,
     read_config_file,
     scheduling_choice,
+    timeout_parameter,
     validate,
 )
 from triton_core.errors import TritonError, internal, invalid_arg
 from triton_core.failures import exception_text, model_label, raised
 from triton_core.model import LoadedModel, ModelSignature
 from triton_core.registry import BackendRegistry, BatchStrategyRegistry, SchedulerRegistry
+from triton_core.repository.agent_set import AgentSet
 from triton_core.repository.layout import is_within, select_versions, version_folders
 from triton_core.scheduling.base import SchedulerContext
 from triton_core.scheduling.ensemble import EnsembleModel, is_ensemble, validate_ensemble_config
@@ -56,6 +59,8 @@ class PreparedModel:
     backend: Backend | None
     model_dir: Path
     versions: dict[int, Path]
+    #: the repository agents that saw this load's LOAD (the manager fills it in)
+    agents: AgentSet = field(default_factory=AgentSet)
 
 
 class ModelLoader:
@@ -259,6 +264,7 @@ class ModelLoader:
             config.name,
             statistics,
             origin=signature.origin,
+            execute_timeout=timeout_parameter(config, EXECUTE_TIMEOUT_PARAMETER),
         )
         try:
             scheduler = factory.value(

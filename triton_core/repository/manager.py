@@ -5,6 +5,12 @@ A reload loads the new versions beside the serving ones and swaps them in when t
 ready; the old versions finish the requests they accepted and then unload. A failed reload
 leaves the old versions serving. Every change to one model is serialised by that model's
 lock; lookups (the hot path) never wait for it.
+
+Repository agents follow Triton's order (see :mod:`triton_core.repository.agent_set`): a
+reload's agents get LOAD_COMPLETE, then the replaced set's agents UNLOAD at once and
+UNLOAD_COMPLETE after its versions drained and unloaded; a failed reload releases the new
+versions, then its agents get LOAD_FAIL, and the serving set's agents hear nothing.
+The reload returns once the replaced set heard UNLOAD; its requests drain after.
 """
 
 from __future__ import annotations
@@ -14,13 +20,21 @@ import enum
 import logging
 import shutil
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
-from triton_core.config import ModelConfig, config_from_json
+from triton_core.config import (
+    LOAD_TIMEOUT_PARAMETER,
+    ModelConfig,
+    config_from_json,
+    timeout_parameter,
+)
 from triton_core.errors import TritonError, internal, invalid_arg, unavailable
 from triton_core.model import LoadedModel
 from triton_core.registry import RepositoryAgentRegistry
+from triton_core.repository.agent_set import AgentSet, notify, run_detached
 from triton_core.repository.agents import AgentAction, AgentModel, RepositoryAgent
 from triton_core.repository.loader import (
     ModelLoader,
@@ -35,11 +49,16 @@ from triton_core.types import ModelIndexEntry
 
 logger = logging.getLogger(__name__)
 
+T = TypeVar("T")
+
 READY = "READY"
 UNAVAILABLE = "UNAVAILABLE"
 LOADING = "LOADING"
 UNLOADING = "UNLOADING"
 UNLOADED_REASON = "unloaded"
+UNHEALTHY_REASON = (
+    "every instance is unhealthy: each ran past execute_timeout_secs and has not returned"
+)
 
 
 class ControlMode(enum.Enum):
@@ -88,8 +107,8 @@ class ModelRecord:
     override: LoadOverride | None = None
     #: a load or reload is under way
     loading: bool = False
-    #: agents that saw this version set's LOAD, for UNLOAD later
-    agents: list[tuple[RepositoryAgent, AgentModel]] = field(default_factory=list)
+    #: the agents that saw the serving version set's LOAD, for its UNLOAD later
+    agents: AgentSet = field(default_factory=AgentSet)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     def refresh_latest(self) -> None:
@@ -208,7 +227,14 @@ class ModelRepositoryManager:
             return record.error
         async with self._load_slots:
             try:
-                prepared = await asyncio.to_thread(self._prepare_blocking, record)
+                folder, root, raw = await asyncio.to_thread(self._read_config, record)
+                prepared = await self._bounded(
+                    lambda: self._prepare_blocking(record, folder, root, raw),
+                    timeout_parameter(raw, LOAD_TIMEOUT_PARAMETER, record.name),
+                    f"failed to load '{record.name}': its repository agents and config "
+                    "auto-complete",
+                    self._release_late_prepare,
+                )
             except Exception as exc:
                 error = load_error(exc, record.name)
                 logger.error("failed to load '%s': %s", record.name, error.message)
@@ -220,7 +246,8 @@ class ModelRepositoryManager:
         record.dependencies = step_models(prepared.config) if is_ensemble(prepared.config) else {}
         return prepared
 
-    def _prepare_blocking(self, record: ModelRecord) -> PreparedModel:
+    def _read_config(self, record: ModelRecord) -> tuple[Path, Path, ModelConfig]:
+        """The model's folder, its repository root and its config as written (blocking)."""
         assert record.source is not None or record.override is not None
         name = record.name
         if record.override is not None and record.override.folder is not None:
@@ -234,20 +261,27 @@ class ModelRepositoryManager:
             if record.override is not None
             else read_model_config(name, folder)
         )
+        return folder, root, raw
+
+    def _prepare_blocking(
+        self, record: ModelRecord, folder: Path, root: Path, raw: ModelConfig
+    ) -> PreparedModel:
+        """Agents' LOAD, then auto-complete and validation of the config (blocking)."""
+        name = record.name
         location, agents = self._agents_load(record, raw, folder)
         try:
             if location != folder:
                 folder, root = location, location.parent
             prepared = self._loader.prepare(name, folder, root, raw)
         except Exception:
-            self._agents_notify(agents, AgentAction.LOAD_FAIL)
+            agents.send(AgentAction.LOAD_FAIL)
             raise
-        record.agents = agents
+        prepared.agents = agents
         return prepared
 
     def _agents_load(
         self, record: ModelRecord, raw: ModelConfig, folder: Path
-    ) -> tuple[Path, list[tuple[RepositoryAgent, AgentModel]]]:
+    ) -> tuple[Path, AgentSet]:
         """LOAD to each agent the config lists, in order; an agent may move the model."""
         location = folder
         active: list[tuple[RepositoryAgent, AgentModel]] = []
@@ -257,7 +291,7 @@ class ModelRepositoryManager:
             try:
                 moved = agent.act(AgentAction.LOAD, seen)
             except Exception as exc:
-                self._agents_notify(active, AgentAction.LOAD_FAIL)
+                notify(active, AgentAction.LOAD_FAIL)
                 if isinstance(exc, TritonError):
                     raise TritonError(
                         exc.status,
@@ -272,7 +306,7 @@ class ModelRepositoryManager:
                 location = Path(moved)
         for _, seen in active:  # later actions see where the model now is
             seen.location = location
-        return location, active
+        return location, AgentSet(active)
 
     def _agent(self, name: str, model: str) -> RepositoryAgent:
         agent = self._agent_objects.get(name)
@@ -288,16 +322,12 @@ class ModelRepositoryManager:
         return agent
 
     @staticmethod
-    def _agents_notify(
-        agents: list[tuple[RepositoryAgent, AgentModel]], action: AgentAction
-    ) -> None:
-        """LOAD_COMPLETE/LOAD_FAIL/UNLOAD_COMPLETE go in reverse order; UNLOAD in order."""
-        ordered = agents if action is AgentAction.UNLOAD else list(reversed(agents))
-        for agent, model in ordered:
-            try:
-                agent.act(action, model)
-            except Exception:
-                logger.exception("repository agent failed on %s of '%s'", action.value, model.name)
+    async def _agents_send(agents: AgentSet, action: AgentAction) -> None:
+        """``action`` to a set's agents off the loop; a hung agent holds only this await."""
+        if agents.agents:
+            await run_detached(lambda: agents.send(action), f"agents:{action.value}")
+        else:
+            agents.send(action)
 
     async def _swap_in(self, record: ModelRecord, prepared: PreparedModel) -> TritonError | None:
         """Load the selected versions beside the serving ones, then swap and retire the old.
@@ -314,9 +344,7 @@ class ModelRepositoryManager:
             for version in prepared.versions:
                 state = VersionState(LOADING)
                 try:
-                    state.model = await asyncio.to_thread(
-                        self._loader.load_version, prepared, version
-                    )
+                    state.model = await self._load_version(prepared, version)
                     self._live.add(state.model)
                     state.state = READY
                     logger.info("successfully loaded '%s' version %d", record.name, version)
@@ -330,29 +358,88 @@ class ModelRepositoryManager:
                 new_states[version] = state
                 if not reloading:
                     record.versions[version] = state
-        action = AgentAction.LOAD_FAIL if errors else AgentAction.LOAD_COMPLETE
-        await asyncio.to_thread(self._agents_notify, record.agents, action)
         if reloading and errors:
-            for state in new_states.values():
-                if state.model is not None:
-                    self._retire(state.model)
+            # as Triton: release what the failed reload loaded, then LOAD_FAIL
+            loaded = [state.model for state in new_states.values() if state.model is not None]
+            for model in loaded:
+                model.retired = True
+            await asyncio.gather(*(self._unload_model(model) for model in loaded))
+            await self._agents_send(prepared.agents, AgentAction.LOAD_FAIL)
             logger.error("reload of '%s' failed; the loaded versions keep serving", record.name)
             return errors[0]
-        old = [state.model for state in record.versions.values() if state.model is not None]
+        action = AgentAction.LOAD_FAIL if errors else AgentAction.LOAD_COMPLETE
+        await self._agents_send(prepared.agents, action)
+        new = {state.model for state in new_states.values()}
+        old = [
+            s.model for s in record.versions.values() if s.model is not None and s.model not in new
+        ]
+        old_agents, record.agents = record.agents, prepared.agents
         record.versions = new_states
         record.refresh_latest()
-        for model in old:
-            if model not in (state.model for state in new_states.values()):
-                self._retire(model)
+        if old:
+            for model in old:
+                model.retired = True
+            await self._agents_send(old_agents, AgentAction.UNLOAD)
+            self._retire(old, old_agents)
         return errors[0] if errors else None
 
-    def _retire(self, model: LoadedModel) -> None:
-        """Stop routing to ``model``; let it finish what it accepted, then unload it."""
-        model.retired = True
+    async def _load_version(self, prepared: PreparedModel, version: int) -> LoadedModel:
+        """One version, within the config's ``load_timeout_secs`` if it sets one."""
+        name = prepared.config.name
+        return await self._bounded(
+            lambda: self._loader.load_version(prepared, version),
+            timeout_parameter(prepared.config, LOAD_TIMEOUT_PARAMETER),
+            f"failed to load '{name}' version {version}: the load",
+            self._release_late_load,
+        )
 
-        task = asyncio.create_task(self._unload_model(model))
+    @staticmethod
+    async def _bounded(
+        call: Callable[[], T], timeout: float | None, what: str, late: Callable[[T], None]
+    ) -> T:
+        """``call`` off the loop, within ``timeout`` seconds (None: unbounded).
+
+        Past it, raises UNAVAILABLE "<what> did not finish within load_timeout_secs=<n>"; the
+        call's thread cannot be stopped and is abandoned, and ``late`` gets what it returns
+        if it ever does.
+        """
+        if timeout is None:
+            return await asyncio.to_thread(call)
+        try:
+            return await asyncio.wait_for(run_detached(call, "load", late=late), timeout)
+        except TimeoutError:
+            message = f"{what} did not finish within {LOAD_TIMEOUT_PARAMETER}={timeout:g}"
+            logger.error("%s; its thread is abandoned", message)
+            raise unavailable(message) from None
+
+    def _release_late_prepare(self, prepared: PreparedModel) -> None:
+        logger.warning(
+            "the timed-out preparation of '%s' finished after all: its agents get LOAD_FAIL",
+            prepared.config.name,
+        )
+        task = asyncio.create_task(self._agents_send(prepared.agents, AgentAction.LOAD_FAIL))
         self._retiring.add(task)
         task.add_done_callback(self._retiring.discard)
+
+    def _release_late_load(self, model: LoadedModel) -> None:
+        logger.warning(
+            "the timed-out load of '%s' version %d finished after all: unloading it",
+            model.name,
+            model.version,
+        )
+        model.retired = True
+        self._retire([model], AgentSet())
+
+    def _retire(self, models: list[LoadedModel], agents: AgentSet) -> None:
+        """Let a replaced version set finish what it accepted, then unload it; its agents
+        get UNLOAD_COMPLETE once every version has unloaded."""
+        task = asyncio.create_task(self._retire_set(models, agents))
+        self._retiring.add(task)
+        task.add_done_callback(self._retiring.discard)
+
+    async def _retire_set(self, models: list[LoadedModel], agents: AgentSet) -> None:
+        await asyncio.gather(*(self._unload_model(model) for model in models))
+        await self._agents_send(agents, AgentAction.UNLOAD_COMPLETE)
 
     # -- ensembles: they load after what they use, and are ready while their members are ------
 
@@ -364,7 +451,8 @@ class ModelRepositoryManager:
         )
         errors: list[TritonError | None] = []
         for name, error in cycles.items():
-            record = ensembles[name][0]
+            record, prepared = ensembles[name]
+            await self._agents_send(prepared.agents, AgentAction.LOAD_FAIL)
             record.error = error
             logger.error("failed to load '%s': %s", name, error.message)
             errors.append(error)
@@ -378,6 +466,7 @@ class ModelRepositoryManager:
         """Load a prepared model whose ensemble members (if any) are already loaded."""
         error = self._members_error(record)
         if error is not None:
+            await self._agents_send(prepared.agents, AgentAction.LOAD_FAIL)
             if not record.serving:
                 record.error = error
             logger.error("failed to load '%s': %s", record.name, error.message)
@@ -423,10 +512,16 @@ class ModelRepositoryManager:
 
     @staticmethod
     def _version_ready(record: ModelRecord, version: int) -> bool:
+        """Loaded, and not every instance hung past ``execute_timeout_secs``."""
         if version < 0:
-            return record.latest is not None
+            return record.latest is not None and record.latest.pool.healthy
         state = record.versions.get(version)
-        return state is not None and state.state == READY and state.model is not None
+        return (
+            state is not None
+            and state.state == READY
+            and state.model is not None
+            and state.model.pool.healthy
+        )
 
     # -- the repository API: load, unload, poll ------------------------------------------------
 
@@ -474,15 +569,11 @@ class ModelRepositoryManager:
             prepared = await self._prepare(record)
             if isinstance(prepared, TritonError):
                 raise prepared
-        if record.dependencies:
-            for member in sorted(record.dependencies):
-                if member in visiting or member == name:
-                    raise invalid_arg(f"circular dependency between ensembles: {name} -> {member}")
-                member_record = self._models.get(member)
-                if member_record is None or member_record.latest is None:
-                    await self.load(member, _loaded_by=name, _visiting=visiting | {name})
-                else:
-                    member_record.loaded_by.add(name)
+        try:
+            await self._load_members(record, visiting)
+        except BaseException:
+            await self._agents_send(prepared.agents, AgentAction.LOAD_FAIL)
+            raise
         async with record.lock:
             error = (
                 await self._load_checked(record, prepared)
@@ -491,6 +582,18 @@ class ModelRepositoryManager:
             )
         if error is not None:
             raise error
+
+    async def _load_members(self, record: ModelRecord, visiting: frozenset[str]) -> None:
+        """Load the models an ensemble's steps call that are not loaded yet."""
+        name = record.name
+        for member in sorted(record.dependencies):
+            if member in visiting or member == name:
+                raise invalid_arg(f"circular dependency between ensembles: {name} -> {member}")
+            member_record = self._models.get(member)
+            if member_record is None or member_record.latest is None:
+                await self.load(member, _loaded_by=name, _visiting=visiting | {name})
+            else:
+                member_record.loaded_by.add(name)
 
     async def _record_for_load(self, name: str, uploaded: bool) -> ModelRecord:
         """The model's record; a model built from uploaded files needs no repository folder."""
@@ -552,7 +655,7 @@ class ModelRepositoryManager:
         record.loaded_by.clear()
         record.error = None
         models = [state.model for state in record.versions.values() if state.model is not None]
-        await asyncio.to_thread(self._agents_notify, record.agents, AgentAction.UNLOAD)
+        await self._agents_send(record.agents, AgentAction.UNLOAD)
         record.latest = None
         for state in record.versions.values():
             if state.model is not None:
@@ -563,8 +666,8 @@ class ModelRepositoryManager:
         for state in record.versions.values():
             state.model = None
             state.state, state.reason = UNAVAILABLE, UNLOADED_REASON
-        await asyncio.to_thread(self._agents_notify, record.agents, AgentAction.UNLOAD_COMPLETE)
-        record.agents = []
+        await self._agents_send(record.agents, AgentAction.UNLOAD_COMPLETE)
+        record.agents = AgentSet()
         if record.override is not None and record.override.folder is not None:
             shutil.rmtree(record.override.folder, ignore_errors=True)
         record.override = None
@@ -625,6 +728,15 @@ class ModelRepositoryManager:
         await asyncio.gather(*(self._unload_locked(record) for record in records))
         if self._retiring:
             await asyncio.gather(*list(self._retiring), return_exceptions=True)
+
+    async def finalize_agents(self) -> None:
+        """Each agent's :meth:`~RepositoryAgent.finalize`, once, at server stop."""
+        agents, self._agent_objects = self._agent_objects, {}
+        for name, agent in agents.items():
+            try:
+                await run_detached(agent.finalize, f"agent:{name}:finalize")
+            except Exception:
+                logger.exception("finalizing repository agent '%s' failed", name)
 
     async def _unload_locked(self, record: ModelRecord) -> None:
         async with record.lock:
@@ -699,7 +811,11 @@ class ModelRepositoryManager:
                     continue
                 return False
             serving = True
-            if any(state.state == UNAVAILABLE for state in record.versions.values()):
+            if any(
+                state.state == UNAVAILABLE
+                or (state.model is not None and not state.model.pool.healthy)
+                for state in record.versions.values()
+            ):
                 return False
             if record.dependencies and self.unready_member(record) is not None:
                 return False
@@ -732,6 +848,8 @@ class ModelRepositoryManager:
                 status, reason = state.state, state.reason
                 if blocked is not None and status == READY:
                     status, reason = UNAVAILABLE, f"composing model '{blocked}' is not ready"
+                elif status == READY and state.model is not None and not state.model.pool.healthy:
+                    status, reason = UNAVAILABLE, UNHEALTHY_REASON
                 if ready_only and status != READY:
                     continue
                 entries.append(ModelIndexEntry(name, version, status, reason))

@@ -19,12 +19,13 @@ import logging
 import threading
 from collections import deque
 from collections.abc import Callable, Sequence
-from queue import SimpleQueue
+from queue import Empty, SimpleQueue
 from time import monotonic_ns
 from typing import TYPE_CHECKING
 
 from triton_core.errors import Status, TritonError
 from triton_core.failures import RepeatedFailureLog, model_label, raised
+from triton_core.scheduling.timeouts import ExecuteWatch
 from triton_core.statistics import ExecutionTimes, ModelStatistics
 from triton_core.streaming import note_instance
 
@@ -60,6 +61,7 @@ class InstancePool:
         statistics: ModelStatistics | None = None,
         *,
         origin: str = "",
+        execute_timeout: float | None = None,
     ) -> None:
         self.instances = list(instances)
         self.names = list(names)
@@ -89,6 +91,12 @@ class InstancePool:
         self._depth = [max(1, getattr(i, "max_batches_in_flight", 1)) for i in self.instances]
         self._waiting: deque[Batch] = deque()
         self._waiting_for: list[deque[Batch]] | None = None
+        #: execute_timeout_secs: which instances ran past it (None: no timeout)
+        self.watch = (
+            ExecuteWatch(execute_timeout, model_name, self.instances, names, loop, self._abandon)
+            if execute_timeout and self.instances
+            else None
+        )
         if self._event_driven:
             self._threads: list[threading.Thread] = []
             return
@@ -106,6 +114,12 @@ class InstancePool:
         return len(self.instances)
 
     @property
+    def healthy(self) -> bool:
+        """False once every instance ran past ``execute_timeout_secs`` and has not returned."""
+        watch = self.watch
+        return watch is None or watch.unhealthy_count < len(self.instances)
+
+    @property
     def idle_count(self) -> int:
         """Instances not executing a batch right now (approximate, for schedulers' hints)."""
         return self._idle
@@ -114,6 +128,10 @@ class InstancePool:
         self, requests: list[InferenceRequest], futures: list[asyncio.Future[InferenceResponse]]
     ) -> None:
         """Queue one batch; the next free instance executes it. Call on the event loop."""
+        watch = self.watch
+        if watch is not None and watch.unhealthy_count == len(self.instances):
+            _fail(futures, watch.unhealthy_error())
+            return
         self._outstanding += 1
         if self._event_driven:
             index = self._least_busy()
@@ -128,7 +146,10 @@ class InstancePool:
         """An idle event-driven instance, else one that may take another batch, else None."""
         busy = self._busy
         best = None
+        unhealthy = self.watch.unhealthy if self.watch is not None else None
         for index, held in enumerate(busy):
+            if unhealthy is not None and unhealthy[index]:
+                continue
             if not held:
                 return index
             if held < self._depth[index] and (best is None or held < busy[best]):
@@ -159,6 +180,10 @@ class InstancePool:
         futures: list[asyncio.Future[InferenceResponse]],
     ) -> None:
         """Queue one batch for instance ``index`` (after :meth:`pin`). Call on the event loop."""
+        watch = self.watch
+        if watch is not None and watch.unhealthy[index]:
+            _fail(futures, watch.unhealthy_error(index))
+            return
         if self._waiting_for is not None:
             self._outstanding += 1
             if self._busy[index]:
@@ -190,6 +215,9 @@ class InstancePool:
         if requests and requests[0].response_sender is not None:
             note_instance(requests, self.names[index])
         start = monotonic_ns()
+        watch = self.watch
+        if watch is not None:
+            watch.began(index, futures)
 
         def done(
             result: Sequence[InferenceResponse] | BaseException | None,
@@ -197,6 +225,8 @@ class InstancePool:
         ) -> None:
             end = monotonic_ns()
             name = self.names[index]
+            if watch is not None:
+                watch.ended(index, futures)
             if isinstance(result, BaseException):
                 results = self._failed(result, len(requests), name)
             else:
@@ -245,6 +275,7 @@ class InstancePool:
         queue = self._queue
         resolve = self._resolve
         call_soon = self._loop.call_soon_threadsafe
+        watch = self.watch
         try:
             instance.thread_started()
         except Exception:
@@ -264,6 +295,8 @@ class InstancePool:
                 note_instance(requests, name)
             start = monotonic_ns()
             infer_start = infer_end = start
+            if watch is not None:
+                watch.began(index, futures)
             try:
                 infer_start = monotonic_ns()
                 responses = instance.execute(requests)
@@ -272,6 +305,8 @@ class InstancePool:
             except Exception as exc:  # a backend bug must fail the batch, not the thread
                 results = self._failed(exc, len(requests), name)
             end = monotonic_ns()
+            if watch is not None:
+                watch.ended(index, futures)
             times = ExecutionTimes(
                 start, infer_start - start, infer_end - infer_start, max(0, end - infer_end)
             )
@@ -289,6 +324,10 @@ class InstancePool:
         results: list[InferenceResponse | TritonError],
         times: ExecutionTimes,
     ) -> None:
+        if self.watch is not None and self.watch.abandoned and self.watch.late(futures):
+            if self.on_batch_done is not None:
+                self.on_batch_done()  # the instance is free again
+            return
         self._outstanding -= 1
         if self._drained is not None and not self._outstanding:
             self._drained.set()
@@ -316,6 +355,44 @@ class InstancePool:
         if self.on_batch_done is not None:
             self.on_batch_done()  # the scheduler may dispatch its next batch now
 
+    def _abandon(
+        self, index: int, futures: list[asyncio.Future[InferenceResponse]], error: TritonError
+    ) -> None:
+        """Fail a batch of instance ``index`` that ran past ``execute_timeout_secs`` (on the
+        event loop), and the batches that now have no instance to run on."""
+        assert self.watch is not None
+        self._batch_gone()
+        _fail(futures, error)
+        waiting = self._take_waiting(index)
+        if waiting:
+            pinned = self._pinned is not None or self._waiting_for is not None
+            refused = self.watch.unhealthy_error(index if pinned else None)
+            for _, waiting_futures in waiting:
+                self._batch_gone()
+                _fail(waiting_futures, refused)
+
+    def _batch_gone(self) -> None:
+        self._outstanding -= 1
+        if self._drained is not None and not self._outstanding:
+            self._drained.set()
+
+    def _take_waiting(self, index: int) -> list[Batch]:
+        """Batches queued for instance ``index`` alone, or for any, when none is healthy."""
+        assert self.watch is not None
+        if self._pinned is not None:
+            return _take_all(self._pinned[index])
+        if self._waiting_for is not None:
+            taken = list(self._waiting_for[index])
+            self._waiting_for[index].clear()
+            return taken
+        if self.watch.unhealthy_count < len(self.instances):
+            return []
+        if self._event_driven:
+            taken = list(self._waiting)
+            self._waiting.clear()
+            return taken
+        return _take_all(self._queue)
+
     def abort(self) -> None:
         """The stop deadline passed: each instance ends what it runs now (any thread)."""
         for instance in self.instances:
@@ -324,15 +401,55 @@ class InstancePool:
             except Exception:
                 logger.exception("aborting an instance of model '%s' failed", self._model_name)
 
+    def _hung(self) -> set[int]:
+        """Instances still in a call that ran past the timeout: a stop leaves them behind
+        (their threads end with the process) and does not finalize them under that call."""
+        watch = self.watch
+        if watch is None:
+            return set()
+        watch.stop()
+        hung = {index for index, unhealthy in enumerate(watch.unhealthy) if unhealthy}
+        for index in sorted(hung):
+            logger.warning(
+                "model '%s' instance '%s' is still in a timed-out call; leaving it behind",
+                self._model_name,
+                self.names[index],
+            )
+        return hung
+
     def stop(self) -> None:
         """Let queued batches finish, then end the threads and finalize the instances."""
         queues = self._pinned or [self._queue] * len(self._threads)
         for queue in queues:
             queue.put(None)
-        for thread in self._threads:
-            thread.join()
-        for instance in self.instances:
+        hung = self._hung()
+        for index, thread in enumerate(self._threads):
+            if index not in hung:
+                thread.join()
+        for index, instance in enumerate(self.instances):
+            if index in hung:
+                continue
             try:
                 instance.finalize()
             except Exception:
                 logger.exception("finalizing an instance of model '%s' failed", self._model_name)
+
+
+def _fail(futures: list[asyncio.Future[InferenceResponse]], error: TritonError) -> None:
+    for future in futures:
+        if not future.done():
+            future.set_exception(error)
+
+
+def _take_all(queue: SimpleQueue[Batch | None]) -> list[Batch]:
+    """The batches waiting in ``queue``; stops at a stop or pin marker, which stays."""
+    taken: list[Batch] = []
+    while True:
+        try:
+            batch = queue.get_nowait()
+        except Empty:
+            return taken
+        if batch is None or batch is _PIN:
+            queue.put(batch)
+            return taken
+        taken.append(batch)

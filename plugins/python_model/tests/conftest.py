@@ -242,6 +242,8 @@ class TritonPythonModel:
                 time.sleep(0.2)
             if action in (1, 3):
                 os.kill(os.getpid(), signal.SIGKILL)
+            if action == 4:  # hang, for execute_timeout_secs
+                time.sleep(600)
             start = time.time()
             if action == 2:
                 deadline = time.monotonic() + 0.3

@@ -198,3 +198,32 @@ async def test_stubs_run_under_the_batch_policy_unless_told_otherwise(
     async with make_server(repo, backend_options=options) as server:
         (instance,) = instances(server)
         assert os.sched_getscheduler(instance.pid) == getattr(os, policy)
+
+
+@pytest.mark.parametrize("thread_mode", [False, True])
+async def test_an_execute_past_its_timeout_kills_the_process_and_the_next_runs_on_a_new_one(
+    repo, write_model, models, make_server, no_leftovers, thread_mode
+):
+    config = models.PROCESS_CONFIG.replace("{count}", "1") + (
+        'parameters { key: "execute_timeout_secs" value { string_value: "1" } }\n'
+    )
+    write_model(repo, "proc", models.PROCESS, config)
+    options = {"python": {"instance-thread": "yes"}} if thread_mode else {}
+    async with make_server(repo, backend_options=options) as server:
+        (instance,) = instances(server)
+        assert instance.event_driven is not thread_mode
+        old_pid = instance.pid
+        with pytest.raises(TritonError) as info:
+            await server.infer(action(4))  # sleeps 600 s in the model
+        assert info.value.status is Status.UNAVAILABLE
+        assert "instance 'proc_0_0' did not finish executing within execute_timeout_secs=1" in (
+            info.value.message
+        )
+        # interrupt() killed the process; once its death ended the call, the instance is
+        # healthy again and the next request runs on a new process
+        for _ in range(6000):  # bounded: 60 s at most
+            if server.models.is_ready("proc"):
+                break
+            await asyncio.sleep(0.01)
+        response = await server.infer(action(0))
+        assert int(response.output("INFO").data[0]) == instance.pid != old_pid

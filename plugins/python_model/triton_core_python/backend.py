@@ -428,6 +428,11 @@ class PythonInstance(ModelInstance):
         )
         return self._stub
 
+    def interrupt(self) -> None:
+        # a batch ran past execute_timeout_secs: end the process; as after any death, its
+        # batches fail and a new process serves the next ones
+        self._stub.kill()
+
     def abort(self) -> None:
         # the server's stop deadline passed: no finalize, the process goes now
         self._closing = True
