@@ -512,7 +512,8 @@ def test_the_guide_example_refuses_a_config_that_contradicts_the_model(
     server = triton_server_factory(repository=repository, exit_on_error=False).server
     (entry,) = server.repository_index()
     assert not server.model_ready("m")
-    assert entry.reason.endswith(
+    assert entry.reason == (
         "model 'm': input 'x' has dims [5] in the config (max_batch_size 2, full shape [-1, 5]) "
-        "but shape [-1, 4] in the model"
+        "but shape [-1, 4] in the model (raised by backend 'matmul' (plugin "
+        "triton_core_matmul_example) in load_model())"
     )
