@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -20,7 +21,10 @@ PLUGIN_PACKAGES = (
     "plugins/python_model/triton_python_backend_utils.py",
     "plugins/repo_agents/triton_core_repo_agents",
     "tests/plugins/batch_strategy/triton_core_test_batch_strategy",
+    "examples/plugin_numpy_backend/triton_core_example_numpy",
 )
+#: an out-of-tree plugin with its tests, as the guide tells a third party to write one
+EXAMPLE = "examples/plugin_numpy_backend"
 #: the modules a plugin may import from the core
 PUBLIC_MODULES = frozenset({"triton_core", "triton_core.testing"})
 
@@ -29,8 +33,14 @@ def _is_core_module(name: str) -> bool:
     return name == "triton_core" or name.startswith("triton_core.")
 
 
-def core_imports(path: Path) -> list[tuple[int, str]]:
-    """(line, module) of every import of the core in ``path``, at any depth of the code."""
+def _is_core_tests_module(name: str) -> bool:
+    return name == "tests" or name.startswith("tests.")
+
+
+def core_imports(
+    path: Path, is_core: Callable[[str], bool] = _is_core_module
+) -> list[tuple[int, str]]:
+    """(line, module) of every import of the core (``is_core``) in ``path``, at any depth."""
     found = []
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
@@ -39,7 +49,7 @@ def core_imports(path: Path) -> list[tuple[int, str]]:
             modules = [alias.name for alias in node.names]
         else:
             continue
-        found += [(node.lineno, module) for module in modules if _is_core_module(module)]
+        found += [(node.lineno, module) for module in modules if is_core(module)]
     return found
 
 
@@ -63,6 +73,18 @@ def test_the_plugins_import_only_the_public_api():
     assert not private, "plugins import core internals:\n" + "\n".join(private)
 
 
+def test_the_example_tests_use_triton_core_testing_not_the_core_tests():
+    sources = sorted((ROOT / EXAMPLE / "tests").rglob("*.py"))
+    assert sources, f"{EXAMPLE}/tests moved: update EXAMPLE"
+    imported = [
+        f"{path.relative_to(ROOT)}:{line}: {module}"
+        for path in sources
+        for line, module in [*core_imports(path), *core_imports(path, _is_core_tests_module)]
+        if module not in PUBLIC_MODULES
+    ]
+    assert not imported, "the example's tests import private modules:\n" + "\n".join(imported)
+
+
 def test_the_check_finds_a_private_import_wherever_it_is(tmp_path):
     source = tmp_path / "plugin.py"
     source.write_text(
@@ -72,6 +94,7 @@ def test_the_check_finds_a_private_import_wherever_it_is(tmp_path):
         "    import triton_core.dtypes as dtypes\n"
         "    from triton_core.protos import model_config_pb2\n"
         "from triton_core_onnx import backend\n"
+        "from tests.support import ROOT\n"
     )
     assert core_imports(source) == [
         (1, "triton_core"),
@@ -79,6 +102,7 @@ def test_the_check_finds_a_private_import_wherever_it_is(tmp_path):
         (4, "triton_core.dtypes"),
         (5, "triton_core.protos"),
     ]
+    assert core_imports(source, _is_core_tests_module) == [(7, "tests.support")]
 
 
 def _type_checking_imports() -> dict[str, tuple[str, ...]]:
