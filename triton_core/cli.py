@@ -12,7 +12,7 @@ import logging
 import math
 import sys
 from collections.abc import Callable, Coroutine, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from triton_core import __version__
 from triton_core.frontends.grpc import limits as grpc_limits
@@ -23,6 +23,10 @@ from triton_core.metrics import MetricsOptions
 from triton_core.plugins import create_plugin_manager
 from triton_core.server import Server, ServerOptions
 from triton_core.statistics import DEFAULT_LATENCY_BUCKETS_MS
+
+if TYPE_CHECKING:
+    from triton_core.frontends.http.codec import JsonLimits
+    from triton_core.frontends.http.protocol import HttpLimits
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
@@ -95,6 +99,23 @@ def _add_http_limits(parser: argparse.ArgumentParser) -> None:
         ("--http-max-json-depth", _positive(int, 256), 32, "JSON nesting depth (400 beyond)"),
     ):
         parser.add_argument(flag, type=kind, default=default, help=help)
+
+
+def _http_limits(args: argparse.Namespace) -> tuple[HttpLimits, JsonLimits]:
+    """The HTTP limit flags as the frontend's limits (imported here: only ``serve`` needs them)."""
+    from triton_core.frontends.http.codec import JsonLimits
+    from triton_core.frontends.http.protocol import HttpLimits
+
+    limits = HttpLimits(
+        header_timeout=args.http_header_timeout_secs,
+        body_timeout=args.http_body_timeout_secs,
+        max_header_size=args.http_max_header_size,
+        max_header_count=args.http_max_header_count,
+        max_connections=args.http_max_connections,
+        max_body_size=args.http_max_input_size,
+        max_buffered_input=args.http_max_buffered_input,
+    )
+    return limits, JsonLimits(args.http_max_json_elements, args.http_max_json_depth)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -317,20 +338,14 @@ def _run_serve(args: argparse.Namespace) -> int:
         load_models=args.load_model,
         repository_poll_secs=args.repository_poll_secs,
     )
+    http_limits, json_limits = _http_limits(args)
     frontends = FrontendOptions(
         allow_http=args.allow_http,
         http_address=args.http_address,
         http_port=args.http_port,
-        http_max_input_size=args.http_max_input_size,
-        http_header_timeout_secs=args.http_header_timeout_secs,
-        http_body_timeout_secs=args.http_body_timeout_secs,
+        http_limits=http_limits,
+        http_json_limits=json_limits,
         http_keepalive_timeout_secs=args.http_keepalive_timeout_secs,
-        http_max_header_size=args.http_max_header_size,
-        http_max_header_count=args.http_max_header_count,
-        http_max_connections=args.http_max_connections,
-        http_max_buffered_input=args.http_max_buffered_input,
-        http_max_json_elements=args.http_max_json_elements,
-        http_max_json_depth=args.http_max_json_depth,
         allow_grpc=args.allow_grpc,
         grpc_address=args.grpc_address,
         grpc_port=args.grpc_port,

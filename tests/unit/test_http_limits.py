@@ -358,9 +358,9 @@ def test_the_flags_reach_the_limits_and_bad_values_are_refused(
     assert (args.http_max_connections, args.http_max_json_elements) == (3, 50)
     assert args.http_max_json_depth == 5
     assert args.http_max_buffered_input == 5000
-    from triton_core.frontends.runner import FrontendOptions, _http_limits
+    from triton_core.cli import _http_limits
 
-    limits = _http_limits(FrontendOptions(http_max_buffered_input=5000, http_max_connections=3))
+    limits, _ = _http_limits(args)
     assert (limits.max_buffered_input, limits.max_connections) == (5000, 3)
     for flag, value in [
         ("--http-header-timeout-secs", "0"),

@@ -25,6 +25,7 @@ from triton_core.server import Server
 if TYPE_CHECKING:
     import uvicorn
 
+    from triton_core.frontends.http.codec import JsonLimits
     from triton_core.frontends.http.fast_path import ASGIApp
     from triton_core.frontends.http.protocol import HttpLimits
 
@@ -36,17 +37,12 @@ class FrontendOptions:
     allow_http: bool = True
     http_address: str = "0.0.0.0"
     http_port: int = 8000
-    http_max_input_size: int = 1 << 26
-    #: limits and timeouts of every HTTP/1.1 client (docs/security.md), metrics included
-    http_header_timeout_secs: float = 10.0
-    http_body_timeout_secs: float = 30.0
+    #: limits and timeouts of every HTTP/1.1 client (docs/security.md), metrics included;
+    #: None: the defaults
+    http_limits: HttpLimits | None = None
+    #: caps on the JSON of HTTP requests; None: the defaults
+    http_json_limits: JsonLimits | None = None
     http_keepalive_timeout_secs: float = 75.0
-    http_max_header_size: int = 16384
-    http_max_header_count: int = 100
-    http_max_connections: int = 1024
-    http_max_buffered_input: int = 1 << 30
-    http_max_json_elements: int = 1 << 18
-    http_max_json_depth: int = 32
     allow_grpc: bool = True
     grpc_address: str = "0.0.0.0"
     grpc_port: int = 8001
@@ -122,24 +118,18 @@ def raise_open_files_limit(connections: int = 0) -> int:
 
 
 def _http_limits(options: FrontendOptions) -> HttpLimits:
+    # imported here: the HTTP frontend's modules load only when it serves
     from triton_core.frontends.http.protocol import HttpLimits
 
-    return HttpLimits(
-        header_timeout=options.http_header_timeout_secs,
-        body_timeout=options.http_body_timeout_secs,
-        max_header_size=options.http_max_header_size,
-        max_header_count=options.http_max_header_count,
-        max_connections=options.http_max_connections,
-        max_body_size=options.http_max_input_size,
-        max_buffered_input=options.http_max_buffered_input,
-    )
+    return options.http_limits or HttpLimits()
 
 
 async def serve(server: Server, options: FrontendOptions) -> int:
     """Start the server and its frontends; return the exit code once a signal stops them."""
     _check_ports(options)
     http_ssl = _check_tls(options)
-    raise_open_files_limit(options.http_max_connections if options.allow_http else 0)
+    http_limits = _http_limits(options)
+    raise_open_files_limit(http_limits.max_connections if options.allow_http else 0)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
@@ -159,15 +149,14 @@ async def serve(server: Server, options: FrontendOptions) -> int:
         return 1
     uvicorn_servers = []
     if "HTTP" in sockets:
-        from triton_core.frontends.http.codec import JsonLimits
+        from triton_core.frontends.http.codec import DEFAULT_JSON_LIMITS
         from triton_core.frontends.http.fast_path import create_asgi_app
 
-        json_limits = JsonLimits(options.http_max_json_elements, options.http_max_json_depth)
         app = create_asgi_app(
             server,
-            max_input_size=options.http_max_input_size,
+            max_input_size=http_limits.max_body_size,
             restrictions=options.http_restrictions,
-            json_limits=json_limits,
+            json_limits=options.http_json_limits or DEFAULT_JSON_LIMITS,
         )
         uvicorn_servers.append(_start_uvicorn(app, sockets["HTTP"], options, http_ssl))
         logger.info(
