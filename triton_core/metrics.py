@@ -114,6 +114,9 @@ class TritonCollector(Collector):
             yield from _cache_families(cache.statistics())
         if self._options.allow_cpu_metrics:
             yield from self._cpu.families()
+        custom = getattr(self._server, "custom_metrics", None)
+        if custom is not None:
+            yield from custom.collect()
 
     def _model_families(self, models: list[LoadedModel]) -> Iterator[Metric]:
         counters = _COUNTERS

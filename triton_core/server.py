@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from triton_core import __version__
 from triton_core.cache.base import ResponseCache, request_key
 from triton_core.config import ModelConfig, config_to_json
+from triton_core.custom_metrics import CustomMetrics
 from triton_core.devices import gpu_count
 from triton_core.errors import TritonError, internal, invalid_arg, unavailable, unsupported
 from triton_core.failures import RepeatedFailureLog, exception_text
@@ -100,6 +101,8 @@ class Server:
         self._cache_failures: RepeatedFailureLog | None = None
         self._mode = ControlMode.NONE
         self._poller: asyncio.Task[None] | None = None
+        #: metric families models create at run time (pb_utils.MetricFamily), on /metrics
+        self.custom_metrics = CustomMetrics()
 
     @property
     def models(self) -> ModelRepositoryManager:

@@ -14,8 +14,9 @@ that need the server, which raise :class:`TritonModelException`.
 
 from __future__ import annotations
 
+import contextlib
+import enum
 import json
-import logging
 import struct
 import sys
 from typing import Any
@@ -30,12 +31,22 @@ TRITONSERVER_REQUEST_FLAG_SEQUENCE_END = 2
 TRITONSERVER_RESPONSE_COMPLETE_FINAL = 1
 TRITONSERVER_REQUEST_RELEASE_ALL = 1
 TRITONSERVER_REQUEST_RELEASE_RESCHEDULE = 2
-TRITONSERVER_MEMORY_CPU = 0
-TRITONSERVER_MEMORY_CPU_PINNED = 1
-TRITONSERVER_MEMORY_GPU = 2
+
+
+class MemoryType(enum.IntEnum):
+    """Where a BLS call would like its outputs (``PreferredMemory``), Triton's values."""
+
+    TRITONSERVER_MEMORY_GPU = 0
+    TRITONSERVER_MEMORY_CPU = 1
+
+
+TRITONSERVER_MEMORY_GPU = MemoryType.TRITONSERVER_MEMORY_GPU
+TRITONSERVER_MEMORY_CPU = MemoryType.TRITONSERVER_MEMORY_CPU
 
 #: set by the stub process: how this module reaches the server
 _runtime: Any = None
+#: the folder of model.py, set by the stub (also while auto_complete_config runs)
+_model_dir: str | None = None
 
 # TRITONSERVER_DataType values, in the C API's order
 _TRITON_TYPES = (
@@ -44,8 +55,8 @@ _TRITON_TYPES = (
 )  # fmt: skip
 _TYPE_NUMBERS = {name: number for number, name in enumerate(_TRITON_TYPES)}
 
-_STRING_TO_NUMPY = {
-    "TYPE_BOOL": np.bool_,
+TRITON_STRING_TO_NUMPY: dict[str, Any] = {
+    "TYPE_BOOL": bool,
     "TYPE_UINT8": np.uint8,
     "TYPE_UINT16": np.uint16,
     "TYPE_UINT32": np.uint32,
@@ -143,13 +154,19 @@ class Tensor:
     def __init__(self, name: str, tensor: Any, *args: Any, **kwargs: Any) -> None:
         if not isinstance(name, str):
             raise TritonModelException(f"Tensor name must be a string, got {type(name).__name__}")
+        if not name:
+            raise TritonModelException("Tensor name cannot be an empty string.")
+        datatype = None
         if type(tensor) is not np.ndarray:
             if hasattr(tensor, "__dlpack__") and not isinstance(tensor, np.generic):
-                tensor = _from_dlpack_object(name, tensor)
+                tensor, datatype = _from_dlpack_object(name, tensor)
             else:
                 tensor = np.asarray(tensor)
         self._name = name
         self._array = tensor
+        if datatype is not None:
+            self._datatype = datatype
+            return
         try:
             self._datatype = datatype_of(tensor)
         except TypeError as exc:
@@ -179,56 +196,110 @@ class Tensor:
     def is_cpu(self) -> bool:
         return True
 
-    def memory_type(self) -> int:
-        return TRITONSERVER_MEMORY_CPU
-
-    def memory_type_id(self) -> int:
-        return 0
-
     def to_dlpack(self) -> Any:
-        if self._datatype == "BYTES":
-            raise TritonModelException(f"BYTES tensor '{self._name}' cannot be shared via DLPack")
-        return self._array.__dlpack__()
+        """A DLPack capsule of this tensor (no copy); BF16 comes out as bfloat16."""
+        return self._exported().__dlpack__()
 
     def __dlpack__(self, stream: Any = None, **kwargs: Any) -> Any:
-        return self.to_dlpack()
+        return self._exported().__dlpack__()
+
+    def _exported(self) -> Any:
+        """What DLPack exports: the array, or a torch bfloat16 view of a BF16 tensor's bits."""
+        if self._datatype == "BYTES":
+            raise TritonModelException("DLPack does not have support for string tensors.")
+        if self._datatype != "BF16":
+            return self._array
+        torch = _torch()
+        if torch is None:
+            raise TritonModelException(
+                f"BF16 tensor '{self._name}': exporting bfloat16 via DLPack needs torch; "
+                "as_numpy() gives its bits as uint16"
+            )
+        bits = np.ascontiguousarray(self._array).view(np.int16)
+        return torch.from_numpy(bits).view(torch.bfloat16)
 
     def __dlpack_device__(self) -> tuple[int, int]:
         return (1, 0)
 
     @staticmethod
     def from_dlpack(name: str, capsule: Any) -> Tensor:
-        return Tensor(name, _from_dlpack_object(name, capsule))
+        if not isinstance(name, str) or not name:
+            raise TritonModelException("Tensor name cannot be an empty string.")
+        if not hasattr(capsule, "__dlpack__") and type(capsule).__name__ != "PyCapsule":
+            raise TritonModelException(
+                "Provided tensor is not supported. Tensor must be a DLPack capsule or have "
+                "`__dlpack__` and `__dlpack_device__` attributes"
+            )
+        array, datatype = _from_dlpack_object(name, capsule)
+        return Tensor._of(name, datatype, array)
 
     def __repr__(self) -> str:
         return f"Tensor({self._name!r}, {self._datatype}, shape={list(self._array.shape)})"
 
 
-def _from_dlpack_object(name: str, value: Any) -> np.ndarray:
-    source = value if hasattr(value, "__dlpack__") else _Capsule(value)
-    device = getattr(source, "__dlpack_device__", lambda: (1, 0))()
+def _from_dlpack_object(name: str, value: Any) -> tuple[np.ndarray, str]:
+    """A CPU DLPack tensor or capsule as (array, wire datatype); no copy."""
+    if not hasattr(value, "__dlpack__"):
+        torch = _torch()
+        # torch reads every dtype of a bare capsule (numpy refuses bfloat16)
+        value = torch.utils.dlpack.from_dlpack(value) if torch is not None else _Capsule(value)
+    device = getattr(value, "__dlpack_device__", lambda: (1, 0))()
     if device[0] not in (1, 3):  # kDLCPU, kDLCUDAHost
         raise TritonModelException(
             f"tensor '{name}' is in GPU memory; this server passes CPU tensors only: move it "
             "to the CPU first (e.g. tensor.cpu())"
         )
+    if str(getattr(value, "dtype", "")) == "torch.bfloat16":
+        # numpy has no bfloat16: keep the bits, labelled BF16
+        torch = _torch()
+        assert torch is not None
+        value = value.view(torch.int16)
+        bf16 = True
+    else:
+        bf16 = False
+    if hasattr(value, "is_contiguous") and not value.is_contiguous():
+        raise TritonModelException(
+            "DLPack tensor is not contiguous. Only contiguous DLPack tensors that are stored "
+            "in C-Order are supported."
+        )
     try:
-        return np.from_dlpack(source)
+        array = np.from_dlpack(value)
     except (TypeError, BufferError, RuntimeError) as exc:
         raise TritonModelException(f"tensor '{name}' cannot be read via DLPack: {exc}") from None
+    if bf16:
+        return array.view(np.uint16), "BF16"
+    try:
+        return array, datatype_of(array)
+    except TypeError as exc:
+        raise TritonModelException(f"tensor '{name}': {exc}") from None
+
+
+_TORCH: list[Any] = []
+
+
+def _torch() -> Any:
+    """torch when the model's environment has it (imported once, only for DLPack)."""
+    if not _TORCH:
+        try:
+            import torch  # optional, and heavy: only when DLPack needs it
+        except ImportError:
+            torch = None
+        _TORCH.append(torch)
+    return _TORCH[0]
 
 
 # -- requests and responses -------------------------------------------------------------------
 
 
 class PreferredMemory:
-    """Where BLS outputs should be placed (CPU only here; kept for API compatibility)."""
+    """Where BLS outputs should be placed. Outputs here are always in CPU memory, which
+    Triton's Python backend also gives when the preferred memory is not available."""
 
-    def __init__(
-        self, preferred_memory_type: int = TRITONSERVER_MEMORY_CPU, preferred_device_id: int = 0
-    ):
-        self.preferred_memory_type = preferred_memory_type
-        self.preferred_device_id = preferred_device_id
+    def __init__(self, preferred_memory_type: int, preferred_device_id: int = 0) -> None:
+        if preferred_memory_type is None or preferred_device_id is None:
+            raise TypeError("PreferredMemory() arguments cannot be None")
+        self.preferred_memory_type = MemoryType(preferred_memory_type)
+        self.preferred_device_id = int(preferred_device_id)
 
 
 class InferenceTrace:
@@ -280,13 +351,13 @@ class InferenceRequest:
     decoupled model.
     """
 
-    def __init__(
+    def __init__(  # Triton's parameter order
         self,
-        model_name: str = "",
-        requested_output_names: list[str] | None = None,
-        inputs: list[Tensor] | None = None,
         request_id: str = "",
         correlation_id: int | str = 0,
+        inputs: list[Tensor] | None = None,
+        requested_output_names: list[str] | None = None,
+        model_name: str = "",
         model_version: int = -1,
         flags: int = 0,
         timeout: int = 0,
@@ -295,7 +366,7 @@ class InferenceRequest:
         parameters: Any = None,
     ) -> None:
         if not isinstance(correlation_id, int | str) or isinstance(correlation_id, bool):
-            raise TritonModelException("correlation_id must be an int or a str")
+            raise TritonModelException("Correlation ID must be integer or string")
         self._model_name = model_name
         self._model_version = int(model_version)
         self._output_names = list(requested_output_names or [])
@@ -311,7 +382,9 @@ class InferenceRequest:
         self._timeout = int(timeout)
         self._parameters = _parameters_dict(parameters, "request")
         self._trace = trace or InferenceTrace()
-        self._preferred_memory = preferred_memory or PreferredMemory()
+        if preferred_memory is not None and not isinstance(preferred_memory, PreferredMemory):
+            raise TritonModelException("preferred_memory must be a pb_utils.PreferredMemory")
+        self._preferred_memory = preferred_memory
         self._key = -1  # set for requests received from the server
         self._decoupled = False
         self._sender: InferenceResponseSender | None = None
@@ -344,7 +417,7 @@ class InferenceRequest:
         request._timeout = timeout
         request._parameters = parameters or {}
         request._trace = InferenceTrace()
-        request._preferred_memory = PreferredMemory()
+        request._preferred_memory = None
         request._key = key
         request._decoupled = decoupled
         request._sender = None
@@ -576,7 +649,7 @@ def using_decoupled_model_transaction_policy(model_config: dict[str, Any]) -> bo
 
 
 def triton_string_to_numpy(triton_type_string: str) -> Any:
-    return _STRING_TO_NUMPY[triton_type_string]
+    return TRITON_STRING_TO_NUMPY[triton_type_string]
 
 
 def triton_to_numpy_type(data_type: int) -> Any:
@@ -642,85 +715,198 @@ def is_model_ready(model_name: str, model_version: str = "") -> bool:
 # -- logging ----------------------------------------------------------------------------------
 
 
-class LogLevel:
-    INFO = logging.INFO
-    WARNING = logging.WARNING
-    ERROR = logging.ERROR
-    VERBOSE = logging.DEBUG
+class LogLevel(enum.IntEnum):
+    """Triton's log levels (``pb_utils.Logger.INFO`` ... are the same values)."""
+
+    INFO = 0
+    WARNING = 1
+    ERROR = 2
+    VERBOSE = 3
 
 
 class Logger:
-    """Logs into the server's log (``Logger.log_info("...")``)."""
+    """Logs into the server's log, with the caller's file and line as Triton does:
+    ``Logger.log_info("...")`` or ``Logger.log("...", Logger.WARNING)``."""
+
+    LogLevel = LogLevel
+    INFO = LogLevel.INFO
+    WARNING = LogLevel.WARNING
+    ERROR = LogLevel.ERROR
+    VERBOSE = LogLevel.VERBOSE
 
     @staticmethod
-    def log(message: str, level: int = LogLevel.INFO) -> None:
-        if _runtime is not None:
-            _runtime.log(int(level), str(message))
-        else:
-            print(f"[{logging.getLevelName(level)}] {message}", file=sys.stderr)
+    def log(message: str, level: LogLevel = LogLevel.INFO) -> None:
+        Logger._send(str(message), level, 2)
 
     @staticmethod
     def log_info(message: str) -> None:
-        Logger.log(message, LogLevel.INFO)
+        Logger._send(str(message), LogLevel.INFO, 2)
 
     @staticmethod
     def log_warn(message: str) -> None:
-        Logger.log(message, LogLevel.WARNING)
+        Logger._send(str(message), LogLevel.WARNING, 2)
 
     @staticmethod
     def log_error(message: str) -> None:
-        Logger.log(message, LogLevel.ERROR)
+        Logger._send(str(message), LogLevel.ERROR, 2)
 
     @staticmethod
     def log_verbose(message: str) -> None:
-        Logger.log(message, LogLevel.VERBOSE)
+        Logger._send(str(message), LogLevel.VERBOSE, 2)
+
+    @staticmethod
+    def _send(message: str, level: Any, depth: int) -> None:
+        try:
+            level = LogLevel(level)
+        except ValueError:
+            raise TritonModelException(f"unknown log level {level!r}") from None
+        frame = sys._getframe(depth)
+        filename, line = frame.f_code.co_filename, frame.f_lineno
+        if _runtime is not None:
+            _runtime.log(int(level), message, filename, line)
+        else:
+            # no server yet (auto_complete_config, plain imports): Triton writes to stderr
+            print(
+                f"{level.name[0]} {filename.rsplit('/', 1)[-1]}:{line}] {message}", file=sys.stderr
+            )
 
 
-# -- custom metrics (kept in the stub; not exported to /metrics yet) ---------------------------
+# -- custom metrics ---------------------------------------------------------------------------
 
 
-class Metric:
-    def __init__(self, family: MetricFamily, labels: dict[str, str], buckets: list[float] | None):
-        self._family = family
-        self._labels = dict(labels)
-        self._buckets = list(buckets) if buckets else None
-        self._value = 0.0
-        self._observations: list[float] = []
-
-    def increment(self, value: float) -> None:
-        if self._family._kind == MetricFamily.COUNTER and value < 0:
-            raise TritonModelException("a counter cannot be decremented")
-        self._value += value
-
-    def set(self, value: float) -> None:
-        if self._family._kind != MetricFamily.GAUGE:
-            raise TritonModelException("only a gauge can be set")
-        self._value = float(value)
-
-    def observe(self, value: float) -> None:
-        if self._family._kind != MetricFamily.HISTOGRAM:
-            raise TritonModelException("only a histogram observes values")
-        self._observations.append(float(value))
-        self._value += value
-
-    def value(self) -> float:
-        return self._value
-
-
-class MetricFamily:
+class MetricKind(enum.IntEnum):
     COUNTER = 0
     GAUGE = 1
     HISTOGRAM = 2
 
-    def __init__(self, name: str, description: str, kind: int) -> None:
-        self._name = name
-        self._description = description
-        self._kind = kind
 
-    def Metric(
+COUNTER = MetricKind.COUNTER
+GAUGE = MetricKind.GAUGE
+HISTOGRAM = MetricKind.HISTOGRAM
+
+_KIND_NAMES = {
+    MetricKind.COUNTER: "TRITONSERVER_METRIC_KIND_COUNTER",
+    MetricKind.GAUGE: "TRITONSERVER_METRIC_KIND_GAUGE",
+    MetricKind.HISTOGRAM: "TRITONSERVER_METRIC_KIND_HISTOGRAM",
+}
+
+
+class MetricFamily:
+    """A metric family in the server's ``/metrics``: ``MetricFamily(name, description,
+    kind=MetricFamily.COUNTER)``; ``.Metric(labels={...})`` adds a series to it."""
+
+    COUNTER = MetricKind.COUNTER
+    GAUGE = MetricKind.GAUGE
+    HISTOGRAM = MetricKind.HISTOGRAM
+
+    def __init__(self, name: str, description: str, kind: MetricKind) -> None:
+        if name is None or description is None or kind is None:
+            raise TypeError("MetricFamily() needs a name, a description and a kind")
+        try:
+            kind = MetricKind(kind)
+        except ValueError:
+            raise TritonModelException("Unknown metric kind") from None
+        self._kind = kind
+        self._name = str(name)
+        self._id = 0
+        try:
+            self._id = _require_runtime("MetricFamily").metric_call(
+                "family", (self._name, str(description), int(kind))
+            )
+        except TritonModelException as exc:
+            raise TritonModelException(f"Error when creating MetricFamily: {exc}") from None
+
+    def Metric(  # Triton's name
         self, labels: dict[str, str] | None = None, buckets: list[float] | None = None
     ) -> Metric:
-        return Metric(self, labels or {}, buckets)
+        return Metric._create(self, labels, buckets)
+
+    def __del__(self) -> None:
+        _release_metric_object(getattr(self, "_id", 0))
+
+
+class Metric:
+    """One series of a :class:`MetricFamily`: ``increment``, ``set``, ``observe``, ``value``."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        raise TypeError("create metrics with MetricFamily.Metric(labels=..., buckets=...)")
+
+    @classmethod
+    def _create(cls, family: MetricFamily, labels: Any, buckets: Any) -> Metric:
+        if labels is not None and not isinstance(labels, dict):
+            raise TritonModelException("Failed to create metric. Labels must be a dictionary.")
+        if buckets is not None:
+            if not isinstance(buckets, list):
+                raise TritonModelException("Failed to create metric. Buckets must be a list.")
+            if family._kind != MetricKind.HISTOGRAM:
+                raise TritonModelException("Failed to create metric. Unexpected buckets found.")
+            buckets = [float(bound) for bound in buckets]
+        elif family._kind == MetricKind.HISTOGRAM:
+            raise TritonModelException("Failed to create metric. Missing required buckets.")
+        labels = {str(key): str(value) for key, value in (labels or {}).items()}
+        metric = cls.__new__(cls)
+        metric._family = family
+        metric._kind = family._kind
+        metric._id = 0
+        try:
+            metric._id = _require_runtime("Metric").metric_call(
+                "metric", (family._id, labels, buckets)
+            )
+        except TritonModelException as exc:
+            raise TritonModelException(f"Error when creating Metric: {exc}") from None
+        return metric
+
+    def _refuse(self, what: str, operation: str) -> None:
+        raise TritonModelException(
+            f"Failed to {what} metric value: {_KIND_NAMES[self._kind]} does not support {operation}"
+        )
+
+    def increment(self, value: float) -> None:
+        if self._kind == MetricKind.HISTOGRAM:
+            self._refuse("increment", "Increment")
+        value = float(value)
+        if self._kind == MetricKind.COUNTER and value < 0.0:
+            raise TritonModelException(
+                "Failed to increment metric value: TRITONSERVER_METRIC_KIND_COUNTER can only "
+                "be incremented monotonically by non-negative values."
+            )
+        _require_runtime("Metric").metric_update(self._id, "increment", value)
+
+    def set(self, value: float) -> None:
+        if self._kind != MetricKind.GAUGE:
+            self._refuse("set", "Set")
+        _require_runtime("Metric").metric_update(self._id, "set", float(value))
+
+    def observe(self, value: float) -> None:
+        if self._kind != MetricKind.HISTOGRAM:
+            self._refuse("observe", "Observe")
+        _require_runtime("Metric").metric_update(self._id, "observe", float(value))
+
+    def value(self) -> float:
+        if self._kind == MetricKind.HISTOGRAM:
+            self._refuse("get", "Value")
+        return float(_require_runtime("Metric").metric_call("value", (self._id,)))
+
+    def __del__(self) -> None:
+        _release_metric_object(getattr(self, "_id", 0))
+
+
+def _release_metric_object(ident: int) -> None:
+    runtime = _runtime
+    if ident and runtime is not None:
+        # the process may be ending: the server releases everything then
+        with contextlib.suppress(Exception):
+            runtime.metric_update(ident, "release", 0.0)
+
+
+# -- model directory ----------------------------------------------------------------------------
+
+
+def get_model_dir() -> str:
+    """The folder of the model's ``model.py`` (its version folder), as in Triton."""
+    if _model_dir is not None:
+        return _model_dir
+    raise TritonModelException("get_model_dir() is only available inside a model")
 
 
 # -- auto_complete_config -----------------------------------------------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 
 import numpy as np
 import pytest
@@ -50,8 +51,6 @@ def test_dlpack_round_trip():
     back = pb_utils.Tensor.from_dlpack("U", tensor.to_dlpack())
     np.testing.assert_array_equal(back.as_numpy(), array)
     assert np.from_dlpack(tensor).shape == (2, 3)  # __dlpack__ / __dlpack_device__
-    with pytest.raises(pb_utils.TritonModelException, match="DLPack"):
-        pb_utils.Tensor("S", np.array([b"x"], dtype=object)).to_dlpack()
 
 
 def test_received_request_accessors_and_helpers():
@@ -151,7 +150,58 @@ def test_model_config_auto_complete_api():
         sequence.set_dynamic_batching()
 
 
-def test_logger_without_a_server_writes_to_stderr(capsys):
+def test_logger_without_a_server_writes_to_stderr_with_the_callers_line(capsys):
+    line = sys._getframe().f_lineno + 1
     pb_utils.Logger.log_info("hello")
-    pb_utils.Logger.log("careful", pb_utils.LogLevel.WARNING)
-    assert "[INFO] hello" in capsys.readouterr().err
+    pb_utils.Logger.log("careful", pb_utils.Logger.WARNING)
+    assert capsys.readouterr().err.splitlines() == [
+        f"I test_pb_utils.py:{line}] hello",
+        f"W test_pb_utils.py:{line + 1}] careful",
+    ]
+
+
+def test_logger_levels_are_tritons():
+    logger = pb_utils.Logger
+    assert [logger.INFO, logger.WARNING, logger.ERROR, logger.VERBOSE] == [0, 1, 2, 3]
+    assert logger.LogLevel is pb_utils.LogLevel and logger.LogLevel.VERBOSE is logger.VERBOSE
+    with pytest.raises(pb_utils.TritonModelException, match="unknown log level"):
+        logger.log("x", 7)
+
+
+def test_bf16_travels_through_dlpack_as_bfloat16():
+    torch = pytest.importorskip("torch")
+    values = torch.tensor([[1.5, -2.0], [0.25, 3.0]], dtype=torch.bfloat16)
+    for source in (values, torch.utils.dlpack.to_dlpack(values)):
+        tensor = pb_utils.Tensor.from_dlpack("B", source)
+        assert tensor.triton_dtype() == 14 and tensor.shape() == [2, 2]
+        assert tensor.as_numpy().dtype == np.uint16  # the bits
+        back = torch.utils.dlpack.from_dlpack(tensor.to_dlpack())
+        assert back.dtype == torch.bfloat16 and torch.equal(back, values)
+        assert torch.equal(torch.from_dlpack(tensor), values)
+
+
+@pytest.mark.parametrize("dtype", [np.bool_, np.float16, np.int8, np.uint64, np.float64])
+def test_dlpack_keeps_every_dtype(dtype):
+    array = np.array([[1, 0, 1]], dtype=dtype)
+    tensor = pb_utils.Tensor("T", array)
+    back = pb_utils.Tensor.from_dlpack("U", tensor.to_dlpack())
+    assert back.as_numpy().dtype == array.dtype and back.triton_dtype() == tensor.triton_dtype()
+    np.testing.assert_array_equal(back.as_numpy(), array)
+
+
+def test_dlpack_refuses_strings_and_bad_names_as_triton_does():
+    strings = pb_utils.Tensor("S", np.array([b"x"], dtype=object))
+    with pytest.raises(pb_utils.TritonModelException, match="DLPack does not have support"):
+        strings.to_dlpack()
+    with pytest.raises(pb_utils.TritonModelException, match="cannot be an empty string"):
+        pb_utils.Tensor("", np.array([1]))
+    with pytest.raises(pb_utils.TritonModelException, match="Provided tensor is not supported"):
+        pb_utils.Tensor.from_dlpack("X", [1, 2])
+
+
+def test_triton_string_to_numpy_table_is_tritons():
+    assert pb_utils.TRITON_STRING_TO_NUMPY["TYPE_BOOL"] is bool
+    assert pb_utils.TRITON_STRING_TO_NUMPY["TYPE_STRING"] is np.object_
+    assert "TYPE_BF16" not in pb_utils.TRITON_STRING_TO_NUMPY
+    assert pb_utils.triton_to_numpy_type(13) is np.object_
+    assert pb_utils.triton_to_numpy_type(14) is None

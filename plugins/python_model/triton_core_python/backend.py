@@ -14,6 +14,8 @@ Backend settings (``--backend-config=python,<key>=<value>``):
 * ``shm-directory``: put segments in this tmpfs directory instead of anonymous memory
   (``memfd``), e.g. on hosts without ``memfd_create``;
 * ``stub-timeout-seconds``: how long ``finalize`` may take at unload (30);
+* ``metrics-per-model``: how many ``pb_utils.MetricFamily`` and ``Metric`` objects the
+  instances of one model may hold at once (4096);
 * ``instance-thread``: ``yes`` drives each instance from a worker thread, as other backends
   are, instead of from the event loop (slower; for comparison);
 * ``stub-policy``: ``batch`` (default) runs the stubs under Linux ``SCHED_BATCH``: a stub
@@ -49,11 +51,14 @@ from triton_core import (
     ModelInstance,
     TritonError,
     config_to_json,
+    input_reshapes,
     internal,
     invalid_arg,
+    output_reshapes,
     unavailable,
     wire_datatype,
 )
+from triton_core_python.metrics import DEFAULT_MAX_HANDLES, ModelMetricBudget
 from triton_core_python.process import StubDied, StubProcess, StubSettings, stub_command
 
 if TYPE_CHECKING:
@@ -91,6 +96,7 @@ class PythonBackend(Backend):
         self.shm_size = _int_option(self.options, "shm-default-byte-size", 1 << 20)
         self.shm_directory = self.options.get("shm-directory") or None
         self.finalize_timeout = float(_int_option(self.options, "stub-timeout-seconds", 30))
+        self.metrics_per_model = _int_option(self.options, "metrics-per-model", DEFAULT_MAX_HANDLES)
         self.stub_policy = self.options.get("stub-policy", "batch").lower()
         if self.stub_policy not in ("batch", "normal"):
             raise invalid_arg(
@@ -217,6 +223,10 @@ class PythonModel(BackendModel):
             output.name for output in config.output if wire_datatype(output.data_type) == "BF16"
         )
         self.decoupled = config.model_transaction_policy.decoupled
+        # the model sees (and returns) a config reshape's shape, the client the dims
+        self.input_reshapes = input_reshapes(config)
+        self.output_reshapes = output_reshapes(config)
+        self.metric_budget = ModelMetricBudget(context.name, backend.metrics_per_model)
 
     def settings(self, spec: InstanceSpec) -> StubSettings:
         context = self.context
@@ -238,6 +248,8 @@ class PythonModel(BackendModel):
             decoupled=self.decoupled,
             output_names=self.output_names,
             bf16_outputs=self.bf16_outputs,
+            input_reshapes=self.input_reshapes,
+            output_reshapes=self.output_reshapes,
             args=args,
             python=self.python,
             shm_size=self.backend.shm_size,
@@ -288,6 +300,7 @@ class PythonInstance(ModelInstance):
             server=context.server,
             loop=context.loop,
             event_driven=self.event_driven,
+            metric_budget=self.model.metric_budget,
         )
         stub.on_death = self._on_death
         stub.on_batch_died = lambda requests, done, died: self._batch_died(

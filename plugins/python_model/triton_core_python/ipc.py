@@ -54,6 +54,8 @@ LOG = 16  # stub -> server (events): (level, message)
 FREE = 17  # either way (events): only frees, when no other message is due
 CONTROL = 18  # stub -> server (events): model management (is_model_ready ...)
 CONTROL_ANSWER = 19  # server -> stub (events)
+METRIC = 20  # stub -> server (events): custom metrics; ident 0: no answer expected
+METRIC_ANSWER = 21  # server -> stub (events): (ok, value or message)
 
 #: largest message sent inline; bigger ones go through shared memory (seqpacket messages
 #: are bounded by the socket buffer, ~200 KiB by default)

@@ -19,7 +19,8 @@ import signal
 import subprocess
 import sys
 import threading
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -37,6 +38,7 @@ from triton_core import (
     unsupported,
 )
 from triton_core_python import ipc
+from triton_core_python.metrics import ModelMetricBudget, StubMetrics
 from triton_core_python.shm import Arena, SharedMemoryError
 from triton_core_python.wire import Descriptor, Packer, unpack
 
@@ -44,6 +46,11 @@ if TYPE_CHECKING:
     from triton_core import Server
 
 logger = logging.getLogger("triton_core_python")
+#: what models log through pb_utils.Logger
+model_logger = logging.getLogger("triton_core_python.model")
+
+#: pb_utils.LogLevel -> logging levels
+_LOG_LEVELS = {0: logging.INFO, 1: logging.WARNING, 2: logging.ERROR, 3: logging.DEBUG}
 
 #: pb_utils.TritonError codes (TRITONSERVER_Error_Code order) -> statuses
 STATUSES = (
@@ -119,6 +126,10 @@ class StubSettings:
     policy: str = "batch"
     #: outputs the config declares BF16: the model's uint16 arrays hold their bits
     bf16_outputs: frozenset[str] = frozenset()
+    #: config ``reshape``: input name -> view of the client's dims as the model's shape
+    input_reshapes: Mapping[str, Callable[[Any], Any]] = field(default_factory=dict)
+    #: config ``reshape``: output name -> view of the model's shape as the config's dims
+    output_reshapes: Mapping[str, Callable[[Any], Any]] = field(default_factory=dict)
 
 
 class StubDied(Exception):
@@ -141,6 +152,7 @@ class StubProcess:
         server: Server | None = None,
         loop: asyncio.AbstractEventLoop | None = None,
         event_driven: bool = False,
+        metric_budget: ModelMetricBudget | None = None,
     ) -> None:
         self.settings = settings
         self.decoupled = settings.decoupled
@@ -172,6 +184,11 @@ class StubProcess:
         self.memory: ipc.Memory | None = None
         self.control: ipc.Channel | None = None
         self.events: ipc.Channel | None = None
+        #: the pb_utils.MetricFamily / Metric handles of this process
+        self.metrics = StubMetrics(
+            getattr(server, "custom_metrics", None),
+            metric_budget or ModelMetricBudget(settings.model_name),
+        )
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -315,6 +332,7 @@ class StubProcess:
             if channel is not None:
                 channel.close()
         self._fail_pending("the model instance was unloaded")
+        self._release_metrics()
         if self.memory is not None:
             self.memory.close()
 
@@ -404,10 +422,17 @@ class StubProcess:
         packer = Packer()
         add = packer.add
         decoupled = self.decoupled
+        reshapes = self.settings.input_reshapes
         body = []
         keys = []
         for index, request in enumerate(requests):
-            inputs = [add(name, t.datatype, t.data) for name, t in request.inputs.items()]
+            if reshapes:
+                inputs = [
+                    add(name, t.datatype, _reshaped(reshapes, name, t.data))
+                    for name, t in request.inputs.items()
+                ]
+            else:
+                inputs = [add(name, t.datatype, t.data) for name, t in request.inputs.items()]
             if decoupled:
                 key = next(self._keys)
                 self._pending[key] = request
@@ -528,13 +553,29 @@ class StubProcess:
                     InferenceResponse(error=TritonError(status_of(error[0]), error[1]))
                 )
                 continue
-            responses.append(
-                InferenceResponse(
-                    [Tensor(d[0], self._datatype(d), unpack(owner, d)) for d in descriptors],
-                    parameters or {},
-                )
-            )
+            try:
+                outputs = [
+                    Tensor(d[0], self._datatype(d), self._output(owner, d)) for d in descriptors
+                ]
+            except ValueError as exc:
+                responses.append(InferenceResponse(error=internal(str(exc))))
+                continue
+            responses.append(InferenceResponse(outputs, parameters or {}))
         return responses
+
+    def _output(self, owner: Any, descriptor: Descriptor) -> Any:
+        """An output's array, viewed in the config's dims when the config reshapes it."""
+        array = unpack(owner, descriptor)
+        reshapes = self.settings.output_reshapes
+        if not reshapes or descriptor[0] not in reshapes:
+            return array
+        try:
+            return reshapes[descriptor[0]](array)
+        except ValueError:
+            raise ValueError(
+                f"model '{self.settings.model_name}' returned output '{descriptor[0]}' with "
+                f"shape {list(array.shape)}, which does not match its config reshape"
+            ) from None
 
     def _datatype(self, descriptor: Descriptor) -> str:
         """An output's datatype: the bits of a BF16 output travel as UINT16."""
@@ -636,13 +677,46 @@ class StubProcess:
             cancelled = sender is None or sender.is_cancelled()
             self._send_event(ipc.CANCEL_ANSWER, message.ident, cancelled, None)
         elif kind == ipc.LOG:
-            level, text = message.body
-            logger.log(
-                level, "model '%s' (%s): %s", self.settings.model_name,
-                self.settings.instance_name, text,
-            )  # fmt: skip
+            self._log(*message.body)
         elif kind == ipc.CONTROL:
             self._start_call(message.ident, self._control(message.ident, *message.body))
+        elif kind == ipc.METRIC:
+            self._on_metric(message.ident, *message.body)
+
+    def _log(self, level: int, text: str, filename: str, line: int) -> None:
+        """A ``pb_utils.Logger`` line, with the model's file and line as Triton logs it."""
+        number = _LOG_LEVELS.get(level, logging.INFO)
+        if not model_logger.isEnabledFor(number):
+            return
+        record = model_logger.makeRecord(
+            model_logger.name, number, str(filename), int(line), "%s", (str(text),), None
+        )
+        record.model_name = self.settings.model_name
+        record.model_instance = self.settings.instance_name
+        model_logger.handle(record)
+
+    def _on_metric(self, ident: int, operation: str, args: Any) -> None:
+        """A custom-metrics call; ident 0 is an update that expects no answer."""
+        try:
+            if ident == 0:
+                self.metrics.update(operation, args)
+                return
+            answer: tuple[bool, Any] = (True, self.metrics.call(operation, args))
+        except TritonError as error:
+            if ident == 0:
+                logger.warning("model '%s': %s", self.settings.model_name, error.message)
+                return
+            answer = (False, error.message)
+        self._send_event(ipc.METRIC_ANSWER, ident, answer, None)
+
+    def _release_metrics(self) -> None:
+        loop = self._loop
+        if loop is None or _on_loop_thread(loop) or loop.is_closed():
+            self.metrics.release_all()
+            return
+        # handles are used on the loop: release them there
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(self.metrics.release_all)
 
     def _on_response(self, message: ipc.Message) -> None:
         flags, item = message.body
@@ -714,6 +788,7 @@ class StubProcess:
             f"the Python process of model '{self.settings.model_name}' instance "
             f"'{self.settings.instance_name}' {description}; the instance is restarting"
         )
+        self._release_metrics()
         if self.on_death is not None:
             self.on_death(self)
 
@@ -856,6 +931,11 @@ def _times(measured: tuple[int, int, int, int] | None) -> ExecutionTimes | None:
     if not received <= started <= ended <= answered:
         return None
     return ExecutionTimes(received, started - received, ended - started, answered - ended)
+
+
+def _reshaped(reshapes: Mapping[str, Callable[[Any], Any]], name: str, array: Any) -> Any:
+    reshape = reshapes.get(name)
+    return array if reshape is None else reshape(array)
 
 
 def _estimated_bytes(requests: list[InferenceRequest]) -> int:

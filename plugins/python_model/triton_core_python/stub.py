@@ -91,7 +91,7 @@ class Stub:
 
     def __init__(self, control: socket.socket, events: socket.socket, arena: Arena) -> None:
         self.memory = ipc.Memory(arena)
-        self.control = ipc.Channel(control, self.memory, 0)
+        self.commands = ipc.Channel(control, self.memory, 0)
         self.events = ipc.Channel(events, self.memory, 1)
         self._waiters: dict[int, _Deliver] = {}
         self._ids = itertools.count(1)
@@ -115,7 +115,7 @@ class Stub:
 
     def run(self) -> None:
         try:
-            message = self.control.recv()
+            message = self.commands.recv()
         except ipc.PeerClosed:
             os._exit(0)
         assert message is not None and message.kind == ipc.INIT
@@ -129,7 +129,7 @@ class Stub:
         self._send_control(ipc.READY, 0, os.getpid(), None)
         while True:
             try:
-                message = self.control.recv()
+                message = self.commands.recv()
             except ipc.PeerClosed:
                 self._exit(0)  # the server is gone
             assert message is not None
@@ -148,6 +148,7 @@ class Stub:
         self.decoupled = settings["decoupled"]
         self.output_names = list(settings["output_names"])
         pb_utils._runtime = self
+        pb_utils._model_dir = str(Path(settings["model_path"]).parent)
         module = load_model_module(settings["model_path"])
         self.model = model_class(module, settings["model_path"])()
         initialize = getattr(self.model, "initialize", None)
@@ -171,7 +172,10 @@ class Stub:
             if inspect.isawaitable(result):
                 asyncio.run_coroutine_threadsafe(_awaited(result), self._coroutines()).result()
         except BaseException as exc:
-            self.log(40, f"finalize() of model '{self.model_name}' failed: {exc}")
+            self.log(
+                int(pb_utils.LogLevel.ERROR),
+                f"finalize() of model '{self.model_name}' failed: {exc}",
+            )
 
     def _exit(self, code: int) -> None:
         for stream in (sys.stdout, sys.stderr):
@@ -181,7 +185,7 @@ class Stub:
 
     def _send_control(self, kind: int, ident: int, body: Any, block: Any) -> None:
         try:
-            self.control.send(kind, ident, body, block)
+            self.commands.send(kind, ident, body, block)
         except ipc.PeerClosed:
             self._exit(0)
 
@@ -415,11 +419,27 @@ class Stub:
             raise pb_utils.TritonModelException(value)
         return value
 
-    def log(self, level: int, message: str) -> None:
+    def log(self, level: int, message: str, filename: str = "", line: int = 0) -> None:
+        """``pb_utils.Logger``: level is a ``pb_utils.LogLevel``."""
         try:
-            self.events.send(ipc.LOG, 0, (level, message), None)
+            self.events.send(ipc.LOG, 0, (level, message, filename, line), None)
         except ipc.PeerClosed:
             print(message, file=sys.stderr)
+
+    def metric_call(self, operation: str, args: tuple[Any, ...]) -> Any:
+        """A custom-metrics call that answers (create a family or metric, read a value)."""
+        ok, value = self._ask(ipc.METRIC, (operation, args))
+        if not ok:
+            raise pb_utils.TritonModelException(value)
+        return value
+
+    def metric_update(self, ident: int, operation: str, value: float) -> None:
+        """increment / set / observe / release: sent without waiting, in order with the
+        calls above, so a later ``value()`` sees it."""
+        try:
+            self.events.send(ipc.METRIC, 0, (operation, (ident, value)), None)
+        except ipc.PeerClosed:
+            raise pb_utils.TritonModelException("the server is gone") from None
 
     def _maybe_flush(self, pending: int) -> None:
         if pending < 64 or self._flush_scheduled:
@@ -454,7 +474,7 @@ class Stub:
                 )
                 if deliver is not None:
                     deliver(self._response(message.block, item), final)
-            elif kind in (ipc.CANCEL_ANSWER, ipc.CONTROL_ANSWER):
+            elif kind in (ipc.CANCEL_ANSWER, ipc.CONTROL_ANSWER, ipc.METRIC_ANSWER):
                 deliver = self._waiters.pop(message.ident, None)
                 if deliver is not None:
                     deliver(message.body, True)
@@ -485,6 +505,7 @@ def _resolve(future: asyncio.Future[Any], value: Any) -> None:
 
 def auto_complete(model_path: str, config: dict[str, Any]) -> dict[str, Any]:
     """Run ``TritonPythonModel.auto_complete_config`` on ``config``; the completed dict."""
+    pb_utils._model_dir = str(Path(model_path).parent)
     cls = model_class(load_model_module(model_path), model_path)
     method = getattr(cls, "auto_complete_config", None)
     if method is None:
