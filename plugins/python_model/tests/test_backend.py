@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -433,22 +434,95 @@ async def test_execution_env_path_runs_the_model_with_that_interpreter(
     assert response.output("PREFIX").data[0].decode() == str(env)
 
 
-async def test_a_packed_execution_env_is_refused_with_a_message(repo, write_model, make_server):
-    write_model(
-        repo,
-        "packed",
-        ENV_REPORT,
-        """
-        backend: "python"
-        input [ { name: "X" data_type: TYPE_INT32 dims: [ 1 ] } ]
-        output [ { name: "PREFIX" data_type: TYPE_STRING dims: [ 1 ] } ]
-        parameters { key: "EXECUTION_ENV_PATH" value { string_value: "/models/env.tar.gz" } }
-        """,
-    )
+#: the packed environment's marker module: the model imports it from there
+PACKED_REPORT = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+import env_marker
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        out = np.array([env_marker.__file__.encode()], dtype=np.object_)
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("PREFIX", out)]) for _ in requests]
+"""
+
+PACKED_CONFIG = """
+backend: "python"
+input [ { name: "X" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "PREFIX" data_type: TYPE_STRING dims: [ 1 ] } ]
+parameters {
+  key: "EXECUTION_ENV_PATH" value { string_value: "$$TRITON_MODEL_DIRECTORY/env.tar.gz" }
+}
+"""
+
+
+def write_packed_env(archive, extra=()) -> None:
+    """A conda-pack-like archive: ``bin/python3`` (this interpreter, with the environment's
+    ``site-packages`` on its path, as an environment's own python has) and a marker module."""
+    import io
+    import sys
+    import tarfile
+
+    wrapper = (
+        "#!/bin/sh\n"
+        'prefix="$(cd "$(dirname "$0")/.." && pwd)"\n'
+        'PYTHONPATH="$prefix/site-packages${PYTHONPATH:+:$PYTHONPATH}" '
+        f'exec {sys.executable} "$@"\n'
+    ).encode()
+    files = [("bin/python3", wrapper, 0o755), ("site-packages/env_marker.py", b"MARK = 1\n", 0o644)]
+    with tarfile.open(archive, "w:gz") as tar:
+        for name, data, mode, *link in [*files, *extra]:
+            info = tarfile.TarInfo(name)
+            info.size, info.mode = len(data), mode
+            if link:
+                info.type, info.linkname = tarfile.SYMTYPE, link[0]
+            tar.addfile(info, io.BytesIO(data))
+
+
+async def test_a_packed_execution_env_is_unpacked_and_runs_the_stubs(
+    repo, tmp_path, write_model, make_server, no_leftovers
+):
+    model_dir = write_model(repo, "packed", PACKED_REPORT, PACKED_CONFIG)
+    write_packed_env(model_dir / "env.tar.gz")
+    cache = tmp_path / "envs"
+    options = {"python": {"execution-env-directory": str(cache)}}
+    async with make_server(repo, backend_options=options) as server:
+        response = await server.infer(request("packed", X=tensor("X", [1])))
+    marker = Path(response.output("PREFIX").data[0].decode())
+    (unpacked,) = cache.iterdir()
+    assert marker == unpacked / "site-packages" / "env_marker.py"
+    # a changed archive is unpacked again, replacing the old copy
+    write_packed_env(model_dir / "env.tar.gz", [("site-packages/other.py", b"", 0o644)])
+    async with make_server(repo, backend_options=options) as server:
+        await server.infer(request("packed", X=tensor("X", [1])))
+    (again,) = cache.iterdir()
+    assert again != unpacked and (again / "site-packages" / "other.py").is_file()
+
+
+@pytest.mark.parametrize(
+    ("member", "expected"),
+    [
+        (("../escaped.py", b"x", 0o644), "refused to unpack"),
+        (("lib/outside", b"", 0o777, "/etc/passwd"), "refused to unpack"),
+        (("lib/up", b"", 0o777, "../../../../etc/passwd"), "refused to unpack"),
+        (("big.bin", b"x" * 5000, 0o644), "unpacks to more than 4096 bytes"),
+    ],
+)
+async def test_a_hostile_packed_env_is_refused(
+    repo, tmp_path, write_model, make_server, member, expected
+):
+    model_dir = write_model(repo, "packed", PACKED_REPORT, PACKED_CONFIG)
+    write_packed_env(model_dir / "env.tar.gz", [member])
+    cache = tmp_path / "cache" / "envs"
+    options = {"python": {"execution-env-directory": str(cache), "execution-env-max-bytes": "4096"}}
     with pytest.raises(TritonError) as info:
-        async with make_server(repo):
+        async with make_server(repo, backend_options=options):
             pass
-    assert "unpack it" in info.value.message and "packed" in info.value.message
+    assert expected in info.value.message and "EXECUTION_ENV_PATH" in info.value.message
+    assert not (tmp_path / "cache" / "escaped.py").exists()
+    assert list(cache.iterdir()) == []  # nothing half-unpacked is left
 
 
 async def test_outputs_of_another_dtype_than_the_config_fail_naming_the_model_and_plugin(

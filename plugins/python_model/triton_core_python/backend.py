@@ -14,6 +14,9 @@ Backend settings (``--backend-config=python,<key>=<value>``):
 * ``shm-directory``: put segments in this tmpfs directory instead of anonymous memory
   (``memfd``), e.g. on hosts without ``memfd_create``;
 * ``stub-timeout-seconds``: how long ``finalize`` may take at unload (30);
+* ``execution-env-directory``: where packed ``EXECUTION_ENV_PATH`` archives are unpacked
+  (a folder in the system's temporary folder);
+* ``execution-env-max-bytes``: the most an archive may unpack to (32 GiB);
 * ``metrics-per-model``: how many ``pb_utils.MetricFamily`` and ``Metric`` objects the
   instances of one model may hold at once (4096);
 * ``instance-thread``: ``yes`` drives each instance from a worker thread, as other backends
@@ -58,6 +61,7 @@ from triton_core import (
     unavailable,
     wire_datatype,
 )
+from triton_core_python import environment
 from triton_core_python.metrics import DEFAULT_MAX_HANDLES, ModelMetricBudget
 from triton_core_python.process import StubDied, StubProcess, StubSettings, stub_command
 
@@ -96,6 +100,12 @@ class PythonBackend(Backend):
         self.shm_size = _int_option(self.options, "shm-default-byte-size", 1 << 20)
         self.shm_directory = self.options.get("shm-directory") or None
         self.finalize_timeout = float(_int_option(self.options, "stub-timeout-seconds", 30))
+        self.env_directory = Path(
+            self.options.get("execution-env-directory") or environment.default_cache_directory()
+        )
+        self.env_max_bytes = _int_option(
+            self.options, "execution-env-max-bytes", environment.DEFAULT_MAX_BYTES
+        )
         self.metrics_per_model = _int_option(self.options, "metrics-per-model", DEFAULT_MAX_HANDLES)
         self.stub_policy = self.options.get("stub-policy", "batch").lower()
         if self.stub_policy not in ("batch", "normal"):
@@ -123,7 +133,7 @@ class PythonBackend(Backend):
         # method (one defined only in a base class of another file is not seen).
         if "auto_complete_config" not in source:
             return
-        python = _interpreter(config, model_path.parent.parent)
+        python = _interpreter(self, config, model_path.parent.parent)
         completed = run_auto_complete(python, model_path, config_to_json(config))
         updated = ModelConfig()
         try:
@@ -185,23 +195,15 @@ def run_auto_complete(python: str, model_path: Path, config: dict) -> dict:
     return outcome["config"]
 
 
-def _interpreter(config: ModelConfig, model_dir: Path) -> str:
+def _interpreter(backend: PythonBackend, config: ModelConfig, model_dir: Path) -> str:
     """The Python that runs the stubs: the server's, or ``EXECUTION_ENV_PATH``'s."""
     if "EXECUTION_ENV_PATH" not in config.parameters:
         return sys.executable
     location = config.parameters["EXECUTION_ENV_PATH"].string_value
-    location = location.replace("$$TRITON_MODEL_DIRECTORY", str(model_dir))
-    path = Path(location)
-    if not path.is_dir():
-        raise invalid_arg(
-            f"model '{config.name}': EXECUTION_ENV_PATH '{location}' is not a folder; packed "
-            "environments (conda-pack .tar.gz) are not supported: unpack it and point "
-            "EXECUTION_ENV_PATH at the folder"
-        )
-    for name in ("bin/python3", "bin/python"):
-        if (path / name).exists():
-            return str(path / name)
-    raise invalid_arg(f"model '{config.name}': EXECUTION_ENV_PATH '{location}' has no bin/python3")
+    folder = environment.resolve(
+        config.name, location, model_dir, backend.env_directory, backend.env_max_bytes
+    )
+    return environment.python_of(config.name, folder, location)
 
 
 class PythonModel(BackendModel):
@@ -215,7 +217,7 @@ class PythonModel(BackendModel):
             )
         self.backend = backend
         self.context = context
-        self.python = _interpreter(config, context.model_dir)
+        self.python = _interpreter(backend, config, context.model_dir)
         self.config_json = json.dumps(config_to_json(config))
         self.output_names = tuple(output.name for output in config.output)
         # numpy has no bfloat16: a model returns their bits as uint16, labelled BF16 here

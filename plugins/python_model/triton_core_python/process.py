@@ -93,6 +93,12 @@ def stub_command(python: str, *arguments: str) -> tuple[list[str], dict[str, str
         paths = [str(_PACKAGE.parent), *filter(None, [env.get("PYTHONPATH")])]
         env["PYTHONPATH"] = os.pathsep.join(paths)
         return [python, "-m", "triton_core_python.stub", *arguments], env
+    # an environment's own programs and libraries first, as its activation would do
+    prefix = Path(python).parent.parent
+    env["PATH"] = os.pathsep.join(filter(None, [str(prefix / "bin"), env.get("PATH")]))
+    if (prefix / "lib").is_dir():
+        libraries = [str(prefix / "lib"), env.get("LD_LIBRARY_PATH")]
+        env["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, libraries))
     return [python, "-c", _BOOTSTRAP, *arguments], env
 
 
