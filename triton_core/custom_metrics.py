@@ -28,8 +28,12 @@ _PROMETHEUS_TYPES: Final = ("counter", "gauge", "histogram")
 
 _NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*\Z")
 _LABEL = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*\Z")
-#: Triton's own families use these prefixes; a model may not shadow them
-_RESERVED_PREFIXES: Final = ("nv_", "triton_")
+#: the server's own families start with these; a model may not shadow them (other nv_
+#: names are allowed, as in Triton)
+_RESERVED_PREFIXES: Final = (
+    "nv_inference_", "nv_cache_", "nv_gpu_", "nv_cpu_", "nv_energy_", "nv_pinned_memory_",
+    "nv_model_",
+)  # fmt: skip
 
 #: bounds on what one family or metric may hold (a model cannot make /metrics unbounded)
 MAX_NAME_LENGTH: Final = 256
@@ -104,12 +108,13 @@ class CustomMetric:
             return
         with self._lock:
             counts, total = list(self._counts), self._sum
+        # Triton's order: count, sum, then the buckets
+        metric.add_sample(f"{name}_count", self.labels, sum(counts))
+        metric.add_sample(f"{name}_sum", self.labels, total)
         cumulative = 0
         for bound, count in zip((*self._buckets, math.inf), counts, strict=True):
             cumulative += count
             metric.add_sample(f"{name}_bucket", {**self.labels, "le": _bound(bound)}, cumulative)
-        metric.add_sample(f"{name}_count", self.labels, cumulative)
-        metric.add_sample(f"{name}_sum", self.labels, total)
 
 
 class CustomFamily:
@@ -202,13 +207,13 @@ class CustomMetrics:
 def _check_name(name: str) -> None:
     if not isinstance(name, str) or not _NAME.match(name) or len(name) > MAX_NAME_LENGTH:
         raise invalid_arg(
-            f"invalid metric family name '{str(name)[:MAX_NAME_LENGTH]}': a name matches "
+            f"Invalid metric name '{str(name)[:MAX_NAME_LENGTH]}': a name matches "
             f"[a-zA-Z_:][a-zA-Z0-9_:]* and has at most {MAX_NAME_LENGTH} characters"
         )
     if name.startswith(_RESERVED_PREFIXES):
         raise invalid_arg(
-            f"invalid metric family name '{name}': names starting with "
-            f"{' or '.join(_RESERVED_PREFIXES)} are reserved for the server's own metrics"
+            f"Invalid metric name '{name}': names starting with {', '.join(_RESERVED_PREFIXES)} "
+            "are reserved for the server's own metrics"
         )
 
 

@@ -214,7 +214,7 @@ class TritonPythonModel:
             "counter_set": lambda: self.counter.set(1),
             "gauge_observe": lambda: self.gauge.observe(1),
             "histogram_value": lambda: self.histogram.value(),
-            "reserved_name": lambda: family("nv_mine", "x", gauge),
+            "reserved_name": lambda: family("nv_inference_mine", "x", gauge),
             "bad_name": lambda: family("bad name", "x", gauge),
             "other_kind": lambda: family("api_requests", "x", gauge),
             "buckets_on_counter": lambda: self.counters.Metric(labels={}, buckets=[1.0]),
@@ -508,10 +508,15 @@ def test_custom_metrics_reach_metrics_with_their_labels(server):
     assert "# HELP api_temperature A gauge" in text
     assert 'api_temperature{room="lab"} 20' in text
     assert "# TYPE api_latency_ms histogram" in text
-    for bound, count in (("1", 1), ("10", 2), ("100", 3), ("+Inf", 4)):
-        assert f'api_latency_ms_bucket{{stage="pre",le="{bound}"}} {count}' in text
-    assert 'api_latency_ms_count{stage="pre"} 4' in text
-    assert 'api_latency_ms_sum{stage="pre"} 555.5' in text
+    # Triton's lines and their order
+    assert (
+        'api_latency_ms_count{stage="pre"} 4\n'
+        'api_latency_ms_sum{stage="pre"} 555.5\n'
+        'api_latency_ms_bucket{stage="pre",le="1"} 1\n'
+        'api_latency_ms_bucket{stage="pre",le="10"} 2\n'
+        'api_latency_ms_bucket{stage="pre",le="100"} 3\n'
+        'api_latency_ms_bucket{stage="pre",le="+Inf"} 4\n'
+    ) in text
 
 
 def test_custom_metric_errors_are_tritons(server):
@@ -529,13 +534,14 @@ def test_custom_metric_errors_are_tritons(server):
     assert report["histogram_value"] == (
         "Failed to get metric value: TRITONSERVER_METRIC_KIND_HISTOGRAM does not support Value"
     )
-    assert "reserved" in report["reserved_name"] and "nv_mine" in report["reserved_name"]
-    assert "invalid metric family name 'bad name'" in report["bad_name"]
+    assert "reserved" in report["reserved_name"]
+    assert "Invalid metric name 'nv_inference_mine'" in report["reserved_name"]
+    assert "Invalid metric name 'bad name'" in report["bad_name"]
     assert "already exists with kind COUNTER" in report["other_kind"]
     assert report["buckets_on_counter"] == "Failed to create metric. Unexpected buckets found."
     assert report["no_buckets"] == "Failed to create metric. Missing required buckets."
     assert "invalid label name 'a-b'" in report["bad_label"]
-    assert "nv_mine" not in scrape(server)
+    assert "nv_inference_mine" not in scrape(server)
 
 
 def test_a_deleted_metric_leaves_metrics(server):
