@@ -18,6 +18,7 @@ from textwrap import dedent
 import numpy as np
 import pytest
 import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
 
 from triton_core import InferenceRequest, Tensor
 from triton_core.testing import ModelRepository, ServerProcess
@@ -291,7 +292,8 @@ class TritonPythonModel:
         for request in requests:
             values = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
             assert values.shape == (2, 2), values.shape
-            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", values.T)]))
+            answer = values.T if values[0, 0] != 99 else values.reshape(-1)[:3]
+            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", answer)]))
         return responses
 """
 
@@ -562,6 +564,12 @@ def test_config_reshape_applies_to_inputs_and_outputs(server):
     result = client.infer("reshape", [tensor])
     assert result.get_output("OUTPUT0")["shape"] == [4]
     assert result.as_numpy("OUTPUT0").tolist() == [1, 3, 2, 4]
+    tensor.set_data_from_numpy(np.array([99, 2, 3, 4], dtype=np.int32))
+    with pytest.raises(InferenceServerException) as info:
+        client.infer("reshape", [tensor])
+    assert "returned output 'OUTPUT0' with shape [3], which does not match its config reshape" in (
+        info.value.message()
+    )
 
 
 def test_bf16_outputs_come_back_labelled_bf16(server):

@@ -50,12 +50,12 @@ BLS_RESPONSE = 12  # server -> stub (events)
 BLS_CANCEL = 13  # stub -> server (events): the model stopped iterating a decoupled BLS call
 CANCEL_QUERY = 14  # stub -> server (events): is this request cancelled?
 CANCEL_ANSWER = 15  # server -> stub (events)
-LOG = 16  # stub -> server (events): (level, message)
+LOG = 16  # stub -> server (events): (level, message, filename, line)
 FREE = 17  # either way (events): only frees, when no other message is due
-CONTROL = 18  # stub -> server (events): model management (is_model_ready ...)
-CONTROL_ANSWER = 19  # server -> stub (events)
 METRIC = 20  # stub -> server (events): custom metrics; ident 0: no answer expected
 METRIC_ANSWER = 21  # server -> stub (events): (ok, value or message)
+CONTROL = 18  # stub -> server (events): model management (is_model_ready ...)
+CONTROL_ANSWER = 19  # server -> stub (events)
 
 #: largest message sent inline; bigger ones go through shared memory (seqpacket messages
 #: are bounded by the socket buffer, ~200 KiB by default)

@@ -559,29 +559,30 @@ class StubProcess:
                     InferenceResponse(error=TritonError(status_of(error[0]), error[1]))
                 )
                 continue
-            try:
-                outputs = [
-                    Tensor(d[0], self._datatype(d), self._output(owner, d)) for d in descriptors
-                ]
-            except ValueError as exc:
-                responses.append(InferenceResponse(error=internal(str(exc))))
-                continue
+            outputs = [Tensor(d[0], self._datatype(d), unpack(owner, d)) for d in descriptors]
+            if self.settings.output_reshapes:
+                reshape_error = self._reshape_outputs(outputs)
+                if reshape_error is not None:
+                    responses.append(InferenceResponse(error=reshape_error))
+                    continue
             responses.append(InferenceResponse(outputs, parameters or {}))
         return responses
 
-    def _output(self, owner: Any, descriptor: Descriptor) -> Any:
-        """An output's array, viewed in the config's dims when the config reshapes it."""
-        array = unpack(owner, descriptor)
+    def _reshape_outputs(self, outputs: list[Tensor]) -> TritonError | None:
+        """View outputs in the config's dims where the config reshapes them."""
         reshapes = self.settings.output_reshapes
-        if not reshapes or descriptor[0] not in reshapes:
-            return array
-        try:
-            return reshapes[descriptor[0]](array)
-        except ValueError:
-            raise ValueError(
-                f"model '{self.settings.model_name}' returned output '{descriptor[0]}' with "
-                f"shape {list(array.shape)}, which does not match its config reshape"
-            ) from None
+        for tensor in outputs:
+            reshape = reshapes.get(tensor.name)
+            if reshape is None:
+                continue
+            try:
+                tensor.data = reshape(tensor.data)
+            except ValueError:
+                return internal(
+                    f"model '{self.settings.model_name}' returned output '{tensor.name}' with "
+                    f"shape {list(tensor.data.shape)}, which does not match its config reshape"
+                )
+        return None
 
     def _datatype(self, descriptor: Descriptor) -> str:
         """An output's datatype: the bits of a BF16 output travel as UINT16."""
