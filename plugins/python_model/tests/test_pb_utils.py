@@ -205,3 +205,50 @@ def test_triton_string_to_numpy_table_is_tritons():
     assert "TYPE_BF16" not in pb_utils.TRITON_STRING_TO_NUMPY
     assert pb_utils.triton_to_numpy_type(13) is np.object_
     assert pb_utils.triton_to_numpy_type(14) is None
+
+
+#: the public names of Triton 2.51's pb_utils in a model (dir() in a real tritonserver)
+TRITON_NAMES = [
+    "InferenceRequest", "InferenceResponse", "Logger", "MetricFamily", "ModelConfig",
+    "PreferredMemory", "TRITONSERVER_MEMORY_CPU", "TRITONSERVER_MEMORY_GPU",
+    "TRITONSERVER_REQUEST_FLAG_SEQUENCE_END", "TRITONSERVER_REQUEST_FLAG_SEQUENCE_START",
+    "TRITONSERVER_REQUEST_RELEASE_ALL", "TRITONSERVER_REQUEST_RELEASE_RESCHEDULE",
+    "TRITONSERVER_RESPONSE_COMPLETE_FINAL", "TRITON_STRING_TO_NUMPY", "Tensor", "TritonError",
+    "TritonModelException", "deserialize_bytes_tensor", "get_input_config_by_name",
+    "get_input_tensor_by_name", "get_model_dir", "get_output_config_by_name",
+    "get_output_tensor_by_name", "is_model_ready", "load_model", "numpy_to_triton_type",
+    "serialize_byte_tensor", "triton_string_to_numpy", "triton_to_numpy_type", "unload_model",
+    "using_decoupled_model_transaction_policy",
+]  # fmt: skip
+
+#: methods of its classes (python_backend's pybind11 module definitions)
+TRITON_METHODS = {
+    "Tensor": "name as_numpy triton_dtype to_dlpack is_cpu shape from_dlpack __dlpack__ "
+    "__dlpack_device__",
+    "InferenceRequest": "inputs request_id correlation_id flags set_flags timeout parameters "
+    "trace exec async_exec requested_output_names get_response_sender is_cancelled "
+    "set_release_flags",
+    "InferenceResponse": "output_tensors has_error error parameters",
+    "InferenceResponseSender": "send is_cancelled",
+    "ResponseIterator": "__iter__ __next__ cancel",
+    "Logger": "log log_info log_warn log_error log_verbose INFO WARNING ERROR VERBOSE LogLevel",
+    "MetricFamily": "Metric COUNTER GAUGE HISTOGRAM",
+    "Metric": "increment set observe value",
+    "TritonError": "code message UNKNOWN INTERNAL NOT_FOUND INVALID_ARG UNAVAILABLE "
+    "UNSUPPORTED ALREADY_EXISTS CANCELLED",
+    "ModelConfig": "as_dict set_max_batch_size set_dynamic_batching add_input add_output "
+    "set_model_transaction_policy",
+    "InferenceTrace": "get_context",
+}
+
+
+def test_every_name_of_tritons_module_is_here():
+    assert [name for name in TRITON_NAMES if not hasattr(pb_utils, name)] == []
+    missing = [
+        f"{cls}.{method}"
+        for cls, methods in TRITON_METHODS.items()
+        for method in methods.split()
+        if not hasattr(getattr(pb_utils, cls), method)
+    ]
+    assert missing == []
+    assert pb_utils.TRITONSERVER_MEMORY_CPU == 1 and pb_utils.TRITONSERVER_MEMORY_GPU == 0
