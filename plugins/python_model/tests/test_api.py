@@ -619,3 +619,43 @@ async def test_logger_records_carry_the_models_file_and_line(
     assert record.levelno == logging.WARNING
     assert (record.filename, record.lineno) == ("model.py", 8)  # as Triton's "model.py:8]"
     assert record.model_name == "logs" and record.model_instance == "logs_0_0"
+
+
+MANAGER = """
+import json
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        ready = pb_utils.is_model_ready
+        report = {"ready": ready("manager"), "unknown": ready("x")}
+        for name, call in (("load", pb_utils.load_model), ("unload", pb_utils.unload_model)):
+            try:
+                call("manager")
+                report[name] = None
+            except pb_utils.TritonModelException as exc:
+                report[name] = str(exc)
+        out = pb_utils.Tensor("OUT", np.array([json.dumps(report).encode()], dtype=np.object_))
+        return [pb_utils.InferenceResponse([out])]
+"""
+
+
+MANAGER_CONFIG = """
+backend: "python"
+max_batch_size: 0
+input [ { name: "IN" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "OUT" data_type: TYPE_STRING dims: [ 1 ] } ]
+"""
+
+
+async def test_model_management_needs_explicit_mode_as_in_triton(repo, write_model, make_server):
+    write_model(repo, "manager", MANAGER, MANAGER_CONFIG)
+    async with make_server(repo) as server:
+        request = InferenceRequest("manager", {"IN": Tensor("IN", "INT32", np.array([1]))})
+        response = await server.infer(request)
+    report = json.loads(response.output("OUT").data[0])
+    refusal = "explicit model load / unload is not allowed if polling is enabled"
+    assert report == {"ready": True, "unknown": False, "load": refusal, "unload": refusal}
