@@ -14,7 +14,6 @@ that need the server, which raise :class:`TritonModelException`.
 
 from __future__ import annotations
 
-import contextlib
 import enum
 import json
 import struct
@@ -890,9 +889,7 @@ class Metric:
 def _release_metric_object(ident: int) -> None:
     runtime = _runtime
     if ident and runtime is not None:
-        # the process may be ending: the server releases everything then
-        with contextlib.suppress(Exception):
-            runtime.metric_update(ident, "release", 0.0)
+        runtime.metric_release(ident)
 
 
 # -- model directory ----------------------------------------------------------------------------

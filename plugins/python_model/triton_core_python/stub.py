@@ -107,6 +107,9 @@ class Stub:
         self._execute: Callable[[list[Any]], Any] | None = None
         self._async_execute = False
         self._flush_scheduled = False
+        #: deleted metric objects whose release is not sent yet
+        self._released_metrics: list[int] = []
+        self._release_scheduled = False
         # a model that holds many responses' worth of BLS outputs frees them in bursts;
         # send long queues of frees without waiting for the next message
         self.memory.leases.on_pending = self._maybe_flush
@@ -432,6 +435,21 @@ class Stub:
         if not ok:
             raise pb_utils.TritonModelException(value)
         return value
+
+    def metric_release(self, ident: int) -> None:
+        """A deleted MetricFamily or Metric. Called from ``__del__``, which the garbage
+        collector may run inside a send holding the channel's lock: sent from a thread."""
+        self._released_metrics.append(ident)
+        if not self._release_scheduled:
+            self._release_scheduled = True
+            threading.Thread(target=self._send_releases, daemon=True).start()
+
+    def _send_releases(self) -> None:
+        self._release_scheduled = False
+        released = self._released_metrics
+        with contextlib.suppress(ipc.PeerClosed, IndexError):
+            while released:
+                self.events.send(ipc.METRIC, 0, ("release", (released.pop(0), 0.0)), None)
 
     def metric_update(self, ident: int, operation: str, value: float) -> None:
         """increment / set / observe / release: sent without waiting, in order with the
