@@ -3,11 +3,13 @@
 ``import triton_python_backend_utils as pb_utils`` inside a model gives the classes and
 helpers of Triton's Python backend (PROTOCOL.md section 6): ``Tensor``,
 ``InferenceRequest`` (with BLS ``exec``/``async_exec``), ``InferenceResponse``,
-``TritonError``, ``Logger``, ``ModelConfig`` for ``auto_complete_config``, the config
-helpers and the flag constants.
+``TritonError``, ``Logger``, ``MetricFamily``, model management (``load_model`` ...),
+``ModelConfig`` for ``auto_complete_config``, the config helpers and the constants: every
+public name of Triton's module.
 
 The module runs in the model's stub process (see ``triton_core_python.stub``), which sets
-``_runtime`` to reach the server (BLS calls, decoupled responses, logs). Without a runtime
+``_runtime`` to reach the server (BLS calls, decoupled responses, logs, metrics, model
+management). Without a runtime
 (plain imports, unit tests, ``auto_complete_config``) everything works except the calls
 that need the server, which raise :class:`TritonModelException`.
 """

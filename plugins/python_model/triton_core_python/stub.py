@@ -452,7 +452,7 @@ class Stub:
                 self.events.send(ipc.METRIC, 0, ("release", (released.pop(0), 0.0)), None)
 
     def metric_update(self, ident: int, operation: str, value: float) -> None:
-        """increment / set / observe / release: sent without waiting, in order with the
+        """increment / set / observe: sent without waiting, in order with the
         calls above, so a later ``value()`` sees it."""
         try:
             self.events.send(ipc.METRIC, 0, (operation, (ident, value)), None)
