@@ -336,6 +336,34 @@ output [
 """
 
 
+#: two instances that create the same gauge series: one series on /metrics, set by both
+METERED = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        gauge = pb_utils.MetricFamily.GAUGE
+        family = pb_utils.MetricFamily("metered_instances", "Instances", gauge)
+        self.metric = family.Metric(labels={"model": args["model_name"]})
+        self.metric.increment(1)
+        self.family = family
+
+    def execute(self, requests):
+        out = pb_utils.Tensor("OUTPUT0", np.array([self.metric.value()], np.float32))
+        return [pb_utils.InferenceResponse([out]) for _ in requests]
+"""
+
+METERED_CONFIG = """
+backend: "python"
+max_batch_size: 0
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 1 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 1 ] } ]
+instance_group [ { count: 2 kind: KIND_CPU } ]
+"""
+
+
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     root = tmp_path_factory.mktemp("pb_api")
@@ -346,6 +374,7 @@ def server(tmp_path_factory):
         ("echo", TARGET, TARGET_CONFIG.replace("{dtype}", "TYPE_FP32")),
         ("reshape", RESHAPE, RESHAPE_CONFIG),
         ("bf16", BF16, BF16_CONFIG),
+        ("metered", METERED, METERED_CONFIG),
     ):
         repository.add_model(name, dedent(config), versions={1: {"model.py": dedent(source)}})
     process = ServerProcess(
@@ -554,6 +583,20 @@ def test_a_deleted_metric_leaves_metrics(server):
     deadline = time.monotonic() + 10
     while "api_temporary" in scrape(server):
         assert time.monotonic() < deadline, "the deleted metric stayed on /metrics"
+        time.sleep(0.05)
+
+
+def test_instances_share_a_series_which_leaves_metrics_when_the_model_unloads(server):
+    client = httpclient.InferenceServerClient(server.http_url)
+    client.load_model("metered")
+    assert 'metered_instances{model="metered"} 2' in scrape(server)
+    tensor = httpclient.InferInput("INPUT0", [1], "FP32")
+    tensor.set_data_from_numpy(np.array([0], dtype=np.float32))
+    assert client.infer("metered", [tensor]).as_numpy("OUTPUT0").tolist() == [2.0]
+    client.unload_model("metered")
+    deadline = time.monotonic() + 10
+    while "metered_instances" in scrape(server):
+        assert time.monotonic() < deadline, "an unloaded model's metrics stayed on /metrics"
         time.sleep(0.05)
 
 
