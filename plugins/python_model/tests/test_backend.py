@@ -261,6 +261,8 @@ class TritonPythonModel:
 
 
 AUTO_COMPLETE = """
+import os
+
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
@@ -269,10 +271,14 @@ class TritonPythonModel:
     @staticmethod
     def auto_complete_config(auto_complete_model_config):
         config = auto_complete_model_config
-        config.add_input({"name": "IN", "data_type": "TYPE_FP32", "dims": [2]})
-        config.add_output({"name": "OUT", "data_type": "TYPE_FP32", "dims": [2]})
+        # Triton offers get_model_dir() here too: the model reads its own files
+        with open(os.path.join(pb_utils.get_model_dir(), "width.txt")) as width_file:
+            width = int(width_file.read())
+        config.add_input({"name": "IN", "data_type": "TYPE_FP32", "dims": [width]})
+        config.add_output({"name": "OUT", "data_type": "TYPE_FP32", "dims": [width]})
         config.set_max_batch_size(4)
         config.set_dynamic_batching()
+        config.set_model_transaction_policy({"decoupled": False})
         return config
 
     def execute(self, requests):
@@ -286,10 +292,12 @@ class TritonPythonModel:
 
 
 async def test_auto_complete_config_fills_the_config(repo, write_model, make_server):
-    write_model(repo, "auto", AUTO_COMPLETE, 'backend: "python"\n')
+    model_dir = write_model(repo, "auto", AUTO_COMPLETE, 'backend: "python"\n')
+    (model_dir / "1" / "width.txt").write_text("2")
     async with make_server(repo) as server:
         config = server.model_config_json("auto")
         assert config["max_batch_size"] == 4
+        assert config["model_transaction_policy"] == {"decoupled": False}
         assert config["input"][0]["name"] == "IN" and config["input"][0]["dims"] == [2]
         assert config["output"][0]["data_type"] == "TYPE_FP32"
         assert "dynamic_batching" in config
