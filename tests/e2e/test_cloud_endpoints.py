@@ -450,7 +450,8 @@ def prediction_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Serv
         "AIP_HTTP_PORT": "0",
         "AIP_STORAGE_URI": str(root),
     }
-    yield from started(ServerProcess([], *SAGEMAKER, *LOOPBACK, env=env))
+    restricted = ("--http-restricted-api", "model-config,statistics:admin-key=s3cret")
+    yield from started(ServerProcess([], *SAGEMAKER, *LOOPBACK, *restricted, env=env))
 
 
 def test_prediction_mode_serves_vertex_ai_alone_on_aip_http_port(
@@ -476,6 +477,16 @@ def test_sagemaker_without_a_default_model_names_tritons_placeholder(
     assert answer.error == (
         "Request for unknown model: 'unspecified_SAGEMAKER_TRITON_DEFAULT_MODEL_NAME' is not found"
     )
+
+
+def test_http_restrictions_hold_through_the_redirect(prediction_server: ServerProcess) -> None:
+    headers = {"X-Vertex-Ai-Triton-Redirect": "v2/models/only/config"}
+    answer = vertex(prediction_server, "POST", PREDICT, b"", headers)
+    assert answer.status == 403
+    assert answer.error == "This API is restricted, expecting header 'admin-key'"
+    answer = vertex(prediction_server, "POST", PREDICT, b"", {**headers, "admin-key": "s3cret"})
+    assert answer.status == 200
+    assert json.loads(answer.body)["name"] == "only"
 
 
 # ------------------------------------------------------------------------------------------
