@@ -396,10 +396,10 @@ def failing_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerP
         "--exit-on-error", "false",
         env={"SAGEMAKER_TRITON_DEFAULT_MODEL_NAME": "failing"},
     )  # fmt: skip
-    yield from started_not_ready(process)
+    yield from started_live(process)
 
 
-def started_not_ready(process: ServerProcess) -> Iterator[ServerProcess]:
+def started_live(process: ServerProcess) -> Iterator[ServerProcess]:
     try:
         process.wait_ready(path="/v2/health/live")
         yield process
@@ -539,3 +539,172 @@ def test_vertex_ai_without_a_default_among_several_models_is_refused(repo: Path)
         [repo], *VERTEX_AI, *LOOPBACK, "--vertex-ai-default-model", "nope", env=VERTEX_ENV
     )
     assert "Expect the default model 'nope' is loaded" in log
+
+
+# ------------------------------------------------------------------------------------------
+# SageMaker's multi-model endpoint
+
+ENSEMBLE_CONFIG = """
+name: "fan"
+platform: "ensemble"
+max_batch_size: 8
+input [
+  { name: "A" data_type: TYPE_INT32 dims: [ 16 ] },
+  { name: "B" data_type: TYPE_INT32 dims: [ 16 ] }
+]
+output [ { name: "SUM" data_type: TYPE_INT32 dims: [ 16 ] } ]
+ensemble_scheduling {
+  step [{
+    model_name: "member" model_version: -1
+    input_map { key: "INPUT0" value: "A" } input_map { key: "INPUT1" value: "B" }
+    output_map { key: "OUTPUT0" value: "SUM" }
+  }]
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def archives(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """What SageMaker unpacks: a model at an archive's root, one in a subfolder, and an
+    ensemble with its member."""
+    root = tmp_path_factory.mktemp("opt_ml_models")
+    write_simple(root / "hash1", "model")
+    (root / "hash1" / "model" / "config.pbtxt").write_text(
+        SIMPLE_CONFIG.replace('name: "simple"', 'name: "sm_mme_model_1"')
+    )
+    write_simple(root / "hash2" / "model", "inner")
+    archive = root / "hash3" / "model"
+    write_simple(archive, "member")
+    (archive / "fan" / "1").mkdir(parents=True)
+    (archive / "fan" / "config.pbtxt").write_text(ENSEMBLE_CONFIG)
+    return root
+
+
+@pytest.fixture(scope="module")
+def mme_server(archives: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """As Triton's ``serve`` starts it for SAGEMAKER_MULTI_MODEL=true: explicit mode, an
+    empty repository, ping reporting liveness; inference restricted to show the invoke route
+    checks it."""
+    empty = tmp_path_factory.mktemp("sagemaker_empty")
+    env = {"TRITON_CORE_SAGEMAKER_MODEL_ROOT": str(archives), "SAGEMAKER_TRITON_PING_MODE": "live"}
+    yield from started_live(
+        ServerProcess(
+            [empty],
+            *SAGEMAKER,
+            *LOOPBACK,
+            "--model-control-mode",
+            "explicit",
+            "--allow-grpc",
+            "false",
+            "--http-restricted-api",
+            "inference:infer-key=k",
+            env=env,
+        )
+    )
+
+
+def load(process: ServerProcess, name: str, url: str, target: str | None = None) -> Answer:
+    headers = {"Content-Type": "application/json"}
+    if target:
+        headers["X-Amzn-SageMaker-Target-Model"] = target
+    body = json.dumps({"model_name": name, "url": url}).encode()
+    return sagemaker(process, "POST", "/models", body, headers)
+
+
+def invoke(process: ServerProcess, name: str, body: bytes, **headers: str) -> Answer:
+    headers = {"infer-key": "k", **headers}
+    return sagemaker(process, "POST", f"/models/{name}/invoke", body, headers)
+
+
+def test_the_multi_model_lifecycle(mme_server: ServerProcess, archives: Path) -> None:
+    url = f"{archives}/hash1/model"
+    assert sagemaker(mme_server, "GET", "/ping").status == 200
+    assert json.loads(sagemaker(mme_server, "GET", "/models").body) == {"models": []}
+    assert invoke(mme_server, "sm_mme_model_1", json_body()).status == 404
+
+    assert load(mme_server, "sm_mme_model_1", url).status == 200
+    again = load(mme_server, "sm_mme_model_1", url)
+    assert again.status == 409
+    assert "has already been registered" in again.error
+    entry = {"modelName": "sm_mme_model_1", "modelUrl": f"{archives}/hash1"}
+    assert json.loads(sagemaker(mme_server, "GET", "/models").body) == {"models": [entry]}
+    assert json.loads(sagemaker(mme_server, "GET", "/models/sm_mme_model_1").body) == entry
+
+    assert_simple_outputs(invoke(mme_server, "sm_mme_model_1", json_body()))
+    restricted = sagemaker(mme_server, "POST", "/models/sm_mme_model_1/invoke", json_body())
+    assert restricted.status == 403
+    # every invoke error is a 400, as in Triton
+    assert invoke(mme_server, "sm_mme_model_1", b"{not json").status == 400
+
+    deleted = sagemaker(mme_server, "DELETE", "/models/sm_mme_model_1")
+    assert deleted.status == 200
+    assert sagemaker(mme_server, "GET", "/models/sm_mme_model_1").status == 404
+    assert invoke(mme_server, "sm_mme_model_1", json_body()).status == 404
+    assert sagemaker(mme_server, "DELETE", "/models/sm_mme_model_1").status == 404
+    # its folder is free again
+    assert load(mme_server, "sm_mme_model_1", url).status == 200
+    assert sagemaker(mme_server, "DELETE", "/models/sm_mme_model_1").status == 200
+
+
+def test_a_target_model_header_names_the_model(mme_server: ServerProcess, archives: Path) -> None:
+    answer = load(mme_server, "hash2", f"{archives}/hash2/model", target="target2.tar.gz")
+    assert answer.status == 200, answer.body
+    try:
+        body, json_size = binary_body()
+        headers = {"Content-Type": f"{SAGEMAKER_MIME}{json_size}"}
+        answered = invoke(
+            mme_server,
+            "hash2",
+            body,
+            **headers,
+            **{"X-Amzn-SageMaker-Target-Model": "target2.tar.gz"},
+        )
+        assert answered.status == 200, answered.body
+        size = int(answered.headers["content-type"][len(SAGEMAKER_MIME) :])
+        assert_binary_outputs(answered, size)
+    finally:
+        headers = {"X-Amzn-SageMaker-Target-Model": "target2.tar.gz"}
+        assert sagemaker(mme_server, "DELETE", "/models/hash2", None, headers).status == 200
+
+
+def test_an_archive_of_several_models_serves_its_ensemble(
+    mme_server: ServerProcess, archives: Path
+) -> None:
+    assert load(mme_server, "hash3", f"{archives}/hash3/model").status == 200
+    body = json.dumps(
+        {
+            "inputs": [
+                {"name": name, "datatype": "INT32", "shape": [1, 16], "data": list(range(16))}
+                for name in ("A", "B")
+            ]
+        }
+    ).encode()
+    answer = invoke(mme_server, "hash3", body)
+    assert answer.status == 200, answer.body
+    assert json.loads(answer.body)["outputs"][0]["data"] == [2 * i for i in range(16)]
+    assert sagemaker(mme_server, "DELETE", "/models/hash3").status == 200
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("/tmp/elsewhere/model", "expected a path of the form"),
+        ("{root}/hash1/../../outside/model", "expected a path of the form"),
+        ("{root}/missing/model", "failed to register"),
+    ],
+)
+def test_archives_outside_the_models_root_are_refused(
+    mme_server: ServerProcess, archives: Path, url: str, message: str
+) -> None:
+    answer = load(mme_server, "bad", url.format(root=archives))
+    assert answer.status == 400
+    assert message in answer.error
+    assert sagemaker(mme_server, "GET", "/models/bad").status == 404
+
+
+def test_system_paths_and_bad_bodies_are_refused(mme_server: ServerProcess) -> None:
+    answer = load(mme_server, "bad", "/proc/self/model")
+    assert (answer.status, answer.body) == (400, b"")
+    assert sagemaker(mme_server, "POST", "/models", b"[1, 2]").status == 400
+    assert sagemaker(mme_server, "POST", "/models", b'{"model_name": 1}').status == 400
+    assert sagemaker(mme_server, "PUT", "/models/x", b"").status == 400

@@ -11,7 +11,8 @@ from triton_core.errors import TritonError
 from triton_core.frontends import cloud
 from triton_core.frontends.cloud import Endpoint, check_port_collisions
 from triton_core.frontends.http.cloud import header_size_from_mime
-from triton_core.frontends.http.sagemaker import BINARY_MIME, is_out_of_memory
+from triton_core.frontends.http.sagemaker import BINARY_MIME
+from triton_core.frontends.http.sagemaker_mme import is_out_of_memory
 
 
 def parse(argv: list[str], environ: dict[str, str]) -> argparse.Namespace:

@@ -19,6 +19,7 @@ SAGEMAKER_DEFAULT_MODEL_ENV: Final = "SAGEMAKER_TRITON_DEFAULT_MODEL_NAME"
 SAGEMAKER_PING_MODE_ENV: Final = "SAGEMAKER_TRITON_PING_MODE"
 SAGEMAKER_INFERENCE_TYPE_ENV: Final = "SAGEMAKER_TRITON_INFERENCE_TYPE"
 SAGEMAKER_INFERENCE_TYPES: Final = ("infer", "generate", "generate_stream")
+SAGEMAKER_MODEL_ROOT_ENV: Final = "TRITON_CORE_SAGEMAKER_MODEL_ROOT"
 _UNSPECIFIED_MODEL: Final = "unspecified_SAGEMAKER_TRITON_DEFAULT_MODEL_NAME"
 _PING_MODES: Final = ("ready", "live")
 
@@ -41,6 +42,9 @@ class SageMakerOptions:
     ping_mode: str = "ready"
     #: ``SAGEMAKER_TRITON_INFERENCE_TYPE``: infer, generate or generate_stream
     inference_type: str = "infer"
+    #: where SageMaker unpacks multi-model archives (``TRITON_CORE_SAGEMAKER_MODEL_ROOT``,
+    #: beyond Triton, which has /opt/ml/models)
+    models_root: str = "/opt/ml/models"
 
     @classmethod
     def from_environment(cls, environ: Mapping[str, str], **flags: object) -> SageMakerOptions:
@@ -61,6 +65,7 @@ class SageMakerOptions:
             default_model=environ.get(SAGEMAKER_DEFAULT_MODEL_ENV, _UNSPECIFIED_MODEL),
             ping_mode=ping_mode,
             inference_type=inference_type,
+            models_root=environ.get(SAGEMAKER_MODEL_ROOT_ENV, "/opt/ml/models"),
             **flags,  # type: ignore[arg-type]
         )
 

@@ -195,8 +195,12 @@ class CloudEndpoint:
         send: Send,
         model_name: str,
         model_version: int = -1,
+        every_error_in_execution: bool = False,
     ) -> None:
-        """Infer on ``model_name``, the binary header's size from the platform's MIME type."""
+        """Infer on ``model_name``, the binary header's size from the platform's MIME type.
+
+        ``every_error_in_execution``: answer any failure as one in execution (SageMaker's
+        multi-model invoke does)."""
         if await self.refused(scope, send, "inference"):
             return
         if scope["method"] != "POST":
@@ -215,7 +219,10 @@ class CloudEndpoint:
             await respond(send, status, data)
             return
         except Exception as exc:
-            status, data = infer_failure(exc, model_name)
+            if every_error_in_execution and isinstance(exc, TritonError):
+                status, data = self.execution_failure(exc)
+            else:
+                status, data = infer_failure(exc, model_name)
             await respond(send, status, data)
             return
         await respond(send, 200, data, self.answer_headers(headers))

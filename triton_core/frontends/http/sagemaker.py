@@ -17,41 +17,22 @@ from urllib.parse import quote
 
 from triton_core.errors import TritonError
 from triton_core.frontends.cloud import SageMakerOptions
-from triton_core.frontends.http.app import InferenceServerAPI, error_body
+from triton_core.frontends.http.app import error_body
 from triton_core.frontends.http.cloud import CloudEndpoint, respond
 from triton_core.frontends.http.codec import HEADER_LENGTH
 from triton_core.frontends.http.fast_path import ASGIApp, Receive, Scope, Send
+from triton_core.frontends.http.sagemaker_mme import (
+    MultiModelEndpoint,
+    RepositoryServerAPI,
+    out_of_memory_status,
+)
 
 logger = logging.getLogger(__name__)
 
 BINARY_MIME: Final = "application/vnd.sagemaker-triton.binary+json;json-header-size="
 #: Triton's multi-model routes: ``/models``, ``/models/<name>``, ``/models/<name>/invoke``
 _MODELS: Final = re.compile(r"/models(?:/)?([^/]+)?(/invoke)?")
-#: what in an error's message makes Triton answer 507 (Insufficient Storage): memory ran out
-_OUT_OF_MEMORY: Final = (
-    "CUDA out of memory",
-    "CUDA_OUT_OF_MEMORY",
-    "Out of memory",
-    "Out Of Memory",
-    "out of memory",
-    "MemoryError",
-    "OutOfMemory",
-    "OOM",
-    "Dst tensor is not initialized",
-    "Src tensor is not initialized",
-    "CNMEM_STATUS_OUT_OF_MEMORY",
-    "CUDNN_STATUS_NOT_INITIALIZED",
-    "CUBLAS_STATUS_ALLOC_FAILED",
-    "CUBLAS_STATUS_NOT_INITIALIZED",
-    "Failed to allocate memory",
-    "failed to allocate memory",
-    "No space left on device",
-)
 _JSON_CONTENT_TYPE: Final = (b"content-type", b"application/json")
-
-
-def is_out_of_memory(message: str) -> bool:
-    return any(marker in message for marker in _OUT_OF_MEMORY)
 
 
 def raw_path(scope: Scope) -> str:
@@ -67,13 +48,14 @@ class SageMakerApp(CloudEndpoint):
 
     def __init__(
         self,
-        server: InferenceServerAPI,
+        server: RepositoryServerAPI,
         app: ASGIApp,
         options: SageMakerOptions,
         **limits: Any,
     ) -> None:
         super().__init__(server, app, **limits)
         self.options = options
+        self.multi_model = MultiModelEndpoint(server, options.models_root, self.json_limits)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -83,8 +65,8 @@ class SageMakerApp(CloudEndpoint):
             await self.health(scope, send, live=self.options.ping_mode == "live")
         elif path == "/invocations":
             await self.invocations(scope, receive, send)
-        elif _MODELS.fullmatch(path):
-            await self.multi_model(scope, send)
+        elif (match := _MODELS.fullmatch(path)) is not None:
+            await self.models_route(scope, receive, send, match.group(1) or "", match.group(2))
         else:
             logger.debug("SageMaker error: %s %s - 400", scope["method"], path)
             await respond(send, 400)
@@ -100,21 +82,37 @@ class SageMakerApp(CloudEndpoint):
         raw = f"/v2/models/{quote(model, safe='')}/{kind}"
         await self.forward(scope, receive, send, path, scope["method"], raw)
 
-    async def multi_model(self, scope: Scope, send: Send) -> None:
-        """Triton's multi-model endpoint: models are loaded into it from archives SageMaker
-        unpacks under /opt/ml/models, which this server does not do."""
-        await respond(
-            send,
-            501,
-            error_body(
-                "SageMaker multi-model endpoints (/models) are not supported; serve one "
-                f"model through /invocations ({'SAGEMAKER_TRITON_DEFAULT_MODEL_NAME'})"
-            ),
-        )
+    async def models_route(
+        self, scope: Scope, receive: Receive, send: Send, name: str, invoke: str | None
+    ) -> None:
+        """The multi-model routes (:mod:`.sagemaker_mme`), by method as Triton routes them."""
+        method = scope["method"]
+        endpoint = self.multi_model
+        if method == "GET":
+            if await self.refused(scope, send, "model-repository"):
+                return
+            if name:
+                await endpoint.get_model(send, name)
+            else:
+                await endpoint.list_models(send)
+        elif method == "POST" and invoke:
+            if name not in endpoint.models:
+                await respond(send, 404)
+                return
+            target = endpoint.target(scope, name)
+            logger.info("Invoking SageMaker TargetModel: %s", target)
+            await self.infer(scope, receive, send, target, every_error_in_execution=True)
+        elif method == "POST":
+            if not await self.refused(scope, send, "model-repository"):
+                await endpoint.load(scope, receive, send, self.max_input_size)
+        elif method == "DELETE":
+            if not await self.refused(scope, send, "model-repository"):
+                await endpoint.unload(scope, send, name)
+        else:
+            await respond(send, 400)
 
     def execution_failure(self, error: TritonError) -> tuple[int, bytes]:
-        status = 507 if is_out_of_memory(error.message) else 400
-        return status, error_body(error.message)
+        return out_of_memory_status(error.message), error_body(error.message)
 
     def answer_headers(self, headers: dict[str, str]) -> list[tuple[bytes, bytes]]:
         size = headers.get(HEADER_LENGTH)
