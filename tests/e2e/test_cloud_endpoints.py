@@ -376,6 +376,27 @@ def test_json_nesting_limits_hold_on_these_ports(server: ServerProcess) -> None:
     assert "depth" in answer.error or "nest" in answer.error
 
 
+@pytest.fixture(scope="module")
+def streaming_server(repo: Path) -> Iterator[ServerProcess]:
+    """SageMaker's ``/invocations`` as the generate_stream route of ``simple``."""
+    env = {
+        "SAGEMAKER_TRITON_DEFAULT_MODEL_NAME": "simple",
+        "SAGEMAKER_TRITON_INFERENCE_TYPE": "generate_stream",
+    }
+    yield from started(ServerProcess([repo], *SAGEMAKER, *LOOPBACK, env=env))
+
+
+def test_invocations_can_be_the_generate_stream_route(streaming_server: ServerProcess) -> None:
+    body = json.dumps({"INPUT0": DATA.ravel().tolist(), "INPUT1": DATA.ravel().tolist()}).encode()
+    answer = sagemaker(streaming_server, "POST", "/invocations", body)
+    expected = v2(streaming_server, "POST", "/v2/models/simple/generate_stream", body)
+    assert answer.status == expected.status == 200
+    assert answer.headers["content-type"].startswith("text/event-stream")
+    assert answer.body == expected.body
+    event = json.loads(answer.body.decode().removeprefix("data: "))
+    assert event["OUTPUT0"] == (DATA * 2).ravel().tolist()
+
+
 # ------------------------------------------------------------------------------------------
 # a server that is not ready, a model that fails while it runs
 
