@@ -70,6 +70,12 @@ async def read_body(receive: Receive, limit: int) -> bytes | None:
     return body
 
 
+def raw_path(scope: Scope) -> str:
+    """The path as the client sent it (Triton matches routes on it, undecoded)."""
+    raw = scope.get("raw_path")
+    return raw.decode("latin-1") if raw else str(scope["path"])
+
+
 def header(scope: Scope, name: bytes) -> str | None:
     value = first_value(scope["headers"], name)
     return value.decode("latin-1") if isinstance(value, bytes) else None

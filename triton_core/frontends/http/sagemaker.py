@@ -6,6 +6,7 @@ binary-extension body says its JSON header's size in its Content-Type,
 ``application/vnd.sagemaker-triton.binary+json;json-header-size=<n>``, and an answer with
 binary outputs says it the same way. As Triton, a request that fails while its model runs is
 answered 400 (507 when the error says memory ran out); other errors keep their v2 status.
+The multi-model routes (``/models``) are :mod:`.sagemaker_mme`.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from urllib.parse import quote
 from triton_core.errors import TritonError
 from triton_core.frontends.cloud import SageMakerOptions
 from triton_core.frontends.http.app import error_body
-from triton_core.frontends.http.cloud import CloudEndpoint, respond
+from triton_core.frontends.http.cloud import CloudEndpoint, raw_path, respond
 from triton_core.frontends.http.codec import HEADER_LENGTH
 from triton_core.frontends.http.fast_path import ASGIApp, Receive, Scope, Send
 from triton_core.frontends.http.sagemaker_mme import (
@@ -33,12 +34,6 @@ BINARY_MIME: Final = "application/vnd.sagemaker-triton.binary+json;json-header-s
 #: Triton's multi-model routes: ``/models``, ``/models/<name>``, ``/models/<name>/invoke``
 _MODELS: Final = re.compile(r"/models(?:/)?([^/]+)?(/invoke)?")
 _JSON_CONTENT_TYPE: Final = (b"content-type", b"application/json")
-
-
-def raw_path(scope: Scope) -> str:
-    """The path as the client sent it (Triton matches routes on it, undecoded)."""
-    raw = scope.get("raw_path")
-    return raw.decode("latin-1") if raw else str(scope["path"])
 
 
 class SageMakerApp(CloudEndpoint):

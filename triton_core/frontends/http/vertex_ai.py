@@ -18,9 +18,8 @@ from typing import Any, Final
 
 from triton_core.frontends.common import parse_version
 from triton_core.frontends.http.app import InferenceServerAPI
-from triton_core.frontends.http.cloud import CloudEndpoint, header, respond
+from triton_core.frontends.http.cloud import CloudEndpoint, header, raw_path, respond
 from triton_core.frontends.http.fast_path import ASGIApp, Receive, Scope, Send, infer_failure
-from triton_core.frontends.http.sagemaker import raw_path
 
 logger = logging.getLogger(__name__)
 
