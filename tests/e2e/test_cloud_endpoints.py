@@ -440,20 +440,18 @@ def test_ping_is_400_while_the_server_is_not_ready(failing_server: ServerProcess
     assert (answer.status, answer.body) == (400, b"")
 
 
-def test_a_model_failing_while_it_runs_is_a_400_or_507_on_sagemaker(
+def test_a_model_failing_while_it_runs_gets_the_v2_statuses_on_invocations(
     failing_server: ServerProcess,
 ) -> None:
     answer = sagemaker(failing_server, "POST", "/invocations", mode_body(0))
     assert answer.status == 200, answer.body
     assert json.loads(answer.body)["outputs"][0]["data"] == [0]
-    # Triton's SageMaker endpoint answers an execution error 400, whatever its code
-    unavailable = sagemaker(failing_server, "POST", "/invocations", mode_body(2))
-    assert v2(failing_server, "POST", "/v2/models/failing/infer", mode_body(2)).status == 503
-    assert (unavailable.status, unavailable.error) == (400, "try later")
-    # and 507 when memory ran out
-    out_of_memory = sagemaker(failing_server, "POST", "/invocations", mode_body(1))
-    assert out_of_memory.status == 507
-    assert "CUDA out of memory" in out_of_memory.error
+    # as Triton 2.51 answers /invocations: the error's own status (memory or not)
+    for mode, status in ((1, 500), (2, 503)):
+        answer = sagemaker(failing_server, "POST", "/invocations", mode_body(mode))
+        expected = v2(failing_server, "POST", "/v2/models/failing/infer", mode_body(mode))
+        assert answer.status == expected.status == status
+        assert answer.error == expected.error
 
 
 # ------------------------------------------------------------------------------------------
@@ -586,8 +584,8 @@ ensemble_scheduling {
 
 @pytest.fixture(scope="module")
 def archives(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """What SageMaker unpacks: a model at an archive's root, one in a subfolder, and an
-    ensemble with its member."""
+    """What SageMaker unpacks: a model at an archive's root, one in a subfolder, an ensemble
+    with its member, and a Python model that fails on request."""
     root = tmp_path_factory.mktemp("opt_ml_models")
     write_simple(root / "hash1", "model")
     (root / "hash1" / "model" / "config.pbtxt").write_text(
@@ -598,6 +596,10 @@ def archives(tmp_path_factory: pytest.TempPathFactory) -> Path:
     write_simple(archive, "member")
     (archive / "fan" / "1").mkdir(parents=True)
     (archive / "fan" / "config.pbtxt").write_text(ENSEMBLE_CONFIG)
+    failing = root / "hash4" / "model"
+    (failing / "1").mkdir(parents=True)
+    (failing / "1" / "model.py").write_text(FAILING_MODEL)
+    (failing / "config.pbtxt").write_text(FAILING_CONFIG)
     return root
 
 
@@ -704,6 +706,25 @@ def test_an_archive_of_several_models_serves_its_ensemble(
     assert answer.status == 200, answer.body
     assert json.loads(answer.body)["outputs"][0]["data"] == [2 * i for i in range(16)]
     assert sagemaker(mme_server, "DELETE", "/models/hash3").status == 200
+
+
+def test_every_invoke_failure_is_a_400_or_a_507_on_memory(
+    mme_server: ServerProcess, archives: Path
+) -> None:
+    assert load(mme_server, "hash4", f"{archives}/hash4/model").status == 200
+    try:
+        assert json.loads(invoke(mme_server, "hash4", mode_body(0)).body)["outputs"][0]["data"] == [
+            0
+        ]
+        unavailable = invoke(mme_server, "hash4", mode_body(2))
+        assert (unavailable.status, unavailable.error) == (400, "try later")
+        out_of_memory = invoke(mme_server, "hash4", mode_body(1))
+        assert out_of_memory.status == 507
+        assert "CUDA out of memory" in out_of_memory.error
+        wrong_input = invoke(mme_server, "hash4", json_body())
+        assert wrong_input.status == 400
+    finally:
+        assert sagemaker(mme_server, "DELETE", "/models/hash4").status == 200
 
 
 @pytest.mark.parametrize(

@@ -8,17 +8,15 @@ and timeouts hold), decoding with its codec; what they add is routing.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Final
 
 from triton_core.errors import TritonError, invalid_arg
 from triton_core.frontends.http.app import (
     InferenceServerAPI,
     check_not_decoupled,
-    decode_in_thread,
-    decode_infer_body,
-    decodes_off_loop,
-    encode_infer_answer,
     error_body,
+    infer_body,
 )
 from triton_core.frontends.http.codec import JsonLimits
 from triton_core.frontends.http.compression import too_large
@@ -117,43 +115,6 @@ def header_size_from_mime(content_type: str | None, mime: str, body_length: int)
     return str(size)
 
 
-class ExecutionError(Exception):
-    """A request accepted by its model that failed while it ran (Triton: in its response)."""
-
-    def __init__(self, error: TritonError) -> None:
-        super().__init__(error.message)
-        self.error = error
-
-
-async def infer_answer(
-    server: InferenceServerAPI,
-    model_name: str,
-    model_version: int,
-    body: bytes,
-    header_size: str | None,
-    json_limits: JsonLimits,
-) -> tuple[bytes, dict[str, str]]:
-    """Decode, run and encode one infer body; an execution failure raises ExecutionError.
-
-    Errors raised before the model accepts the request (decoding, validation) stay
-    TritonErrors: some endpoints answer the two kinds with different statuses.
-    """
-    check_not_decoupled(server, model_name, model_version)
-    args = (server, model_name, model_version, body, header_size, json_limits)
-    if decodes_off_loop(body, header_size):
-        decoded = await decode_in_thread(*args)
-    else:
-        decoded = decode_infer_body(*args)
-    future = server.submit(decoded.request)
-    try:
-        response = await future
-    except TritonError as error:
-        raise ExecutionError(error) from error
-    if response.error is not None:
-        raise ExecutionError(response.error)
-    return encode_infer_answer(response, decoded)
-
-
 class CloudEndpoint:
     """The parts of one platform endpoint's ASGI app that both platforms share."""
 
@@ -201,12 +162,11 @@ class CloudEndpoint:
         send: Send,
         model_name: str,
         model_version: int = -1,
-        every_error_in_execution: bool = False,
+        failure: Callable[[TritonError], tuple[int, bytes]] | None = None,
     ) -> None:
         """Infer on ``model_name``, the binary header's size from the platform's MIME type.
 
-        ``every_error_in_execution``: answer any failure as one in execution (SageMaker's
-        multi-model invoke does)."""
+        ``failure``: (status, body) of a failed request; None: the v2 endpoint's."""
         if await self.refused(scope, send, "inference"):
             return
         if scope["method"] != "POST":
@@ -217,25 +177,18 @@ class CloudEndpoint:
             if body is None:
                 return  # the client went away
             size = header_size_from_mime(header(scope, _CONTENT_TYPE), self.binary_mime, len(body))
-            data, headers = await infer_answer(
+            check_not_decoupled(self.server, model_name, model_version)
+            data, headers = await infer_body(
                 self.server, model_name, model_version, body, size, self.json_limits
             )
-        except ExecutionError as failure:
-            status, data = self.execution_failure(failure.error)
-            await respond(send, status, data)
-            return
         except Exception as exc:
-            if every_error_in_execution and isinstance(exc, TritonError):
-                status, data = self.execution_failure(exc)
+            if failure is not None and isinstance(exc, TritonError):
+                status, data = failure(exc)
             else:
                 status, data = infer_failure(exc, model_name)
             await respond(send, status, data)
             return
         await respond(send, 200, data, self.answer_headers(headers))
-
-    def execution_failure(self, error: TritonError) -> tuple[int, bytes]:
-        """(status, body) for a request that failed while its model ran."""
-        return error.status.http_status, error_body(error.message)
 
     def answer_headers(self, headers: dict[str, str]) -> list[tuple[bytes, bytes]]:
         """The headers of a successful infer answer (the v2 endpoint's, by default)."""

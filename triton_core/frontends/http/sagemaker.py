@@ -4,9 +4,9 @@
 infer body (``SAGEMAKER_TRITON_INFERENCE_TYPE=infer``, the default) or a generate body. A
 binary-extension body says its JSON header's size in its Content-Type,
 ``application/vnd.sagemaker-triton.binary+json;json-header-size=<n>``, and an answer with
-binary outputs says it the same way. As Triton, a request that fails while its model runs is
-answered 400 (507 when the error says memory ran out); other errors keep their v2 status.
-The multi-model routes (``/models``) are :mod:`.sagemaker_mme`.
+binary outputs says it the same way; errors have the v2 endpoint's statuses. The multi-model
+routes (``/models``) are :mod:`.sagemaker_mme`; their invoke answers every error 400, or 507
+when its message says memory ran out.
 """
 
 from __future__ import annotations
@@ -96,7 +96,7 @@ class SageMakerApp(CloudEndpoint):
                 return
             target = endpoint.target(scope, name)
             logger.info("Invoking SageMaker TargetModel: %s", target)
-            await self.infer(scope, receive, send, target, every_error_in_execution=True)
+            await self.infer(scope, receive, send, target, failure=invoke_failure)
         elif method == "POST":
             if not await self.refused(scope, send, "model-repository"):
                 await endpoint.load(scope, receive, send, self.max_input_size)
@@ -106,11 +106,13 @@ class SageMakerApp(CloudEndpoint):
         else:
             await respond(send, 400)
 
-    def execution_failure(self, error: TritonError) -> tuple[int, bytes]:
-        return out_of_memory_status(error.message), error_body(error.message)
-
     def answer_headers(self, headers: dict[str, str]) -> list[tuple[bytes, bytes]]:
         size = headers.get(HEADER_LENGTH)
         if size is None:
             return [_JSON_CONTENT_TYPE]
         return [(b"content-type", f"{BINARY_MIME}{size}".encode())]
+
+
+def invoke_failure(error: TritonError) -> tuple[int, bytes]:
+    """A multi-model invoke's failure, whatever its kind: 400, or 507 when memory ran out."""
+    return out_of_memory_status(error.message), error_body(error.message)
