@@ -524,6 +524,10 @@ def refused(repos: list[Path], *args: str, env: dict[str, str] | None = None) ->
     return process.log()
 
 
+#: how tritonserver logs a Vertex AI endpoint that cannot start
+VERTEX_REFUSED = "failed to start Vertex AI service: Invalid argument - "
+
+
 def test_two_endpoints_on_one_address_and_port_are_refused(repo: Path) -> None:
     with socket.socket() as sock:  # a port number to ask for; nothing listens on it
         sock.bind(("127.0.0.1", 0))
@@ -546,18 +550,19 @@ def test_ports_outside_the_sagemaker_safe_range_are_refused(repo: Path) -> None:
 
 def test_vertex_ai_without_its_routes_is_refused(repo: Path) -> None:
     log = refused([repo], *VERTEX_AI, *LOOPBACK, env={"AIP_HEALTH_ROUTE": HEALTH})
-    assert "API_PREDICT_ROUTE is not defined for Vertex AI endpoint" in log
+    assert f"{VERTEX_REFUSED}API_PREDICT_ROUTE is not defined for Vertex AI endpoint" in log
 
 
 def test_vertex_ai_without_a_default_among_several_models_is_refused(repo: Path) -> None:
     log = refused([repo], *VERTEX_AI, *LOOPBACK, env=VERTEX_ENV)
     assert (
-        "Expect the model repository contains only a single model if default model is not specified"
+        f"{VERTEX_REFUSED}Expect the model repository contains only a single model if default "
+        "model is not specified"
     ) in log
     log = refused(
         [repo], *VERTEX_AI, *LOOPBACK, "--vertex-ai-default-model", "nope", env=VERTEX_ENV
     )
-    assert "Expect the default model 'nope' is loaded" in log
+    assert f"{VERTEX_REFUSED}Expect the default model 'nope' is loaded" in log
 
 
 # ------------------------------------------------------------------------------------------

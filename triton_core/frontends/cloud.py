@@ -89,9 +89,9 @@ class VertexAiOptions:
         """The compiled routes; refuses an unset or invalid one (Triton's words when unset)."""
         if not self.predict_route:
             # sic: tritonserver's message names the variable so
-            raise ValueError("API_PREDICT_ROUTE is not defined for Vertex AI endpoint")
+            raise vertex_ai_refused("API_PREDICT_ROUTE is not defined for Vertex AI endpoint")
         if not self.health_route:
-            raise ValueError("AIP_HEALTH_ROUTE is not defined for Vertex AI endpoint")
+            raise vertex_ai_refused("AIP_HEALTH_ROUTE is not defined for Vertex AI endpoint")
         compiled = []
         for name, route in (
             ("AIP_PREDICT_ROUTE", self.predict_route),
@@ -100,10 +100,15 @@ class VertexAiOptions:
             try:
                 compiled.append(re.compile(route))
             except re.error as exc:
-                raise ValueError(
+                raise vertex_ai_refused(
                     f"{name} '{route}' is not a valid regular expression: {exc}"
                 ) from None
         return compiled[0], compiled[1]
+
+
+def vertex_ai_refused(reason: str) -> ValueError:
+    """Why the Vertex AI endpoint cannot start, as tritonserver logs it."""
+    return ValueError(f"failed to start Vertex AI service: Invalid argument - {reason}")
 
 
 # ------------------------------------------------------------------------------------------

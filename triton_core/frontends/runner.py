@@ -20,6 +20,7 @@ from triton_core.frontends.cloud import (
     SageMakerOptions,
     VertexAiOptions,
     check_port_collisions,
+    vertex_ai_refused,
 )
 from triton_core.frontends.common import listen_socket
 from triton_core.frontends.grpc.limits import DEFAULT_LIMITS, GrpcLimits
@@ -279,7 +280,7 @@ def _vertex_ai_model(server: Server, vertex_ai: VertexAiOptions) -> str:
     try:
         return default_model(server, vertex_ai.default_model)
     except ValueError as exc:
-        raise ValueError(f"failed to start Vertex AI service: {exc}") from None
+        raise vertex_ai_refused(str(exc)) from None
 
 
 def _start_cloud(
