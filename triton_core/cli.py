@@ -329,7 +329,7 @@ def _run_serve(args: argparse.Namespace) -> int:
         logging.getLogger("triton_core").error("%s", cache)
         return 2
     options = ServerOptions(
-        model_repositories=repositories,  # type: ignore[arg-type]
+        model_repositories=repositories,
         id=args.id,
         strict_readiness=args.strict_readiness,
         exit_on_error=args.exit_on_error,

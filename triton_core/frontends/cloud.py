@@ -10,8 +10,9 @@ from __future__ import annotations
 import argparse
 import os
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Final
 
 #: SageMaker's single-model endpoint infers on this model (Triton's default when unset)
@@ -219,11 +220,11 @@ def add_arguments(
 
 
 def model_repositories(
-    given: list[str] | None, environ: Mapping[str, str] = os.environ
-) -> list[str]:
+    given: Sequence[str] | None, environ: Mapping[str, str] = os.environ
+) -> list[Path | str]:
     """``--model-repository`` as given, else ``AIP_STORAGE_URI`` (as tritonserver)."""
     if given:
-        return given
+        return [*given]
     uri = environ.get("AIP_STORAGE_URI", "")
     if not uri:
         raise ValueError("the following arguments are required: --model-repository")
