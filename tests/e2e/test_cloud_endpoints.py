@@ -588,7 +588,7 @@ ensemble_scheduling {
 @pytest.fixture(scope="module")
 def archives(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """What SageMaker unpacks: a model at an archive's root, one in a subfolder, an ensemble
-    with its member, and a Python model that fails on request."""
+    with its member, a Python model that fails on request, and a model that cannot load."""
     root = tmp_path_factory.mktemp("opt_ml_models")
     write_simple(root / "hash1", "model")
     (root / "hash1" / "model" / "config.pbtxt").write_text(
@@ -603,6 +603,8 @@ def archives(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (failing / "1").mkdir(parents=True)
     (failing / "1" / "model.py").write_text(FAILING_MODEL)
     (failing / "config.pbtxt").write_text(FAILING_CONFIG)
+    (root / "hash5" / "model" / "1").mkdir(parents=True)
+    (root / "hash5" / "model" / "config.pbtxt").write_text('backend: "no_such_backend"\n')
     return root
 
 
@@ -728,6 +730,16 @@ def test_every_invoke_failure_is_a_400_or_a_507_on_memory(
         assert wrong_input.status == 400
     finally:
         assert sagemaker(mme_server, "DELETE", "/models/hash4").status == 200
+
+
+def test_a_model_that_fails_to_load_leaves_nothing_registered(
+    mme_server: ServerProcess, archives: Path
+) -> None:
+    for _ in range(2):  # not 409 the second time: its folder was unregistered
+        answer = load(mme_server, "hash5", f"{archives}/hash5/model")
+        assert answer.status == 400
+        assert "no_such_backend" in answer.error
+    assert sagemaker(mme_server, "GET", "/models/hash5").status == 404
 
 
 @pytest.mark.parametrize(
