@@ -15,6 +15,7 @@ from collections.abc import Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any
 
 from triton_core import __version__
+from triton_core.frontends import cloud
 from triton_core.frontends.grpc import limits as grpc_limits
 from triton_core.frontends.restricted import API_GROUPS, GRPC_HEADER_PREFIX, parse_restrictions
 from triton_core.frontends.runner import FrontendOptions, serve
@@ -224,6 +225,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--log-verbose", type=int, default=0, metavar="LEVEL", help="verbose logging when > 0"
     )
     _add_bool(serve_cmd, "--log-info", True, "log informational messages")
+    cloud.add_arguments(serve_cmd, _bool)
     serve_cmd.add_argument(
         "--ports-file",
         default=None,
@@ -317,6 +319,8 @@ def _run_serve(args: argparse.Namespace) -> int:
         limits = grpc_limits.from_arguments(args)
         if args.grpc_transport == "grpcio":
             grpc_limits.grpcio_options(limits)  # refuses what grpcio cannot honour
+        repositories = cloud.model_repositories(args.model_repository)
+        sagemaker, vertex_ai = cloud.options_from(args)
     except ValueError as exc:
         logging.getLogger("triton_core").error("%s", exc)
         return 2
@@ -325,7 +329,7 @@ def _run_serve(args: argparse.Namespace) -> int:
         logging.getLogger("triton_core").error("%s", cache)
         return 2
     options = ServerOptions(
-        model_repositories=args.model_repository,
+        model_repositories=repositories,
         id=args.id,
         strict_readiness=args.strict_readiness,
         exit_on_error=args.exit_on_error,
@@ -361,6 +365,8 @@ def _run_serve(args: argparse.Namespace) -> int:
         http_restrictions=http_restrictions,
         grpc_restrictions=grpc_restrictions,
         ports_file=args.ports_file,
+        sagemaker=sagemaker,
+        vertex_ai=vertex_ai,
     )
     server = Server(options, plugins)
     try:

@@ -344,6 +344,17 @@ class Server:
         self._check_explicit()
         await self.models.unload(name, unload_dependents)
 
+    def register_model_repository(self, path: str, mapping: dict[str, str] | None = None) -> None:
+        """Serve the models of one more repository folder (explicit mode); ``mapping`` (model
+        name -> subfolder) serves subfolders under other names. Load them with
+        :meth:`load_model`. Triton's RegisterModelRepository."""
+        self.models.register(path, mapping or {}, self._mode is ControlMode.EXPLICIT)
+
+    def unregister_model_repository(self, path: str) -> None:
+        """Forget a repository added by :meth:`register_model_repository`; its loaded models
+        keep serving until unloaded."""
+        self.models.unregister(path, self._mode is ControlMode.EXPLICIT)
+
     def repository_index(self, ready_only: bool = False) -> list[ModelIndexEntry]:
         return self.models.index(ready_only)
 

@@ -12,9 +12,16 @@ import ssl
 import threading
 from collections.abc import Awaitable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Final, NoReturn
+from typing import TYPE_CHECKING, Any, Final, NoReturn
 
 from triton_core.errors import TritonError
+from triton_core.frontends.cloud import (
+    Endpoint,
+    SageMakerOptions,
+    VertexAiOptions,
+    check_port_collisions,
+    vertex_ai_refused,
+)
 from triton_core.frontends.common import listen_socket
 from triton_core.frontends.grpc.limits import DEFAULT_LIMITS, GrpcLimits
 from triton_core.frontends.restricted import Restrictions
@@ -65,25 +72,29 @@ class FrontendOptions:
     grpc_restrictions: Restrictions = field(default_factory=dict)
     #: ``--ports-file``: where to write the bound ports as JSON once every frontend listens
     ports_file: str | None = None
+    #: ``--allow-sagemaker`` / ``--allow-vertex-ai`` and their settings (off by default)
+    sagemaker: SageMakerOptions = field(default_factory=SageMakerOptions)
+    vertex_ai: VertexAiOptions = field(default_factory=VertexAiOptions)
 
 
 def _check_ports(options: FrontendOptions) -> None:
-    ports = []
+    """tritonserver's rule: no two enabled endpoints on one address and port."""
+    endpoints = []
     if options.allow_http:
-        ports.append(("HTTP", options.http_port, "--http-port"))
+        endpoints.append(Endpoint("HTTP", options.http_address, options.http_port))
     if options.allow_grpc:
-        ports.append(("gRPC", options.grpc_port, "--grpc-port"))
+        endpoints.append(Endpoint("GRPC", options.grpc_address, options.grpc_port))
     if options.allow_metrics:
-        ports.append(("metrics", options.metrics_port, "--metrics-port"))
-    seen: dict[int, tuple[str, str]] = {}
-    for name, port, flag in ports:
-        if port and port in seen:
-            other, other_flag = seen[port]
-            raise ValueError(
-                f"the {other} and {name} endpoints cannot share port {port}; "
-                f"change {other_flag} or {flag}"
-            )
-        seen[port] = (name, flag)
+        address = options.metrics_address or options.http_address
+        endpoints.append(Endpoint("metrics", address, options.metrics_port))
+    sagemaker, vertex_ai = options.sagemaker, options.vertex_ai
+    if sagemaker.allow:
+        endpoints.append(
+            Endpoint("SageMaker", sagemaker.address, sagemaker.port, sagemaker.safe_port_range)
+        )
+    if vertex_ai.allow:
+        endpoints.append(Endpoint("Vertex AI", vertex_ai.address, vertex_ai.port))
+    check_port_collisions(endpoints)
 
 
 #: files the server keeps open besides HTTP connections (gRPC, models, logs), a guess
@@ -140,12 +151,21 @@ async def serve(server: Server, options: FrontendOptions) -> int:
     metrics_address = options.metrics_address or options.http_address
     if options.allow_metrics:
         sockets["metrics"] = listen_socket(metrics_address, options.metrics_port, "metrics")
+    _listen_cloud(options, sockets)
     try:
         await server.start()
     except TritonError as error:
         logger.error("%s", error.message)
         for sock in sockets.values():
             sock.close()
+        return 1
+    try:
+        vertex_ai_model = _vertex_ai_model(server, options.vertex_ai)
+    except ValueError as exc:
+        logger.error("%s", exc)
+        for sock in sockets.values():
+            sock.close()
+        await server.stop(options.exit_timeout_secs)
         return 1
     uvicorn_servers = []
     if "HTTP" in sockets:
@@ -165,6 +185,7 @@ async def serve(server: Server, options: FrontendOptions) -> int:
             _port_of(sockets["HTTP"]),
             " (TLS)" if http_ssl else "",
         )
+    metrics_app = None
     if "metrics" in sockets:
         from triton_core.metrics import create_metrics_app, create_registry
 
@@ -173,6 +194,7 @@ async def serve(server: Server, options: FrontendOptions) -> int:
         logger.info(
             "Started Metrics Service at %s:%d", metrics_address, _port_of(sockets["metrics"])
         )
+    uvicorn_servers += _start_cloud(server, options, sockets, metrics_app, vertex_ai_model)
     grpc_server = None
     if options.allow_grpc:
         from triton_core.frontends.grpc.server import create_grpc_server
@@ -230,6 +252,86 @@ async def serve(server: Server, options: FrontendOptions) -> int:
     watchdog.cancel()
     logger.info("Stopped")
     return 0
+
+
+def _listen_cloud(options: FrontendOptions, sockets: dict[str, socket.socket]) -> None:
+    """Bind the SageMaker and Vertex AI ports (their settings checked first)."""
+    sagemaker, vertex_ai = options.sagemaker, options.vertex_ai
+    if vertex_ai.allow:
+        vertex_ai.check_routes()
+    for key, name, endpoint in (
+        ("sagemaker", "SageMaker", sagemaker),
+        ("vertex_ai", "Vertex AI", vertex_ai),
+    ):
+        if not endpoint.allow:
+            continue
+        if endpoint.thread_count is not None:
+            flag = "--sagemaker-thread-count" if key == "sagemaker" else "--vertex-ai-thread-count"
+            logger.info("%s has no effect: the event loop serves every request", flag)
+        sockets[key] = listen_socket(endpoint.address, endpoint.port, name)
+
+
+def _vertex_ai_model(server: Server, vertex_ai: VertexAiOptions) -> str:
+    """The model Vertex AI's predict route runs, once the models are loaded ("" when off)."""
+    if not vertex_ai.allow:
+        return ""
+    from triton_core.frontends.http.vertex_ai import default_model
+
+    try:
+        return default_model(server, vertex_ai.default_model)
+    except ValueError as exc:
+        raise vertex_ai_refused(str(exc)) from None
+
+
+def _start_cloud(
+    server: Server,
+    options: FrontendOptions,
+    sockets: dict[str, socket.socket],
+    metrics_app: ASGIApp | None,
+    vertex_ai_model: str,
+) -> list[tuple[uvicorn.Server, asyncio.Task[None]]]:
+    """Serve the SageMaker and Vertex AI listeners, with the HTTP endpoint's limits and
+    restrictions (as tritonserver applies its HTTP flags to them)."""
+    if "sagemaker" not in sockets and "vertex_ai" not in sockets:
+        return []
+    from triton_core.frontends.http.app import create_app
+    from triton_core.frontends.http.codec import DEFAULT_JSON_LIMITS
+    from triton_core.frontends.http.sagemaker import SageMakerApp
+    from triton_core.frontends.http.vertex_ai import VertexAiApp
+
+    limits: dict[str, Any] = {
+        "max_input_size": _http_limits(options).max_body_size,
+        "restrictions": options.http_restrictions,
+        "json_limits": options.http_json_limits or DEFAULT_JSON_LIMITS,
+    }
+    v2_app = create_app(server, **limits)
+    started = []
+    if "sagemaker" in sockets:
+        app: ASGIApp = SageMakerApp(server, v2_app, options.sagemaker, **limits)
+        started.append(_start_uvicorn(app, sockets["sagemaker"], options))
+        logger.info(
+            "Started Sagemaker HTTPService at %s:%d",
+            options.sagemaker.address,
+            _port_of(sockets["sagemaker"]),
+        )
+    if "vertex_ai" in sockets:
+        predict, health = options.vertex_ai.check_routes()
+        app = VertexAiApp(
+            server,
+            v2_app,
+            predict_route=predict,
+            health_route=health,
+            model_name=vertex_ai_model,
+            metrics_app=metrics_app,
+            **limits,
+        )
+        started.append(_start_uvicorn(app, sockets["vertex_ai"], options))
+        logger.info(
+            "Started Vertex AI HTTPService at %s:%d",
+            options.vertex_ai.address,
+            _port_of(sockets["vertex_ai"]),
+        )
+    return started
 
 
 def _port_of(sock: socket.socket) -> int:

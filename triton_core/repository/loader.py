@@ -371,11 +371,17 @@ class ModelLoader:
         return labels
 
 
-def read_model_config(name: str, model_dir: Path) -> ModelConfig:
-    """The config as written in ``config.pbtxt`` (an empty one when there is none)."""
+def read_model_config(name: str, model_dir: Path, mapped: bool = False) -> ModelConfig:
+    """The config as written in ``config.pbtxt`` (an empty one when there is none).
+
+    ``mapped``: the folder is served under the name a registered repository maps to it,
+    which replaces the config's (as Triton does); otherwise the two must match.
+    """
     config_path = model_dir / CONFIG_FILENAME
     config = read_config_file(config_path) if config_path.is_file() else ModelConfig()
-    if config.name and config.name != name:
+    if mapped:
+        config.name = name
+    elif config.name and config.name != name:
         raise invalid_arg(
             f"model name '{config.name}' in {config_path} does not match its folder name '{name}'"
         )

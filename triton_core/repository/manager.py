@@ -31,7 +31,7 @@ from triton_core.config import (
     config_from_json,
     timeout_parameter,
 )
-from triton_core.errors import TritonError, internal, invalid_arg, unavailable
+from triton_core.errors import Status, TritonError, internal, invalid_arg, unavailable, unsupported
 from triton_core.model import LoadedModel
 from triton_core.registry import RepositoryAgentRegistry
 from triton_core.repository.agent_set import AgentSet, notify, run_detached
@@ -43,7 +43,7 @@ from triton_core.repository.loader import (
     read_model_config,
 )
 from triton_core.repository.remote import check_relative_key
-from triton_core.repository.sources import ModelSource, check_name
+from triton_core.repository.sources import MappedSource, ModelSource, check_name
 from triton_core.scheduling.ensemble import ensemble_load_order, is_ensemble, step_models
 from triton_core.types import ModelIndexEntry
 
@@ -259,7 +259,9 @@ class ModelRepositoryManager:
         raw = (
             record.override.config
             if record.override is not None
-            else read_model_config(name, folder)
+            else read_model_config(
+                name, folder, mapped=record.source is not None and record.source.maps(name)
+            )
         )
         return folder, root, raw
 
@@ -630,6 +632,43 @@ class ModelRepositoryManager:
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_bytes(content)
         return LoadOverride(parsed, folder)
+
+    def register(self, path: str, mapping: dict[str, str], explicit: bool) -> None:
+        """Add a repository folder while serving; ``mapping`` (model name -> subfolder) serves
+        subfolders under other names. Triton's RegisterModelRepository and its words."""
+        if not explicit:
+            raise unsupported(
+                "repository registration is not allowed if model control mode is not EXPLICIT"
+            )
+        if not Path(path).is_dir():
+            raise invalid_arg(f"failed to register '{path}', repository not found")
+        if any(source.location == path for source in self.sources):
+            raise TritonError(
+                Status.ALREADY_EXISTS, f"model repository '{path}' has already been registered"
+            )
+        for name in mapping:
+            if any(source.maps(name) for source in self.sources):
+                raise TritonError(
+                    Status.ALREADY_EXISTS,
+                    f"failed to register '{name}', there is a conflicting mapping for '{name}'",
+                )
+        self.sources.append(MappedSource(Path(path), mapping))
+        logger.info("Model repository registered: %s", path)
+
+    def unregister(self, path: str, explicit: bool) -> None:
+        """Remove a repository added by :meth:`register`; its models that are loaded stay."""
+        if not explicit:
+            raise unsupported(
+                "repository unregistration is not allowed if model control mode is not EXPLICIT"
+            )
+        found = [source for source in self.sources if source.location == path]
+        if not found:
+            raise invalid_arg(f"failed to unregister '{path}', repository not found")
+        self.sources.remove(found[0])
+        for record in self._models.values():
+            if record.source is found[0]:
+                record.source = None
+        logger.info("Model repository unregistered: %s", path)
 
     async def unload(self, name: str, unload_dependents: bool = False) -> None:
         """Stop serving a model: requests it accepted finish first. Unloading a model that is

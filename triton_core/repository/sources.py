@@ -33,6 +33,10 @@ class ModelSource(ABC):
     def fingerprint(self, name: str) -> object:
         """A value that changes when any of the model's files change (blocking I/O)."""
 
+    def maps(self, name: str) -> bool:
+        """Whether ``name`` is a mapped name (its config's name is not checked against it)."""
+        return False
+
     def release(self, name: str) -> None:  # noqa: B027 - only cloud sources hold copies
         """The model was unloaded: drop what ``materialize`` made for it."""
 
@@ -63,23 +67,61 @@ class LocalSource(ModelSource):
 
     def materialize(self, name: str) -> tuple[Path, Path]:
         check_name(name, self.location)
-        path = self.root / name
+        return self._inside(name, self.root / name)
+
+    def _inside(self, name: str, path: Path) -> tuple[Path, Path]:
         if not is_within(path, self.root):
             raise invalid_arg(f"model '{name}' resolves outside the model repository {self.root}")
         return path, self.root
 
     def fingerprint(self, name: str) -> object:
-        entries = []
-        base = self.root / name
-        for folder, _, files in os.walk(base, followlinks=False):
-            for file in files:
-                path = os.path.join(folder, file)
-                try:
-                    stat = os.stat(path)
-                except OSError:
-                    continue
-                entries.append((os.path.relpath(path, base), stat.st_size, stat.st_mtime_ns))
-        return tuple(sorted(entries))
+        return folder_fingerprint(self.root / name)
+
+
+def folder_fingerprint(base: Path) -> object:
+    """The relative paths, sizes and modification times of the files under ``base``."""
+    entries = []
+    for folder, _, files in os.walk(base, followlinks=False):
+        for file in files:
+            path = os.path.join(folder, file)
+            try:
+                stat = os.stat(path)
+            except OSError:
+                continue
+            entries.append((os.path.relpath(path, base), stat.st_size, stat.st_mtime_ns))
+    return tuple(sorted(entries))
+
+
+class MappedSource(LocalSource):
+    """A repository registered while serving, whose subfolders may be served under other
+    names (Triton's RegisterModelRepository): ``mapping`` is model name -> subfolder.
+
+    A mapped subfolder is served only under its mapped name; the others under their own.
+    """
+
+    def __init__(self, root: Path, mapping: dict[str, str]) -> None:
+        super().__init__(root)
+        self.mapping = dict(mapping)
+
+    def model_names(self) -> list[str]:
+        mapped = set(self.mapping.values())
+        names = [name for name in super().model_names() if name not in mapped]
+        names += [name for name, folder in self.mapping.items() if (self.root / folder).is_dir()]
+        return sorted(names)
+
+    def maps(self, name: str) -> bool:
+        return name in self.mapping
+
+    def folder(self, name: str) -> Path:
+        return self.root / self.mapping.get(name, name)
+
+    def materialize(self, name: str) -> tuple[Path, Path]:
+        if name not in self.mapping:
+            return super().materialize(name)
+        return self._inside(name, self.folder(name))
+
+    def fingerprint(self, name: str) -> object:
+        return folder_fingerprint(self.folder(name))
 
 
 class RemoteSource(ModelSource):
