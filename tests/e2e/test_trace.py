@@ -5,6 +5,8 @@ traces."""
 from __future__ import annotations
 
 import json
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -134,6 +136,15 @@ def stop(process: ServerProcess) -> None:
     assert code == 0, process.log()[-3000:]
 
 
+def wait_for(condition: Callable[[], bool], timeout: float = 30.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
 def read_traces(path: Path) -> list[dict[str, Any]]:
     records = json.loads(path.read_text())
     assert isinstance(records, list)
@@ -186,6 +197,23 @@ def test_http_and_grpc_traces_have_every_timestamp_in_order(
     assert http["tensors"] == grpc["tensors"] == []
 
 
+def test_grpc_stream_requests_are_traced(repository: Path, tmp_path: Path) -> None:
+    trace_file = tmp_path / "stream.json"
+    process = serve(repository, trace_file, "rate=1", "level=TIMESTAMPS")
+    answers: list[Any] = []
+    try:
+        with grpcclient.InferenceServerClient(process.grpc_url) as client:
+            client.start_stream(lambda result, error: answers.append(error or result))
+            client.async_stream_infer("simple", inputs(grpcclient), request_id="s1")
+            client.stop_stream()  # waits for the answer
+    finally:
+        stop(process)
+    assert len(answers) == 1 and answers[0].get_response().id == "s1"
+    (trace,) = by_id(read_traces(trace_file)).values()
+    assert trace["request_id"] == "s1"
+    assert_in_order(trace["timestamps"], [*GRPC_ORDER[:-2]])
+
+
 def test_rate_samples_one_in_n_and_count_stops_and_writes_an_indexed_file(
     repository: Path, tmp_path: Path
 ) -> None:
@@ -198,7 +226,7 @@ def test_rate_samples_one_in_n_and_count_stops_and_writes_an_indexed_file(
             settings = client.get_trace_settings()
         assert settings["trace_count"] == "0"
         # the count reached 0 and every sampled trace was collected: written at once
-        assert (tmp_path / "counted.json.0").exists()
+        assert wait_for(lambda: (tmp_path / "counted.json.0").exists())
     finally:
         stop(process)
     traces = by_id(read_traces(tmp_path / "counted.json.0"))

@@ -209,9 +209,11 @@ def test_a_replaced_setting_writes_what_it_holds(tmp_path: Path) -> None:
     traces = tracer(tmp_path, log_frequency=5)
     finished_trace(traces)
     traces.update("", SettingUpdate(log_frequency=2))
+    traces.file.flush()
     assert len(json.loads((tmp_path / "t.json.0").read_text())) > 0
     finished_trace(traces)
     finished_trace(traces)
+    traces.file.flush()
     assert (tmp_path / "t.json.1").exists()
     traces.close()
     assert sorted(path.name for path in tmp_path.iterdir()) == ["t.json.0", "t.json.1"]
@@ -226,8 +228,10 @@ def test_child_traces_are_written_with_their_parent(tmp_path: Path) -> None:
     child.request_start("step", 1, "r")
     parent.request_end()
     parent.end()
+    traces.file.flush()
     assert not (tmp_path / "t.json.0").exists()  # the child is still open
     child.request_end()
+    traces.file.flush()
     headers = [r for r in json.loads((tmp_path / "t.json.0").read_text()) if "model_name" in r]
     assert headers == [
         {"id": 1, "model_name": "ens", "model_version": 1, "request_id": "r"},
@@ -247,3 +251,21 @@ def test_child_traces_are_written_with_their_parent(tmp_path: Path) -> None:
 )
 def test_tensor_values_as_triton_writes_them(datatype: str, values: np.ndarray, text: str) -> None:
     assert tensor_text(datatype, Tensor("x", datatype, values).data) == text
+
+
+def test_opentelemetry_mode_refuses_the_tensors_level(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="level=TENSORS is not supported in opentelemetry"):
+        flags("mode=opentelemetry", "level=TENSORS")
+    traces = Tracer(TraceConfig(level=TraceLevel.TIMESTAMPS, rate=1, mode="opentelemetry"))
+    with pytest.raises(TritonError, match="trace_level TENSORS is not supported"):
+        traces.update("m", SettingUpdate(level=TraceLevel.TENSORS))
+
+
+def test_settings_of_the_other_mode_are_named_in_a_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    config = flags("triton,file=t.json", "mode=opentelemetry")
+    assert "'--trace-config triton,file' has no effect" in caplog.text
+    assert config.mode == "opentelemetry"
+    flags("opentelemetry,url=http://x", "rate=1")
+    assert "'--trace-config opentelemetry,url' has no effect" in caplog.text

@@ -198,8 +198,20 @@ def parse_trace_flags(flags: TraceFlags, environ: Mapping[str, str] = os.environ
             )
     if explicit_off:
         level = TraceLevel.OFF
+    ignored = triton if mode == OPENTELEMETRY else otel
+    for setting, _ in ignored:
+        other = TRITON if mode == OPENTELEMETRY else OPENTELEMETRY
+        logger.warning(
+            "'--trace-config %s,%s' has no effect: the trace mode is %s", other, setting, mode
+        )
     if mode == OPENTELEMETRY:
+        if level & TraceLevel.TENSORS:
+            raise ValueError(
+                "--trace-config level=TENSORS is not supported in opentelemetry trace mode"
+            )
         otel = _with_bsp_defaults(otel, environ)
+    else:
+        otel = []
     return TraceConfig(level, rate, count, frequency, file, mode, tuple(otel))
 
 

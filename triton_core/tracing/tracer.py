@@ -11,8 +11,10 @@ from __future__ import annotations
 import itertools
 import logging
 import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TextIO
 
 from triton_core.errors import invalid_arg
 from triton_core.tracing.settings import (
@@ -38,47 +40,70 @@ _FIELDS = ("level", "rate", "count", "log_frequency")
 
 class TraceFile:
     """The trace file: one JSON array written as traces come, closed at shutdown, and the
-    indexed files ``<file>.<n>`` that ``log_frequency`` and ``trace_count`` write."""
+    indexed files ``<file>.<n>`` that ``log_frequency`` and ``trace_count`` write.
+
+    Writes happen in order on one thread of their own, never on the event loop.
+    """
 
     def __init__(self, path: str) -> None:
         self.path = path
-        self._handle: object | None = None
+        self._handle: TextIO | None = None
         self._index = itertools.count()
-        self._lock = threading.Lock()
+        self._writer: ThreadPoolExecutor | None = None
 
     def append(self, records: str) -> None:
         """Add records (comma-separated JSON objects) to the main file."""
-        with self._lock:
-            try:
-                if self._handle is None:
-                    self._handle = handle = open(self.path, "w", encoding="utf-8")  # noqa: SIM115
-                    handle.write("[")
-                else:
-                    handle = self._handle  # type: ignore[assignment]
-                    handle.write(",")
-                handle.write(records)
-                handle.flush()
-            except OSError as exc:
-                logger.error("failed creating trace file: %s", exc)
+        self._submit(self._append, records)
 
     def save_indexed(self, records: str) -> None:
         """Write records to the next ``<file>.<index>`` as one JSON array."""
-        name = f"{self.path}.{next(self._index)}"
+        self._submit(self._write_new, f"{self.path}.{next(self._index)}", records)
+
+    def flush(self) -> None:
+        """Wait until every write so far is done."""
+        if self._writer is not None:
+            self._writer.submit(lambda: None).result()
+
+    def close(self) -> None:
+        """Finish the main file's array; wait for every write."""
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            writer.submit(self._close_main)
+            writer.shutdown(wait=True)
+
+    def _submit(self, write: Callable[..., None], *args: str) -> None:
+        if self._writer is None:
+            self._writer = ThreadPoolExecutor(1, thread_name_prefix="trace-file")
+        self._writer.submit(write, *args)
+
+    def _append(self, records: str) -> None:
+        try:
+            if self._handle is None:
+                self._handle = open(self.path, "w", encoding="utf-8")  # noqa: SIM115
+                self._handle.write("[")
+            else:
+                self._handle.write(",")
+            self._handle.write(records)
+            self._handle.flush()
+        except OSError as exc:
+            logger.error("failed creating trace file: %s", exc)
+
+    @staticmethod
+    def _write_new(name: str, records: str) -> None:
         try:
             with open(name, "w", encoding="utf-8") as handle:
                 handle.write("[" + records + "]")
         except OSError as exc:
             logger.error("failed creating trace file: %s", exc)
 
-    def close(self) -> None:
-        with self._lock:
-            handle, self._handle = self._handle, None
-            if handle is not None:
-                try:
-                    handle.write("]")  # type: ignore[attr-defined]
-                    handle.close()  # type: ignore[attr-defined]
-                except OSError as exc:
-                    logger.error("failed closing trace file: %s", exc)
+    def _close_main(self) -> None:
+        handle, self._handle = self._handle, None
+        if handle is not None:
+            try:
+                handle.write("]")
+                handle.close()
+            except OSError as exc:
+                logger.error("failed closing trace file: %s", exc)
 
 
 class TraceSetting:
@@ -210,6 +235,7 @@ class Tracer:
 
     def __init__(self, config: TraceConfig | None = None) -> None:
         self.config = config = config or TraceConfig()
+        _check_mode_level(config.mode, config.level, "--trace-config level=TENSORS")
         self.file = TraceFile(config.file)
         values = {
             "level": int(config.level),
@@ -305,6 +331,10 @@ class Tracer:
             # never counts as given here: it cannot be changed over the network)
             self._following.add(model)
         setting = TraceSetting(values, frozenset(specified), self.file, self.config.mode)
+        try:
+            _check_mode_level(setting.mode, setting.level, "trace_level TENSORS")
+        except ValueError as exc:
+            raise invalid_arg(str(exc)) from None
         if not setting.valid and setting.level is not TraceLevel.OFF and setting.count != 0:
             raise invalid_arg(f"Attempting to set invalid trace setting :{setting.invalid_reason}")
         if model:
@@ -344,3 +374,9 @@ class Tracer:
 
     def next_id(self) -> int:
         return next(self._ids)
+
+
+def _check_mode_level(mode: str, level: TraceLevel, what: str) -> None:
+    """Triton's opentelemetry tracer records no tensors: refuse the level rather than drop it."""
+    if mode == OPENTELEMETRY and level & TraceLevel.TENSORS:
+        raise ValueError(f"{what} is not supported in opentelemetry trace mode")

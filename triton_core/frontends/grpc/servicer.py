@@ -494,8 +494,14 @@ class GRPCInferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
 
         async def answer(message: pb.ModelInferRequest) -> None:
             request_id = message.id
+            tracing_since = monotonic_ns() if self._tracer.enabled else 0
+            trace = None
             try:
                 infer_request, empty_final = decode_stream_request(message)
+                if tracing_since:
+                    trace = infer_request.trace = self._start_trace(
+                        infer_request, context.invocation_metadata(), tracing_since
+                    )
                 async for response in server.infer_stream(infer_request):
                     if response.final and not response.outputs and not response.parameters:
                         # a flag-only completion: sent only when the client asked for it
@@ -508,6 +514,10 @@ class GRPCInferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
                 error = exc
             except Exception as exc:
                 error = _unexpected(exc)
+            finally:
+                if trace is not None:  # the stream's writer sends: no send timestamps here
+                    trace.timestamp("INFER_RESPONSE_COMPLETE")
+                    trace.end()
             put(error if raise_errors else encode_stream_error(error.message, request_id))
 
         async def read() -> None:

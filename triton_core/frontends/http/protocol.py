@@ -337,6 +337,8 @@ class _InferCycle:
 
         def answer(done: asyncio.Future[InferenceResponse]) -> None:
             if done.cancelled() or self.disconnected:
+                if self._trace is not None:
+                    self._trace.end()  # written as far as it got
                 return
             if self._trace is not None:
                 self._trace.timestamp("INFER_RESPONSE_COMPLETE")
