@@ -390,6 +390,7 @@ def test_http_settings_get_update_and_clear(settings: tuple[ServerProcess, dict]
         ({"trace_level": ["OFF", "TIMESTAMPS"]}, "Expect only one trace level 'OFF' is specified"),
         ({"trace_level": ["LOUD"]}, "Unable to parse 'trace_level', got: LOUD"),
         ({"trace_colour": "red"}, "trace setting 'trace_colour' can not be updated"),
+        ({"trace_rate": 5}, "attempt to access JSON non-string as string"),
     ],
 )
 def test_http_settings_refuse_bad_values(

@@ -72,7 +72,8 @@ def _update_of(body: bytes) -> dict[str, list[str] | None]:
             and all(isinstance(item, str) for item in value)
         ):
             update[key] = value or [""]  # an empty array sets nothing valid: refused below
-        else:
-            expected = "an array of strings" if key == "trace_level" else "a string"
-            raise invalid_arg(f"trace setting '{key}' must be {expected} or null")
+        elif key == "trace_level":
+            raise invalid_arg("trace setting 'trace_level' must be an array of strings or null")
+        else:  # Triton's words
+            raise invalid_arg("attempt to access JSON non-string as string")
     return update
