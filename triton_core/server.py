@@ -234,6 +234,7 @@ class Server:
             await asyncio.wait_for(asyncio.shield(unload), remaining())
         except TimeoutError:
             self.abort()
+            self.tracer.close()  # what was traced is written even when the stop overruns
             return False
         return True
 

@@ -181,11 +181,15 @@ def test_http_and_grpc_traces_have_every_timestamp_in_order(
             client.infer("simple", inputs(httpclient), request_id="http-1")
         with grpcclient.InferenceServerClient(process.grpc_url) as client:
             client.infer("simple", inputs(grpcclient))
+        with httpclient.InferenceServerClient(process.http_url) as client:
+            # a compressed body: answered by the falcon app
+            client.infer("simple", inputs(httpclient), request_compression_algorithm="gzip")
     finally:
         stop(process)
     traces = by_id(read_traces(trace_file))
-    assert sorted(traces) == [1, 2]
+    assert sorted(traces) == [1, 2, 3]
     http, grpc = traces[1], traces[2]
+    assert_in_order(traces[3]["timestamps"], HTTP_ORDER)
     assert (http["model_name"], http["model_version"], http["request_id"]) == (
         "simple",
         1,
@@ -195,6 +199,30 @@ def test_http_and_grpc_traces_have_every_timestamp_in_order(
     assert_in_order(http["timestamps"], HTTP_ORDER)
     assert_in_order(grpc["timestamps"], GRPC_ORDER)
     assert http["tensors"] == grpc["tensors"] == []
+
+
+def test_grpcio_transport_traces_and_serves_the_settings(repository: Path, tmp_path: Path) -> None:
+    trace_file = tmp_path / "grpcio.json"
+    process = ServerProcess(
+        [repository],
+        "--grpc-transport",
+        "grpcio",
+        "--trace-config",
+        f"triton,file={trace_file}",
+        "--trace-config",
+        "rate=1",
+    )
+    process.wait_ready()
+    try:
+        with grpcclient.InferenceServerClient(process.grpc_url) as client:
+            client.infer("simple", inputs(grpcclient))  # level OFF: not traced
+            client.update_trace_settings(settings={"trace_level": ["TIMESTAMPS"]})
+            client.infer("simple", inputs(grpcclient), request_id="g1")
+    finally:
+        stop(process)
+    (trace,) = by_id(read_traces(trace_file)).values()
+    assert trace["request_id"] == "g1"
+    assert_in_order(trace["timestamps"], GRPC_ORDER)
 
 
 def test_grpc_stream_requests_are_traced(repository: Path, tmp_path: Path) -> None:

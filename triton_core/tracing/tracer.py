@@ -50,6 +50,7 @@ class TraceFile:
         self._handle: TextIO | None = None
         self._index = itertools.count()
         self._writer: ThreadPoolExecutor | None = None
+        self._closed = False
 
     def append(self, records: str) -> None:
         """Add records (comma-separated JSON objects) to the main file."""
@@ -65,13 +66,17 @@ class TraceFile:
             self._writer.submit(lambda: None).result()
 
     def close(self) -> None:
-        """Finish the main file's array; wait for every write."""
+        """Finish the main file's array; wait for every write. Later traces are dropped."""
+        self._closed = True
         writer, self._writer = self._writer, None
         if writer is not None:
             writer.submit(self._close_main)
             writer.shutdown(wait=True)
 
     def _submit(self, write: Callable[..., None], *args: str) -> None:
+        if self._closed:  # a request that finished after the stop: the file is complete
+            logger.warning("a trace finished after the trace file was closed: not written")
+            return
         if self._writer is None:
             self._writer = ThreadPoolExecutor(1, thread_name_prefix="trace-file")
         self._writer.submit(write, *args)
