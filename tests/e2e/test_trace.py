@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import time
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -223,6 +224,23 @@ def test_grpcio_transport_traces_and_serves_the_settings(repository: Path, tmp_p
     (trace,) = by_id(read_traces(trace_file)).values()
     assert trace["request_id"] == "g1"
     assert_in_order(trace["timestamps"], GRPC_ORDER)
+
+
+def test_generate_requests_are_traced(repository: Path, tmp_path: Path) -> None:
+    trace_file = tmp_path / "generate.json"
+    process = serve(repository, trace_file, "rate=1", "level=TIMESTAMPS")
+    body = json.dumps({"INPUT0": list(range(16)), "INPUT1": list(range(16))}).encode()
+    try:
+        for kind in ("generate", "generate_stream"):
+            url = f"http://{process.http_url}/v2/models/simple/{kind}"
+            request = urllib.request.Request(url, data=body, method="POST")
+            with urllib.request.urlopen(request, timeout=30) as answer:
+                assert b"OUTPUT0" in answer.read()
+    finally:
+        stop(process)
+    generate, stream = by_id(read_traces(trace_file)).values()
+    assert_in_order(generate["timestamps"], HTTP_ORDER)
+    assert_in_order(stream["timestamps"], HTTP_ORDER[:-2])
 
 
 def test_grpc_stream_requests_are_traced(repository: Path, tmp_path: Path) -> None:
