@@ -49,6 +49,17 @@ def start_trace(
     return trace
 
 
+def start_http_trace(
+    tracer: Tracer,
+    model_name: str,
+    headers: Iterable[tuple[bytes | str, bytes | str]],
+    receive_start: int,
+) -> Trace | None:
+    """:func:`start_trace` for an HTTP request whose body has just been read in full."""
+    received = (("HTTP_RECV_START", receive_start), ("HTTP_RECV_END", monotonic_ns()))
+    return start_trace(tracer, model_name, headers, received)
+
+
 def sent(trace: Trace, prefix: str, send_start: int) -> None:
     """The answer is written: ``<prefix>_SEND_START`` / ``_END``, and the trace ends."""
     trace.timestamp(f"{prefix}_SEND_START", send_start)

@@ -40,7 +40,7 @@ from triton_core.frontends.http.generate import GenerateResource
 from triton_core.frontends.http.restricted import RestrictedApiMiddleware
 from triton_core.frontends.http.trace import TraceSettingResource
 from triton_core.frontends.restricted import Restrictions
-from triton_core.frontends.tracing import sent, start_trace, tracer_of
+from triton_core.frontends.tracing import sent, start_http_trace, tracer_of
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -294,8 +294,7 @@ class _ModelResource:
 
         trace = None
         if tracing_since:
-            received = (("HTTP_RECV_START", tracing_since), ("HTTP_RECV_END", monotonic_ns()))
-            trace = start_trace(tracer, model_name, _header_pairs(req), received)
+            trace = start_http_trace(tracer, model_name, _header_pairs(req), tracing_since)
         data, headers = await infer_body(
             server,
             model_name,

@@ -26,7 +26,7 @@ from triton_core.frontends.http.app import (
 from triton_core.frontends.http.codec import DEFAULT_JSON_LIMITS, JsonLimits
 from triton_core.frontends.http.restricted import HeaderCheck
 from triton_core.frontends.restricted import Restrictions
-from triton_core.frontends.tracing import sent, start_trace, tracer_of
+from triton_core.frontends.tracing import sent, start_http_trace, tracer_of
 
 logger = logging.getLogger(__name__)
 
@@ -208,8 +208,7 @@ class InferFastPath:
             if body is None:
                 return  # the client went away
             if tracing_since:
-                received = (("HTTP_RECV_START", tracing_since), ("HTTP_RECV_END", monotonic_ns()))
-                trace = start_trace(self.tracer, model_name, headers_in, received)
+                trace = start_http_trace(self.tracer, model_name, headers_in, tracing_since)
             data, headers = await infer_body(
                 self.server,
                 model_name,

@@ -36,7 +36,7 @@ from triton_core.frontends.http.codec import (
     check_json_depth,
     check_json_elements,
 )
-from triton_core.frontends.tracing import sent, start_trace, tracer_of
+from triton_core.frontends.tracing import sent, start_http_trace, tracer_of
 from triton_core.types import InferenceRequest, Tensor
 
 if TYPE_CHECKING:
@@ -298,9 +298,8 @@ class GenerateResource:
         )
         trace = None
         if tracing_since:
-            received = (("HTTP_RECV_START", tracing_since), ("HTTP_RECV_END", monotonic_ns()))
             headers = [(name.lower(), value) for name, value in req.headers.items()]
-            trace = request.trace = start_trace(tracer, model_name, headers, received)
+            trace = request.trace = start_http_trace(tracer, model_name, headers, tracing_since)
         if self._streaming:
             await self._stream(request, resp, trace)
             return

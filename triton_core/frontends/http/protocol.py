@@ -45,7 +45,7 @@ from triton_core.frontends.http.fast_path import (
     infer_target,
     plain_infer_request,
 )
-from triton_core.frontends.tracing import sent, start_trace
+from triton_core.frontends.tracing import sent, start_http_trace
 
 if TYPE_CHECKING:
     from uvicorn.server import ServerState
@@ -324,9 +324,8 @@ class _InferCycle:
         assert fast_path is not None
         server = fast_path.server
         if self._tracing_since:
-            received = (("HTTP_RECV_START", self._tracing_since), ("HTTP_RECV_END", monotonic_ns()))
-            self._trace = decoded.request.trace = start_trace(
-                fast_path.tracer, self._target[0], self._traced_headers, received
+            self._trace = decoded.request.trace = start_http_trace(
+                fast_path.tracer, self._target[0], self._traced_headers, self._tracing_since
             )
         try:
             future = server.submit(decoded.request)
