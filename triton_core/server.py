@@ -7,6 +7,7 @@ metadata, and ``await server.infer(request)``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field, replace
@@ -234,7 +235,10 @@ class Server:
             await asyncio.wait_for(asyncio.shield(unload), remaining())
         except TimeoutError:
             self.abort()
-            self.tracer.close()  # what was traced is written even when the stop overruns
+            # what was traced is written even when the stop overruns; a last span export
+            # to a collector that does not answer is not waited for
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.to_thread(self.tracer.close), 1.0)
             return False
         return True
 
@@ -261,7 +265,7 @@ class Server:
                 await asyncio.to_thread(backend.finalize)
             except Exception:
                 logger.exception("finalizing backend '%s' failed", backend.name)
-        self.tracer.close()
+        await asyncio.to_thread(self.tracer.close)
         self._live = False
 
     async def __aenter__(self) -> Server:

@@ -255,6 +255,7 @@ class Tracer:
         self._following: set[str] = set()
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
+        self._closed = False
         self.exporter: OtelExporter | None = None
         #: False while no setting traces anything: frontends skip sampling altogether
         self.enabled = False
@@ -272,8 +273,16 @@ class Tracer:
             self.exporter = OtelExporter(self.config)
 
     def close(self) -> None:
-        """Write every trace still held and close the file; flush exported spans."""
+        """Write every trace still held and close the file; flush exported spans.
+
+        Blocks (file writes, the last export): call it off the event loop. Only the first
+        call does anything, so a stop that overruns may call it again without waiting.
+        """
         with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            self.enabled = False
             settings = [self._global, *self._models.values()]
         for setting in settings:
             setting.retire()
@@ -281,7 +290,6 @@ class Tracer:
         if self.exporter is not None:
             self.exporter.shutdown()
             self.exporter = None
-        self.enabled = False
 
     # -- the trace extension ------------------------------------------------------------
 
