@@ -24,6 +24,7 @@ from triton_core.metrics import MetricsOptions
 from triton_core.plugins import create_plugin_manager
 from triton_core.server import Server, ServerOptions
 from triton_core.statistics import DEFAULT_LATENCY_BUCKETS_MS
+from triton_core.tracing import settings as trace_settings
 
 if TYPE_CHECKING:
     from triton_core.frontends.http.codec import JsonLimits
@@ -234,6 +235,8 @@ def build_parser() -> argparse.ArgumentParser:
         '({"http": 8000, "grpc": 8001, "metrics": 8002}); with port 0 the system picks them',
     )
 
+    trace_settings.add_arguments(serve_cmd)
+
     commands.add_parser("plugins", help="list the installed plugins and what they provide")
     return parser
 
@@ -321,6 +324,7 @@ def _run_serve(args: argparse.Namespace) -> int:
             grpc_limits.grpcio_options(limits)  # refuses what grpcio cannot honour
         repositories = cloud.model_repositories(args.model_repository)
         sagemaker, vertex_ai = cloud.options_from(args)
+        trace = trace_settings.from_arguments(args)
     except ValueError as exc:
         logging.getLogger("triton_core").error("%s", exc)
         return 2
@@ -341,6 +345,7 @@ def _run_serve(args: argparse.Namespace) -> int:
         model_control_mode=args.model_control_mode,
         load_models=args.load_model,
         repository_poll_secs=args.repository_poll_secs,
+        trace=trace,
     )
     http_limits, json_limits = _http_limits(args)
     frontends = FrontendOptions(

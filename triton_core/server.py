@@ -7,6 +7,7 @@ metadata, and ``await server.infer(request)``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field, replace
@@ -27,6 +28,7 @@ from triton_core.repository.loader import LoaderOptions, ModelLoader
 from triton_core.repository.manager import ControlMode, ModelRepositoryManager
 from triton_core.repository.sources import open_source
 from triton_core.streaming import StreamSender
+from triton_core.tracing import TraceConfig, Tracer
 from triton_core.types import (
     InferenceRequest,
     InferenceResponse,
@@ -38,6 +40,7 @@ from triton_core.types import (
 if TYPE_CHECKING:
     from triton_core.model import LoadedModel
     from triton_core.statistics import ModelStatistics
+    from triton_core.tracing import Trace
 
 logger = logging.getLogger(__name__)
 
@@ -52,6 +55,7 @@ EXTENSIONS = (
     "binary_tensor_data",
     "parameters",
     "statistics",
+    "trace",
 )
 
 
@@ -80,6 +84,8 @@ class ServerOptions:
     repository_poll_secs: float = 15.0
     #: where cloud repositories' models are copied (default: a temporary folder)
     repository_cache_dir: Path | None = None
+    #: ``--trace-config``: the trace settings the server starts with (None: tracing off)
+    trace: TraceConfig | None = None
 
 
 class Server:
@@ -103,6 +109,8 @@ class Server:
         self._poller: asyncio.Task[None] | None = None
         #: metric families models create at run time (pb_utils.MetricFamily), on /metrics
         self.custom_metrics = CustomMetrics()
+        #: the trace extension's settings; frontends sample requests from it
+        self.tracer = Tracer(options.trace)
 
     @property
     def models(self) -> ModelRepositoryManager:
@@ -115,6 +123,10 @@ class Server:
     async def start(self) -> None:
         """Load the model repositories; raises if a model fails and ``exit_on_error`` is set."""
         loop = asyncio.get_running_loop()
+        try:
+            self.tracer.start()
+        except ValueError as exc:
+            raise invalid_arg(str(exc)) from None
         self.cache = self._create_cache()
         self._loader = ModelLoader(
             self.plugins.register_backends(),
@@ -226,6 +238,10 @@ class Server:
             await asyncio.wait_for(asyncio.shield(unload), remaining())
         except TimeoutError:
             self.abort()
+            # what was traced is written even when the stop overruns; a last span export
+            # to a collector that does not answer is not waited for
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.to_thread(self.tracer.close), 1.0)
             return False
         return True
 
@@ -252,6 +268,7 @@ class Server:
                 await asyncio.to_thread(backend.finalize)
             except Exception:
                 logger.exception("finalizing backend '%s' failed", backend.name)
+        await asyncio.to_thread(self.tracer.close)
         self._live = False
 
     async def __aenter__(self) -> Server:
@@ -391,11 +408,19 @@ class Server:
         """
         if not (self._accepting or nested):
             raise unavailable("Server is not accepting requests: it is shutting down")
-        model = self.models.get(request.model_name, request.model_version)
+        trace = request.trace
+        try:
+            model = self.models.get(request.model_name, request.model_version)
+        except TritonError:
+            if trace is not None:
+                trace.request_end()
+            raise
         if model.decoupled:
             raise unsupported(
                 f"model '{model.name}' is decoupled; use a streaming API for its responses"
             )
+        if trace is not None:
+            _trace_start(trace, model, request)
         received = monotonic_ns()
         self._inflight += 1
         future: asyncio.Future[InferenceResponse]
@@ -406,12 +431,16 @@ class Server:
                 future = model.enqueue(request)
         except BaseException as exc:
             self._infer_done(model, received, exc)
+            if trace is not None:
+                trace.request_end()
             if isinstance(exc, TritonError | asyncio.CancelledError):
                 raise
             raise internal(
                 f"inference on model '{model.name}' failed: {exception_text(exc)}"
             ) from exc
         future.add_done_callback(lambda done: self._infer_done(model, received, done))
+        if trace is not None:
+            future.add_done_callback(lambda done: _trace_end(trace, done))
         return future
 
     def _infer_done(
@@ -502,6 +531,9 @@ class Server:
         request.response_sender = sender
         self._inflight += 1
         finished = False
+        trace = request.trace
+        if trace is not None:
+            _trace_start(trace, model, request)
         try:
             model.enqueue(request).add_done_callback(sender.on_execute_done)
             async for response in sender.responses():
@@ -511,9 +543,25 @@ class Server:
             statistics.record_failure(monotonic_ns() - received, error.failure_reason)
             raise
         finally:
+            if trace is not None:
+                trace.request_end()
             if not finished:
                 sender.cancelled = True
             self._inflight -= 1
             if self._idle is not None and not self._inflight:
                 self._idle.set()
         statistics.record_success(monotonic_ns() - received)
+
+
+def _trace_start(trace: Trace, model: LoadedModel, request: InferenceRequest) -> None:
+    """REQUEST_START, the inputs (TENSORS level) and QUEUE_START: the request is queued next."""
+    trace.request_start(model.name, model.version, request.id)
+    trace.tensors("TENSOR_QUEUE_INPUT", request.inputs.values())
+    trace.timestamp("QUEUE_START")
+
+
+def _trace_end(trace: Trace, done: asyncio.Future[InferenceResponse]) -> None:
+    """The outputs (TENSORS level) and REQUEST_END of a traced request."""
+    if not done.cancelled() and done.exception() is None:
+        trace.tensors("TENSOR_BACKEND_OUTPUT", done.result().outputs)
+    trace.request_end()

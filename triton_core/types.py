@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
 from triton_core.errors import TritonError
+
+if TYPE_CHECKING:
+    from triton_core.tracing.trace import Trace
 
 #: request and response parameter values, as the parameters extension allows them
 ParameterValue = bool | int | float | str
@@ -79,6 +82,8 @@ class InferenceRequest:
     queued_ns: int = 0
     #: set by the server for decoupled models: where the model sends its responses
     response_sender: ResponseSender | None = None
+    #: set by a frontend for a request it samples for tracing (None: not traced)
+    trace: Trace | None = None
 
     def output_names(self) -> list[str] | None:
         """Names of the requested outputs, or None for all of them."""

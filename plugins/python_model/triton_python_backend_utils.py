@@ -304,10 +304,12 @@ class PreferredMemory:
 
 
 class InferenceTrace:
-    """A request's trace context (tracing is not supported: an empty context)."""
+    """A request's trace: pass ``request.trace()`` to a BLS ``InferenceRequest`` to trace the
+    call as a child of the request. ``get_context()``: the W3C context (opentelemetry mode)."""
 
-    def __init__(self, context: str | None = None) -> None:
+    def __init__(self, context: str | None = None, trace_id: int | None = None) -> None:
         self._context = context
+        self._trace_id = trace_id
 
     def get_context(self) -> str | None:
         return self._context

@@ -477,6 +477,7 @@ class EnsembleScheduler(Scheduler):
             timeout_us=request.timeout_us,
             correlation_id=request.correlation_id,
             flags=request.flags,
+            trace=None if request.trace is None else request.trace.child(),
         )
         try:
             slot = self._slots[step.index]

@@ -343,7 +343,9 @@ class InstancePool:
                 )
         except Exception:  # statistics must never keep a response from its client
             logger.exception("recording statistics of model '%s' failed", self._model_name)
-        for future, result in zip(futures, results, strict=True):
+        for request, future, result in zip(requests, futures, results, strict=True):
+            if request.trace is not None:
+                request.trace.compute(times)
             if future.done():
                 continue
             if isinstance(result, TritonError):

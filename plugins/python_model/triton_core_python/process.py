@@ -19,6 +19,7 @@ import signal
 import subprocess
 import sys
 import threading
+import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -178,6 +179,8 @@ class StubProcess:
         self._keys = itertools.count(1)
         self._ids = itertools.count(1)
         self._bls_tasks: dict[int, asyncio.Task[None]] = {}
+        #: the traces of traced requests sent to the stub, by id: their BLS calls continue them
+        self._traces: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
         self._death_lock = threading.Lock()
         self._reader_thread: threading.Thread | None = None
         self._flush_scheduled = False
@@ -456,9 +459,18 @@ class StubProcess:
                     None if outputs is None else [output.name for output in outputs],
                     inputs,
                     request.timeout_us,
+                    self._trace_reference(request),
                 )
             )
         return body, packer, keys
+
+    def _trace_reference(self, request: InferenceRequest) -> tuple[int, str] | None:
+        """(trace id, W3C context) of a traced request, for ``request.trace()`` in the stub."""
+        trace = request.trace
+        if trace is None:
+            return None
+        self._traces[trace.id] = trace
+        return trace.id, trace.context()
 
     def _send_batch(self, ident: int, body: list[Any], packer: Packer, keys: list[int]) -> None:
         memory, control = self.memory, self.control
@@ -838,7 +850,7 @@ class StubProcess:
     async def _bls(self, ident: int, body: Any, block: Any) -> None:
         (
             model_name, version, request_id, correlation_id, flags, timeout, parameters,
-            outputs, descriptors, decoupled,
+            outputs, descriptors, decoupled, trace_id,
         ) = body  # fmt: skip
         memory = self.memory
         assert memory is not None and self._server is not None
@@ -854,6 +866,9 @@ class StubProcess:
             correlation_id=correlation_id,
             flags=RequestFlag(flags & 3),
         )
+        parent = self._traces.get(trace_id) if isinstance(trace_id, int) else None
+        if parent is not None:  # pb_utils.InferenceRequest(..., trace=request.trace())
+            request.trace = parent.child()
         del owner
         server = self._server
         try:

@@ -234,23 +234,25 @@ class Stub:
             outputs,
             inputs,
             timeout,
+            trace,
         ) in message.body:
             tensors = [tensor(d[0], d[1], unpack(owner, d)) for d in inputs]
-            requests.append(
-                received(
-                    key,
-                    request_id,
-                    correlation_id,
-                    flags,
-                    params,
-                    outputs if outputs is not None else list(all_outputs),
-                    tensors,
-                    timeout,
-                    name,
-                    version,
-                    decoupled,
-                )
+            request = received(
+                key,
+                request_id,
+                correlation_id,
+                flags,
+                params,
+                outputs if outputs is not None else list(all_outputs),
+                tensors,
+                timeout,
+                name,
+                version,
+                decoupled,
             )
+            if trace is not None:
+                request._trace = pb_utils.InferenceTrace(trace[1] or None, trace[0])
+            requests.append(request)
         return requests
 
     def _run(self, requests: list[pb_utils.InferenceRequest]) -> tuple[int, Any, Any, int, int]:
@@ -368,6 +370,7 @@ class Stub:
             request._output_names or None,
             inputs,
             decoupled,
+            request._trace._trace_id,
         )
         return body, packer.write(self.memory.arena)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable, Coroutine
+from time import monotonic_ns
 from typing import TYPE_CHECKING, Any, Final, NoReturn, Protocol
 
 import grpc
@@ -25,6 +26,7 @@ from triton_core.frontends.grpc.codec import (
     encode_stream_response,
 )
 from triton_core.frontends.restricted import Restriction, Restrictions, first_value
+from triton_core.frontends.tracing import sent, start_trace, trace_setting, tracer_of
 from triton_core.protos import grpc_service_pb2 as pb
 from triton_core.protos import grpc_service_pb2_grpc as pb_grpc
 from triton_core.protos import health_pb2, health_pb2_grpc
@@ -32,6 +34,7 @@ from triton_core.protos import health_pb2, health_pb2_grpc
 if TYPE_CHECKING:
     from triton_core.protos import model_config_pb2
     from triton_core.statistics import ModelStatistics
+    from triton_core.tracing import Trace
     from triton_core.types import (
         InferenceRequest,
         InferenceResponse,
@@ -181,6 +184,7 @@ class GRPCInferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
 
     def __init__(self, server: ServerAPI, restrictions: Restrictions | None = None) -> None:
         self._server = server
+        self._tracer = tracer_of(server)
         for rpc, group in RPC_GROUPS.items():
             restriction = (restrictions or {}).get(group)
             if restriction is None:
@@ -379,20 +383,37 @@ class GRPCInferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         self, request: pb.ModelInferRequest, context: grpc.aio.ServicerContext
     ) -> pb.ModelInferResponse:
         """One request, one response; decoupled models are refused as Triton does."""
+        tracing_since = monotonic_ns() if self._tracer.enabled else 0
+        trace = None
         try:
             infer_request = decode_infer_request(request)
             server = self._server
             if server.model_is_decoupled(infer_request.model_name, infer_request.model_version):
                 raise unsupported(DECOUPLED_MESSAGE)
+            if tracing_since:
+                trace = infer_request.trace = self._start_trace(
+                    infer_request, context.invocation_metadata(), tracing_since
+                )
             response = await server.infer(infer_request)
+            if trace is not None:
+                trace.timestamp("INFER_RESPONSE_COMPLETE")
             if response.error is not None:
                 raise response.error
-            return encode_infer_response(response, infer_request)
+            answer = encode_infer_response(response, infer_request)
+            if trace is not None:  # grpc.aio writes the answer after this returns
+                sent(trace, "GRPC", monotonic_ns())
+            return answer
         except TritonError as exc:
             error = exc
         except Exception as exc:
             error = _unexpected(exc)
+        if trace is not None:
+            sent(trace, "GRPC", monotonic_ns())
         await _abort(context, error)
+
+    def _start_trace(self, request: InferenceRequest, metadata: Any, since: int) -> Trace | None:
+        received = (("GRPC_WAITREAD_START", since), ("GRPC_WAITREAD_END", monotonic_ns()))
+        return start_trace(self._tracer, request.model_name, metadata or (), received)
 
     def model_infer_callback(self, request: pb.ModelInferRequest, call: CallbackCall) -> None:
         """ModelInfer for transports that take callback handlers: no task per request.
@@ -400,23 +421,34 @@ class GRPCInferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         Decodes and schedules at once; the answer is encoded and sent from the response
         future's callback. Same answers as :meth:`ModelInfer`.
         """
+        tracing_since = monotonic_ns() if self._tracer.enabled else 0
+        trace = None
         try:
             infer_request = decode_infer_request(request)
             server = self._server
             if server.model_is_decoupled(infer_request.model_name, infer_request.model_version):
                 raise unsupported(DECOUPLED_MESSAGE)
+            if tracing_since:
+                trace = infer_request.trace = self._start_trace(
+                    infer_request, call.invocation_metadata(), tracing_since
+                )
             future = server.submit(infer_request)
-        except TritonError as exc:
-            call.fail(_STATUS_CODES[exc.status], exc.message)
-            return
         except Exception as exc:
-            error = _unexpected(exc)
+            error = exc if isinstance(exc, TritonError) else _unexpected(exc)
+            send_start = monotonic_ns() if trace is not None else 0
             call.fail(_STATUS_CODES[error.status], error.message)
+            if trace is not None:
+                sent(trace, "GRPC", send_start)
             return
 
         def answer(done: asyncio.Future[InferenceResponse]) -> None:
             if done.cancelled():
+                if trace is not None:
+                    trace.end()
                 return  # the call ended first: nothing to answer
+            if trace is not None:
+                trace.timestamp("INFER_RESPONSE_COMPLETE")
+            send_start = monotonic_ns() if trace is not None else 0
             try:
                 response = done.result()
                 if response.error is not None:
@@ -428,8 +460,12 @@ class GRPCInferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
                 error = _unexpected(exc)
             else:
                 call.respond(message)
+                if trace is not None:
+                    sent(trace, "GRPC", send_start)
                 return
             call.fail(_STATUS_CODES[error.status], error.message)
+            if trace is not None:
+                sent(trace, "GRPC", send_start)
 
         call.cancel_with(future)
         future.add_done_callback(answer)
@@ -458,8 +494,14 @@ class GRPCInferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
 
         async def answer(message: pb.ModelInferRequest) -> None:
             request_id = message.id
+            tracing_since = monotonic_ns() if self._tracer.enabled else 0
+            trace = None
             try:
                 infer_request, empty_final = decode_stream_request(message)
+                if tracing_since:
+                    trace = infer_request.trace = self._start_trace(
+                        infer_request, context.invocation_metadata(), tracing_since
+                    )
                 async for response in server.infer_stream(infer_request):
                     if response.final and not response.outputs and not response.parameters:
                         # a flag-only completion: sent only when the client asked for it
@@ -472,6 +514,10 @@ class GRPCInferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
                 error = exc
             except Exception as exc:
                 error = _unexpected(exc)
+            finally:
+                if trace is not None:  # the stream's writer sends: no send timestamps here
+                    trace.timestamp("INFER_RESPONSE_COMPLETE")
+                    trace.end()
             put(error if raise_errors else encode_stream_error(error.message, request_id))
 
         async def read() -> None:
@@ -524,7 +570,24 @@ class GRPCInferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     CudaSharedMemoryUnregister = _unimplemented(
         "CudaSharedMemoryUnregister", "the CUDA shared memory extension"
     )
-    TraceSetting = _unimplemented("TraceSetting", "the trace extension")
+
+    async def TraceSetting(
+        self, request: pb.TraceSettingRequest, context: grpc.aio.ServicerContext
+    ) -> pb.TraceSettingResponse:
+        """Triton's trace settings, global or of one model; an empty value list clears."""
+        try:
+            update = {key: list(value.value) or None for key, value in request.settings.items()}
+            settings = trace_setting(self._server, request.model_name, update, grpc=True)
+            response = pb.TraceSettingResponse()
+            for key, values in settings.items():
+                response.settings[key].value.extend(values)
+            return response
+        except TritonError as exc:
+            error = exc
+        except Exception as exc:
+            error = _unexpected(exc)
+        await _abort(context, error)
+
     LogSettings = _unimplemented("LogSettings", "the logging extension")
 
 

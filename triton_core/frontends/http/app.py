@@ -12,6 +12,7 @@ import functools
 import http
 import logging
 from concurrent.futures import ThreadPoolExecutor
+from time import monotonic_ns
 from typing import TYPE_CHECKING, Any, Final, Protocol
 from urllib.parse import unquote
 
@@ -37,12 +38,15 @@ from triton_core.frontends.http.codec import (
 )
 from triton_core.frontends.http.generate import GenerateResource
 from triton_core.frontends.http.restricted import RestrictedApiMiddleware
+from triton_core.frontends.http.trace import TraceSettingResource
 from triton_core.frontends.restricted import Restrictions
+from triton_core.frontends.tracing import sent, start_http_trace, tracer_of
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
 
     from triton_core.statistics import ModelStatistics
+    from triton_core.tracing import Trace
     from triton_core.types import (
         InferenceRequest,
         InferenceResponse,
@@ -131,7 +135,7 @@ def create_app(
     # checked before the model routes by Triton: a model named 'stats' has no metadata URL
     app.add_route("/v2/models/stats", _AllStatisticsResource(server))
 
-    trace = _Unsupported("trace", "GET", "POST")
+    trace = TraceSettingResource(server, _read_body)
     app.add_route("/v2/trace/setting", trace)
     app.add_route("/v2/models/{model_name}/trace/setting", trace)  # no version form (404)
     app.add_route("/v2/logging", _Unsupported("logging", "GET", "POST"))
@@ -273,6 +277,8 @@ class _ModelResource:
         model_version = parse_version(version) if version else -1
         check_not_decoupled(server, model_name, model_version)
 
+        tracer = tracer_of(server)
+        tracing_since = monotonic_ns() if tracer.enabled else 0
         body = await self._read_body(req)
         content_encoding = req.get_header("Content-Encoding")
         if content_encoding is not None:
@@ -286,6 +292,9 @@ class _ModelResource:
                     len(body), compression.decompress, body, encoding, self._max_input_size
                 )
 
+        trace = None
+        if tracing_since:
+            trace = start_http_trace(tracer, model_name, _header_pairs(req), tracing_since)
         data, headers = await infer_body(
             server,
             model_name,
@@ -293,6 +302,7 @@ class _ModelResource:
             body,
             req.get_header(HEADER_LENGTH),
             self._json_limits,
+            trace,
         )
 
         accept_encoding = req.get_header("Accept-Encoding")
@@ -303,6 +313,8 @@ class _ModelResource:
                 resp.set_header("Content-Encoding", encoding)
         resp.set_headers(headers)
         resp.data = data
+        if trace is not None:  # falcon writes the answer after this returns
+            sent(trace, "HTTP", monotonic_ns())
 
     async def _read_body(self, req: falcon.asgi.Request) -> bytes:
         return await _read_body(req, self._max_input_size)
@@ -406,17 +418,22 @@ async def infer_body(
     body: bytes,
     header_length: str | None,
     json_limits: JsonLimits = DEFAULT_JSON_LIMITS,
+    trace: Trace | None = None,
 ) -> tuple[bytes, dict[str, str]]:
     """Decode an (uncompressed) infer body, run it, and encode the answer as (body, headers).
 
-    A large body is decoded in a thread (:func:`decodes_off_loop`).
+    A large body is decoded in a thread (:func:`decodes_off_loop`). ``trace``: the
+    request's trace, when it is sampled.
     """
     args = (server, model_name, model_version, body, header_length, json_limits)
     if decodes_off_loop(body, header_length):
         decoded = await decode_in_thread(*args)
     else:
         decoded = decode_infer_body(*args)
+    decoded.request.trace = trace
     response = await server.infer(decoded.request)
+    if trace is not None:
+        trace.timestamp("INFER_RESPONSE_COMPLETE")
     return encode_infer_answer(response, decoded)
 
 
@@ -596,6 +613,10 @@ class _Request(falcon.asgi.Request):
         if raw_path and b"%2" in raw_path and (b"%2F" in raw_path or b"%2f" in raw_path):
             self.path = raw_path.decode("latin-1")
             self.encoded_path = True
+
+
+def _header_pairs(req: falcon.asgi.Request) -> list[tuple[str, str]]:
+    return [(name.lower(), value) for name, value in req.headers.items()]
 
 
 def _model_name(req: falcon.asgi.Request, model_name: str) -> str:

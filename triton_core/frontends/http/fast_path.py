@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
+from time import monotonic_ns
 from typing import Any, Final
 
 from triton_core.errors import TritonError
@@ -25,6 +26,7 @@ from triton_core.frontends.http.app import (
 from triton_core.frontends.http.codec import DEFAULT_JSON_LIMITS, JsonLimits
 from triton_core.frontends.http.restricted import HeaderCheck
 from triton_core.frontends.restricted import Restrictions
+from triton_core.frontends.tracing import sent, start_http_trace, tracer_of
 
 logger = logging.getLogger(__name__)
 
@@ -168,6 +170,7 @@ class InferFastPath:
         self.max_input_size = max_input_size
         self.inference_check = inference_check
         self.json_limits = json_limits
+        self.tracer = tracer_of(server)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if (
@@ -183,7 +186,7 @@ class InferFastPath:
                 plain = plain_infer_headers(headers, self.max_input_size)
                 check = self.inference_check
                 if plain is not None and (check is None or check.allows(headers)):
-                    await self._infer(target, plain, receive, send)
+                    await self._infer(target, plain, receive, send, headers)
                     return
         await self.app(scope, receive, send)
 
@@ -193,24 +196,38 @@ class InferFastPath:
         plain: tuple[int, str | None],
         receive: Receive,
         send: Send,
+        headers_in: list[tuple[bytes, bytes]],
     ) -> None:
         model_name, model_version = target
         header_length = plain[1]
+        tracing_since = monotonic_ns() if self.tracer.enabled else 0
+        trace = None
         try:
             check_not_decoupled(self.server, model_name, model_version)
             body = await _read_body(receive)
             if body is None:
                 return  # the client went away
+            if tracing_since:
+                trace = start_http_trace(self.tracer, model_name, headers_in, tracing_since)
             data, headers = await infer_body(
-                self.server, model_name, model_version, body, header_length, self.json_limits
+                self.server,
+                model_name,
+                model_version,
+                body,
+                header_length,
+                self.json_limits,
+                trace,
             )
             status, headers_out = 200, wire_headers(headers)
         except Exception as exc:
             status, data = infer_failure(exc, model_name)
             headers_out = list(JSON_HEADERS)
         headers_out.append((b"content-length", str(len(data)).encode()))
+        send_start = monotonic_ns() if trace is not None else 0
         await send({"type": "http.response.start", "status": status, "headers": headers_out})
         await send({"type": "http.response.body", "body": data})
+        if trace is not None:
+            sent(trace, "HTTP", send_start)
 
 
 async def _read_body(receive: Receive) -> bytes | None:

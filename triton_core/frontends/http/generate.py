@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
+from time import monotonic_ns
 from typing import TYPE_CHECKING, Any, Final, Protocol
 from urllib.parse import unquote
 
@@ -35,11 +36,13 @@ from triton_core.frontends.http.codec import (
     check_json_depth,
     check_json_elements,
 )
+from triton_core.frontends.tracing import sent, start_http_trace, tracer_of
 from triton_core.types import InferenceRequest, Tensor
 
 if TYPE_CHECKING:
     import falcon.asgi
 
+    from triton_core.tracing import Trace
     from triton_core.types import InferenceResponse, ModelMetadata, TensorMetadata
 
 SSE_CONTENT_TYPE: Final = "text/event-stream; charset=utf-8"
@@ -287,14 +290,25 @@ class GenerateResource:
             model_name = unquote(model_name)
         model_version = parse_version(version) if version else -1
         metadata = self._server.model_metadata(model_name, model_version)
+        tracer = tracer_of(self._server)
+        tracing_since = monotonic_ns() if tracer.enabled else 0
         body = await self._read_body(req)
         request = decode_generate_request(
             model_name, model_version, body, metadata, self._json_limits
         )
+        trace = None
+        if tracing_since:
+            headers = [(name.lower(), value) for name, value in req.headers.items()]
+            trace = request.trace = start_http_trace(tracer, model_name, headers, tracing_since)
         if self._streaming:
-            await self._stream(request, resp)
-        else:
+            await self._stream(request, resp, trace)
+            return
+        try:
             await self._generate(request, resp)
+        finally:
+            if trace is not None:  # falcon writes the answer after this returns
+                trace.timestamp("INFER_RESPONSE_COMPLETE")
+                sent(trace, "HTTP", monotonic_ns())
 
     async def _read_body(self, req: falcon.asgi.Request) -> bytes:
         limit = self._max_input_size
@@ -322,7 +336,9 @@ class GenerateResource:
         resp.content_type = _JSON
         resp.data = encode_generate_response(answers[0])
 
-    async def _stream(self, request: InferenceRequest, resp: falcon.asgi.Response) -> None:
+    async def _stream(
+        self, request: InferenceRequest, resp: falcon.asgi.Response, trace: Trace | None
+    ) -> None:
         stream = self._server.infer_stream(request)
         # The status goes out with the first event: wait for it, so that a request that
         # fails at once gets its error status (and a plain JSON error).
@@ -332,16 +348,23 @@ class GenerateResource:
             first = None
         except BaseException:
             await stream.aclose()  # type: ignore[attr-defined]
+            if trace is not None:
+                trace.end()
             raise
         resp.content_type = SSE_CONTENT_TYPE
         resp.set_header("Cache-Control", "no-cache")
-        resp.stream = _events(first, stream)
+        resp.stream = _events(first, stream, trace)
 
 
 async def _events(
-    first: InferenceResponse | None, stream: AsyncIterator[InferenceResponse]
+    first: InferenceResponse | None,
+    stream: AsyncIterator[InferenceResponse],
+    trace: Trace | None = None,
 ) -> AsyncIterator[bytes]:
-    """The SSE body; closing it (the client went away) cancels the request."""
+    """The SSE body; closing it (the client went away) cancels the request.
+
+    A traced request's trace ends with the stream (no send timestamps: events are written
+    one by one)."""
     try:
         if first is None:
             return
@@ -356,3 +379,6 @@ async def _events(
         yield sse_event(orjson.dumps({"error": error.message}))
     finally:
         await stream.aclose()  # type: ignore[attr-defined]
+        if trace is not None:
+            trace.timestamp("INFER_RESPONSE_COMPLETE")
+            trace.end()

@@ -21,6 +21,7 @@ import logging
 import weakref
 from collections import deque
 from dataclasses import dataclass
+from time import monotonic_ns
 from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 import httptools
@@ -44,11 +45,13 @@ from triton_core.frontends.http.fast_path import (
     infer_target,
     plain_infer_request,
 )
+from triton_core.frontends.tracing import sent, start_http_trace
 
 if TYPE_CHECKING:
     from uvicorn.server import ServerState
 
     from triton_core.frontends.http.codec import DecodedRequest
+    from triton_core.tracing import Trace
     from triton_core.types import InferenceResponse
 
 logger = logging.getLogger(__name__)
@@ -220,6 +223,9 @@ class _InferCycle:
         "_protocol",
         "_started",
         "_target",
+        "_trace",
+        "_traced_headers",
+        "_tracing_since",
         "disconnected",
         "keep_alive",
         "response_complete",
@@ -244,6 +250,12 @@ class _InferCycle:
         self._future: asyncio.Future[Any] | None = None
         self.disconnected = False
         self.response_complete = False
+        self._trace: Trace | None = None
+        #: while tracing is on: when the request began, and its headers (for traceparent)
+        self._tracing_since = 0
+        if protocol.fast_path.tracer.enabled:  # type: ignore[union-attr]
+            self._tracing_since = monotonic_ns()
+            self._traced_headers = protocol.headers
 
     @property
     def response_started(self) -> bool:
@@ -308,7 +320,13 @@ class _InferCycle:
         self._schedule(decoded)
 
     def _schedule(self, decoded: DecodedRequest) -> None:
-        server = self._protocol.fast_path.server  # type: ignore[union-attr]
+        fast_path = self._protocol.fast_path
+        assert fast_path is not None
+        server = fast_path.server
+        if self._tracing_since:
+            self._trace = decoded.request.trace = start_http_trace(
+                fast_path.tracer, self._target[0], self._traced_headers, self._tracing_since
+            )
         try:
             future = server.submit(decoded.request)
         except Exception as exc:
@@ -318,7 +336,11 @@ class _InferCycle:
 
         def answer(done: asyncio.Future[InferenceResponse]) -> None:
             if done.cancelled() or self.disconnected:
+                if self._trace is not None:
+                    self._trace.end()  # written as far as it got
                 return
+            if self._trace is not None:
+                self._trace.timestamp("INFER_RESPONSE_COMPLETE")
             try:
                 data, headers = encode_infer_answer(done.result(), decoded)
             except Exception as exc:
@@ -342,7 +364,10 @@ class _InferCycle:
             b"\r\n" if self.keep_alive else b"connection: close\r\n\r\n",
             data,
         )
+        send_start = monotonic_ns() if self._trace is not None else 0
         protocol.transport.write_whole(b"".join(answer))
+        if self._trace is not None:
+            sent(self._trace, "HTTP", send_start)
         self.response_complete = True
         if not self.keep_alive:
             protocol.transport.close()
