@@ -3,6 +3,11 @@
 from __future__ import annotations
 
 import time
+import urllib.request
+
+import pytest
+
+from triton_core.testing import ServerProcess
 
 
 def keys(server, pattern: str = "*") -> list[bytes]:  # type: ignore[no-untyped-def]
@@ -28,6 +33,18 @@ def test_a_response_cached_through_one_server_is_a_hit_on_another(
     infer(first, [4, 5])
     assert cache_counts(first) == {"hit": 1, "miss": 1, "executions": 1}
     assert len(keys(redis_server, "triton-core:*")) == 2
+    # the server-wide cache families, as the local cache reports them
+    with urllib.request.urlopen(second.metrics_url, timeout=10) as reply:
+        metrics = reply.read().decode()
+    values = dict(
+        line.split(" ") for line in metrics.splitlines() if line.startswith("nv_cache_num")
+    )
+    assert {
+        name: float(values[name]) for name in ("nv_cache_num_lookups", "nv_cache_num_hits")
+    } == {
+        "nv_cache_num_lookups": 2,
+        "nv_cache_num_hits": 1,
+    }
 
 
 def test_entries_expire_after_ttl_seconds(redis_server, cached_server, infer, cache_counts):
@@ -136,3 +153,31 @@ def test_an_oversized_response_is_not_cached(redis_server, cached_server, infer,
     infer(server, [1.0] * 8)
     assert len(keys(redis_server)) == 1
     assert cache_counts(server)["miss"] == 2
+
+
+def test_db_selects_the_redis_database(redis_server, cached_server, infer, cache_counts):
+    server = cached_server(redis_server, db=3)
+    infer(server, [9])
+    assert keys(redis_server) == []
+    client = redis_server.client(db=3)
+    assert len(list(client.scan_iter())) == 1
+    client.close()
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        (["redis,host=127.0.0.1"], "Must at a minimum specify 'host' and 'port'"),
+        (["redis,host=127.0.0.1", "redis,port=1", "redis,socket_timeout=0"],
+         "redis,socket_timeout must be in [1, 60000]"),
+    ],
+)  # fmt: skip
+def test_a_wrong_setting_stops_the_server_naming_it(cached_repository, tmp_path, settings, message):
+    flags = [flag for setting in settings for flag in ("--cache-config", setting)]
+    process = ServerProcess(
+        [cached_repository], *flags, plugins=["triton_core_redis_cache.plugin"],
+        workdir=tmp_path / "refused",
+    )  # fmt: skip
+    assert process.process.wait(60) != 0
+    process.stop()
+    assert message in process.log()
