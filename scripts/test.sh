@@ -11,7 +11,8 @@ PIP=(.venv/bin/python -m pip install -q)
 # else: a plain ==2.13.0 lets the resolver pick the multi-GB CUDA build of that release, and a
 # pin in a command of its own lets a later command replace it.
 "${PIP[@]}" 'torch==2.13.0+cpu' -e '.[test]' -e 'plugins/onnx[testing]' -e plugins/repo_agents \
-    -e plugins/torch -e 'plugins/python_model[testing]' -e tests/plugins/batch_strategy \
+    -e plugins/torch -e plugins/tensorrt -e 'plugins/python_model[testing]' \
+    -e tests/plugins/batch_strategy \
     -e 'examples/plugin_numpy_backend[testing]'
 .venv/bin/ruff check .
 # incremental: .mypy_cache makes a run after a small change take a few seconds
