@@ -148,7 +148,9 @@ def test_tensorrt_without_the_provider_fails_naming_the_accelerator(
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not HAS_TENSORRT, reason="onnxruntime has no TensorrtExecutionProvider here")
-def test_tensorrt_provider_matches_cpu(builders, model_file, load, specs, make_request, tmp_path):
+def test_tensorrt_provider_matches_cpu(
+    builders, model_file, load, specs, instances_agree, tmp_path
+):
     builders.convnet(model_file, width=16)
     cache = tmp_path / "trt-cache"
     model = load(
@@ -165,27 +167,19 @@ def test_tensorrt_provider_matches_cpu(builders, model_file, load, specs, make_r
     assert gpu.session.get_providers()[0] == "TensorrtExecutionProvider"
     cpu = model.create_instance(specs.cpu())
     x = np.random.default_rng(0).standard_normal((4, 3, 64, 64)).astype(np.float32)
-    requests = [
-        make_request({"INPUT0": ("FP32", x[:1])}),
-        make_request({"INPUT0": ("FP32", x[1:])}),
-    ]
-    on_gpu = [r.output("OUTPUT0").data for r in gpu.execute(requests)]
-    on_cpu = [r.output("OUTPUT0").data for r in cpu.execute(requests)]
-    for a, b in zip(on_gpu, on_cpu, strict=True):
-        np.testing.assert_allclose(a, b, rtol=5e-2, atol=5e-2)
+    instances_agree(gpu, cpu, x, 5e-2)
     assert any(cache.iterdir()), "trt_engine_cache_enable wrote no engine"
 
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not HAS_CUDA, reason="onnxruntime has no CUDAExecutionProvider here")
-def test_cuda_instance_runs_through_an_io_binding(builders, model_file, load, specs, make_request):
+def test_cuda_instance_runs_through_an_io_binding(
+    builders, model_file, load, specs, instances_agree
+):
     builders.convnet(model_file, width=8)
     model = load('instance_group [ { name: "m" kind: KIND_GPU count: 1 gpus: [ 0 ] } ]')
     gpu = model.create_instance(specs.gpu(0))
     assert gpu._io_binding
     cpu = model.create_instance(specs.cpu())
     x = np.random.default_rng(1).standard_normal((3, 3, 64, 64)).astype(np.float32)
-    requests = [make_request({"INPUT0": ("FP32", x)})]
-    (a,) = [r.output("OUTPUT0").data for r in gpu.execute(requests)]
-    (b,) = [r.output("OUTPUT0").data for r in cpu.execute(requests)]
-    np.testing.assert_allclose(a, b, rtol=1e-3, atol=1e-3)
+    instances_agree(gpu, cpu, x, 1e-3)
