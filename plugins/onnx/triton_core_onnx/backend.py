@@ -32,6 +32,7 @@ from triton_core import (
     Parameters,
     Status,
     TritonError,
+    claimed_inputs,
     complete_batching,
     count_instances,
     dims_error,
@@ -39,6 +40,7 @@ from triton_core import (
     fill_unset,
     input_reshapes,
     output_reshapes,
+    state_outputs,
     wire_types,
 )
 from triton_core import available_cpus as _available_cpus
@@ -163,24 +165,6 @@ def _create_session(
 # -- config checks --------------------------------------------------------------------------------
 
 
-def _claimed_inputs(config: ModelConfig) -> set[str]:
-    """Model inputs that the server feeds from config sections other than ``input``."""
-    names: set[str] = set()
-    for batch_input in config.batch_input:
-        names.update(batch_input.target_name)
-    if config.HasField("sequence_batching"):
-        names.update(control.name for control in config.sequence_batching.control_input)
-        names.update(state.input_name for state in config.sequence_batching.state)
-    return names
-
-
-def _state_outputs(config: ModelConfig) -> dict[str, int]:
-    """Implicit-state outputs (``sequence_batching.state``) by name, with their data_type."""
-    if not config.HasField("sequence_batching"):
-        return {}
-    return {state.output_name: state.data_type for state in config.sequence_batching.state}
-
-
 def _sequence_input_types(config: ModelConfig) -> dict[str, int]:
     """data_type of the CORRID control and state inputs the sequence batcher adds."""
     if not config.HasField("sequence_batching"):
@@ -233,7 +217,7 @@ def check_config(config: ModelConfig, signature: Signature, model: str, *, compl
                 if error:
                     raise TritonError(Status.INVALID_ARG, error)
     if complete:
-        fed = {tensor.name for tensor in config.input} | _claimed_inputs(config)
+        fed = {tensor.name for tensor in config.input} | claimed_inputs(config)
         missing = [name for name in signature.inputs if name not in fed]
         if missing:
             raise TritonError(
@@ -285,12 +269,12 @@ class OnnxRuntimeBackend(Backend):
 
         max_batch_size = config.max_batch_size
         if not has_inputs:
-            claimed = _claimed_inputs(config)
+            claimed = claimed_inputs(config)
             for info in signature.inputs.values():
                 if info.name not in claimed:
                     _fill(config.input.add(), info, max_batch_size)
         if not has_outputs:
-            internal = _state_outputs(config)  # implicit state stays out of 'output'
+            internal = state_outputs(config)  # implicit state stays out of 'output'
             for info in signature.outputs.values():
                 if info.name not in internal:
                     _fill(config.output.add(), info, max_batch_size)
@@ -487,7 +471,7 @@ class OnnxRuntimeModel(BackendModel):
         self.input_names: tuple[str, ...] = tuple(t.name for t in config.input)
         self.output_datatypes = wire_types(self.name, "output", config.output)
         # Implicit-state outputs are produced too: the sequence batcher reads them back.
-        for name, data_type in _state_outputs(config).items():
+        for name, data_type in state_outputs(config).items():
             self.output_datatypes.setdefault(name, CONFIG_TO_WIRE[DataType.Name(data_type)])
         self.output_names: tuple[str, ...] = tuple(self.output_datatypes)
         input_datatypes = wire_types(self.name, "input", config.input)
