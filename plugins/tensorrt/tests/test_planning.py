@@ -13,6 +13,7 @@ from triton_core_tensorrt.planning import (
     choose_profile,
     deserialize_error,
     resolve_output_shape,
+    served_outputs,
 )
 
 from triton_core import DataType, Status, TritonError
@@ -285,3 +286,47 @@ def test_an_unknown_description_format_is_refused(describe):
     text = describe("convnet").to_json().replace('"format": 1', '"format": 2')
     with pytest.raises(ValueError, match="format 2"):
         EngineDescription.from_json(text)
+
+
+# -- sequences ---------------------------------------------------------------------------------
+
+
+def with_sequence_tensors(description: EngineDescription) -> EngineDescription:
+    """The MLP engine plus a START control input and an implicit state in and out."""
+    extra = (
+        TensorDescription("START", "INPUT", "INT32", (-1, 1)),
+        TensorDescription("STATE_IN", "INPUT", "FLOAT", (-1, 4)),
+        TensorDescription("STATE_OUT", "OUTPUT", "FLOAT", (-1, 4)),
+    )
+    profiles = tuple(
+        dataclasses.replace(
+            p,
+            inputs={
+                **p.inputs,
+                "START": ((1, 1), (8, 1), (16, 1)),
+                "STATE_IN": ((1, 4), (8, 4), (16, 4)),
+            },
+        )
+        for p in description.profiles
+    )
+    return dataclasses.replace(description, tensors=description.tensors + extra, profiles=profiles)
+
+
+SEQUENCE = """
+sequence_batching {
+  control_input [ {
+    name: "START" control [ { kind: CONTROL_SEQUENCE_START int32_false_true: [0, 1] } ]
+  } ]
+  state [ { input_name: "STATE_IN" output_name: "STATE_OUT" data_type: TYPE_FP32 dims: [4] } ]
+}
+"""
+
+
+def test_sequence_tensors_stay_out_of_input_and_output(describe, make_config):
+    description = with_sequence_tensors(describe("mlp_two_profiles"))
+    config = completed(description, make_config(SEQUENCE))
+    assert [t.name for t in config.input] == ["INPUT0"]
+    assert [t.name for t in config.output] == ["OUTPUT0"]
+    assert config.WhichOneof("scheduling_choice") == "sequence_batching"
+    check_config(config, description, "m")  # START and STATE_IN are fed, not missing
+    assert served_outputs(config, "m") == {"OUTPUT0": "FP32", "STATE_OUT": "FP32"}

@@ -21,6 +21,7 @@ class DeviceMemory(Protocol):
     #: the ``cudaStream_t`` as an int, for ``execute_async_v3``
     stream_handle: int
 
+    def make_current(self) -> None: ...
     def alloc(self, nbytes: int) -> int: ...
     def to_device(self, address: int, array: np.ndarray) -> None: ...
     def to_host(self, array: np.ndarray, address: int) -> None: ...
@@ -59,6 +60,9 @@ class CudaPythonMemory:
         self.stream_handle = int(self._stream)
         self._allocations: list[Any] = []
         self._graphs: list[Any] = []
+
+    def make_current(self) -> None:
+        _check(self._rt.cudaSetDevice(self._device), "cudaSetDevice")
 
     def alloc(self, nbytes: int) -> int:
         pointer = _check(self._rt.cudaMalloc(nbytes), "cudaMalloc")
@@ -116,6 +120,9 @@ class TorchMemory:
         self.stream_handle = int(self._stream.cuda_stream)
         self._buffers: dict[int, Any] = {}
         self._graphs: list[Any] = []
+
+    def make_current(self) -> None:
+        self._torch.cuda.set_device(self._device)
 
     def alloc(self, nbytes: int) -> int:
         buffer = self._torch.empty(nbytes, dtype=self._torch.uint8, device=self._device)

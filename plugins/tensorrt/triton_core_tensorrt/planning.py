@@ -18,14 +18,18 @@ from typing import TYPE_CHECKING, Any, Final
 import numpy as np
 
 from triton_core import (
+    CONFIG_TO_WIRE,
     DataType,
     ModelInstanceGroup,
     Status,
     TritonError,
+    claimed_inputs,
     dims_error,
     fill_tensor,
     fill_unset,
     format_shape,
+    state_outputs,
+    wire_types,
 )
 from triton_core_tensorrt.description import (
     TRT_TO_NUMPY,
@@ -177,10 +181,14 @@ def auto_complete(config: ModelConfig, description: EngineDescription, model: st
         )
     if config.max_batch_size > 1 and config.WhichOneof("scheduling_choice") is None:
         config.dynamic_batching.SetInParent()
+    # Tensors the sequence batcher feeds or reads back stay out of 'input' and 'output'.
+    internal = claimed_inputs(config) | set(state_outputs(config))
     for section, engine in ((config.input, inputs), (config.output, outputs)):
         listed = {tensor.name: tensor for tensor in section}
         if not listed:
             for described in engine.values():
+                if described.name in internal:
+                    continue
                 _servable(model, described)
                 fill_tensor(section.add(), described, config.max_batch_size)
         for name, tensor in listed.items():
@@ -213,8 +221,9 @@ def check_config(config: ModelConfig, description: EngineDescription, model: str
             error = dims_error(model, kind, tensor, shape, config.max_batch_size)
             if error:
                 raise TritonError(Status.INVALID_ARG, error)
+    fed = {t.name for t in config.input} | claimed_inputs(config)
     for name in description.inputs:
-        if name not in {t.name for t in config.input}:
+        if name not in fed:
             raise TritonError(
                 Status.INVALID_ARG,
                 f"unable to load model '{model}': the TensorRT engine's input '{name}' is "
@@ -229,6 +238,15 @@ def check_config(config: ModelConfig, description: EngineDescription, model: str
             f"unable to load model '{model}': configuration specified max-batch "
             f"{config.max_batch_size} but TensorRT engine only supports max-batch {supported}",
         )
+
+
+def served_outputs(config: ModelConfig, model: str) -> dict[str, str]:
+    """Every output an instance produces -> wire datatype: the config's, then the implicit
+    state the sequence batcher reads back."""
+    outputs = wire_types(model, "output", config.output)
+    for name, data_type in state_outputs(config).items():
+        outputs.setdefault(name, CONFIG_TO_WIRE[DataType.Name(data_type)])
+    return outputs
 
 
 # -- run time: profile choice and shape checks ------------------------------------------------

@@ -23,7 +23,6 @@ from triton_core import (
     ModelInstance,
     Status,
     TritonError,
-    wire_types,
 )
 from triton_core_tensorrt.description import (
     EngineDescription,
@@ -39,6 +38,7 @@ from triton_core_tensorrt.planning import (
     deserialize_error,
     group_profiles,
     resolve_output_shape,
+    served_outputs,
 )
 
 #: CUDA graphs kept per instance, one per distinct set of input shapes
@@ -68,14 +68,17 @@ def _make_logger(trt: Any) -> Any:
             self.errors: list[str] = []
 
         def log(self, severity: Any, msg: str) -> None:
-            if severity <= trt.ILogger.Severity.ERROR:
+            if severity in errors:
                 self.errors.append(msg)
+
+    errors = (trt.ILogger.Severity.INTERNAL_ERROR, trt.ILogger.Severity.ERROR)
 
     return Logger()
 
 
-def deserialize(trt: Any, model: str, path: Path, device_id: int) -> Any:
-    """An ``ICudaEngine`` on ``device_id`` from a plan file; errors say why it does not load."""
+def deserialize(trt: Any, model: str, path: Path, device_id: int) -> tuple[Any, Any]:
+    """(runtime, engine) on ``device_id`` from a plan file; errors say why it does not load.
+    The runtime must outlive the engine, so the caller keeps both."""
     from triton_core_tensorrt.device import _check, _cudart
 
     runtime_module = _cudart()
@@ -93,8 +96,7 @@ def deserialize(trt: Any, model: str, path: Path, device_id: int) -> Any:
     if engine is None:
         capability, _ = device_properties(device_id)
         raise deserialize_error(model, str(path), logger.errors, trt.__version__, capability)
-    engine.__dict__["_triton_runtime"] = runtime  # the engine must not outlive its runtime
-    return engine
+    return runtime, engine
 
 
 def _shape(dims: Any) -> tuple[int, ...]:
@@ -149,7 +151,8 @@ def read_description(model: str, path: Path, device_id: int = 0) -> EngineDescri
     trt = import_tensorrt(model)
     if not path.is_file():
         raise TritonError(Status.UNAVAILABLE, f"unable to find '{path}' for model '{model}'")
-    return describe_engine(trt, deserialize(trt, model, path, device_id), device_id)
+    _runtime, engine = deserialize(trt, model, path, device_id)
+    return describe_engine(trt, engine, device_id)
 
 
 class TensorRTModel(BackendModel):
@@ -164,21 +167,23 @@ class TensorRTModel(BackendModel):
                 Status.UNAVAILABLE, f"unable to find '{self.path}' for model '{self.name}'"
             )
         self._trt = import_tensorrt(self.name)
-        self._engines: dict[int, tuple[Any, EngineDescription]] = {}
+        #: device -> (runtime, engine, description)
+        self._engines: dict[int, tuple[Any, Any, EngineDescription]] = {}
         self._lock = threading.Lock()
         self.use_cuda_graphs = bool(self.config.optimization.cuda.graphs)
-        self.output_types = wire_types(self.name, "output", self.config.output)
+        self.output_types = served_outputs(self.config, self.name)
         self.plan = BatchPlan(self.name, self.output_types, batching=self.config.max_batch_size > 0)
 
     def engine(self, device_id: int) -> tuple[Any, EngineDescription]:
         """The engine on a device (deserialized and checked against the config once)."""
         with self._lock:
             if device_id not in self._engines:
-                engine = deserialize(self._trt, self.name, self.path, device_id)
+                runtime, engine = deserialize(self._trt, self.name, self.path, device_id)
                 description = describe_engine(self._trt, engine, device_id)
                 check_config(self.config, description, self.name)
-                self._engines[device_id] = (engine, description)
-            return self._engines[device_id]
+                self._engines[device_id] = (runtime, engine, description)
+            _, engine, description = self._engines[device_id]
+            return engine, description
 
     def create_instance(self, spec: InstanceSpec) -> TensorRTInstance:
         if spec.kind.upper() != "GPU":
@@ -227,6 +232,10 @@ class TensorRTInstance(ModelInstance):
         self._memory.synchronize()
         self._use_graphs = model.use_cuda_graphs
         self._graphs: dict[tuple[Any, ...], Callable[[], None]] = {}
+
+    def thread_started(self) -> None:
+        """Make this instance's GPU the executing thread's current device."""
+        self._memory.make_current()
 
     def execute(self, requests: list[InferenceRequest]) -> list[InferenceResponse]:
         return self._plan.execute(requests, self._run)
