@@ -103,6 +103,20 @@ def _shape(dims: Any) -> tuple[int, ...]:
     return tuple(int(d) for d in dims)
 
 
+def _profile_shapes(
+    engine: Any, tensor: TensorDescription, index: int
+) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+    """(min, opt, max) of an input in a profile; a static input's one shape where TensorRT
+    keeps no range for it."""
+    try:
+        lo, opt, hi = engine.get_tensor_profile_shape(tensor.name, index)
+    except (RuntimeError, TypeError, ValueError):
+        if -1 in tensor.engine_shape:
+            raise
+        return tensor.engine_shape, tensor.engine_shape, tensor.engine_shape
+    return _shape(lo), _shape(opt), _shape(hi)
+
+
 def describe_engine(trt: Any, engine: Any, device_id: int = 0) -> EngineDescription:
     """Record an engine's description: I/O tensors, every profile's input ranges and the
     output shapes at the profile's largest inputs (read through an execution context)."""
@@ -128,8 +142,7 @@ def describe_engine(trt: Any, engine: Any, device_id: int = 0) -> EngineDescript
         for tensor in inputs:
             if tensor.is_shape_tensor:
                 continue
-            lo, opt, hi = engine.get_tensor_profile_shape(tensor.name, index)
-            ranges[tensor.name] = (_shape(lo), _shape(opt), _shape(hi))
+            ranges[tensor.name] = _profile_shapes(engine, tensor, index)
         # Setting the profile on the default stream is enough for reading shapes.
         context.set_optimization_profile_async(index, 0)
         for name, (_, _, hi) in ranges.items():
