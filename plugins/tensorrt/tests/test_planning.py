@@ -5,7 +5,11 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from triton_core_tensorrt.description import EngineDescription, TensorDescription
+from triton_core_tensorrt.description import (
+    EngineDescription,
+    ProfileDescription,
+    TensorDescription,
+)
 from triton_core_tensorrt.planning import (
     auto_complete,
     binding_plan,
@@ -330,3 +334,21 @@ def test_sequence_tensors_stay_out_of_input_and_output(describe, make_config):
     assert config.WhichOneof("scheduling_choice") == "sequence_batching"
     check_config(config, description, "m")  # START and STATE_IN are fed, not missing
     assert served_outputs(config, "m") == {"OUTPUT0": "FP32", "STATE_OUT": "FP32"}
+
+
+def test_a_static_batch_one_engine_gets_max_batch_size_one(make_config):
+    shape = (1, 3, 224, 224)
+    description = EngineDescription(
+        tensors=(
+            TensorDescription("images", "INPUT", "HALF", shape),
+            TensorDescription("logits", "OUTPUT", "HALF", (1, 1000)),
+        ),
+        profiles=(ProfileDescription({"images": (shape, shape, shape)}, {"logits": (1, 1000)}),),
+    )
+    config = completed(description, make_config())
+    # Triton reads the first dim as the batch: kMAX of profile 0 is 1
+    assert config.max_batch_size == 1
+    assert config.WhichOneof("scheduling_choice") is None
+    assert tensors(config.input) == [("images", "TYPE_FP16", [3, 224, 224])]
+    check_config(config, description, "m")
+    assert choose_profile("m", description, (0,), {"images": shape}) == 0
