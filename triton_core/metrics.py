@@ -35,6 +35,8 @@ class MetricsOptions:
     counter_latencies: bool = True
     histogram_latencies: bool = False
     allow_cpu_metrics: bool = True
+    #: ``--allow-gpu-metrics``: NVML's GPU families (see triton_core.gpu_metrics)
+    allow_gpu_metrics: bool = True
 
     @classmethod
     def parse(cls, settings: list[str], allow_cpu_metrics: bool = True) -> MetricsOptions:
@@ -331,6 +333,12 @@ def create_registry(server: Server, options: MetricsOptions) -> CollectorRegistr
     """A registry of this server's own, holding the Triton collector."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(TritonCollector(server, options))
+    if options.allow_gpu_metrics:
+        from triton_core.gpu_metrics import GpuCollector
+
+        gpu = GpuCollector.create()
+        if gpu is not None:
+            registry.register(gpu)
     return registry
 
 

@@ -17,6 +17,7 @@ from tests.support import ROOT
 PLUGIN_PACKAGES = (
     "plugins/onnx/triton_core_onnx",
     "plugins/torch/triton_core_torch",
+    "plugins/tensorrt/triton_core_tensorrt",
     "plugins/python_model/triton_core_python",
     "plugins/python_model/triton_python_backend_utils.py",
     "plugins/repo_agents/triton_core_repo_agents",

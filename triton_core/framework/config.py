@@ -127,6 +127,29 @@ def wire_types(model: str, kind: str, tensors: Iterable[ConfigTensor]) -> dict[s
     return {tensor.name: wire_type(model, kind, tensor) for tensor in tensors}
 
 
+# -- tensors the server feeds or reads besides input and output -----------------------------
+
+
+def claimed_inputs(config: ModelConfig) -> set[str]:
+    """Model inputs the server feeds from config sections other than ``input``: batch inputs,
+    the sequence batcher's control inputs and implicit-state inputs."""
+    names: set[str] = set()
+    for batch_input in config.batch_input:
+        names.update(batch_input.target_name)
+    if config.HasField("sequence_batching"):
+        names.update(control.name for control in config.sequence_batching.control_input)
+        names.update(state.input_name for state in config.sequence_batching.state)
+    return names
+
+
+def state_outputs(config: ModelConfig) -> dict[str, int]:
+    """Implicit-state outputs (``sequence_batching.state``) by name, with their data_type: a
+    model produces them besides its ``output`` and the sequence batcher reads them back."""
+    if not config.HasField("sequence_batching"):
+        return {}
+    return {state.output_name: state.data_type for state in config.sequence_batching.state}
+
+
 # -- auto-complete ---------------------------------------------------------------------------
 
 

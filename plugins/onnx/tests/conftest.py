@@ -146,3 +146,20 @@ def specs() -> Any:
         gpu = staticmethod(gpu_spec)
 
     return Specs
+
+
+def assert_instances_agree(
+    gpu: OnnxRuntimeInstance, cpu: OnnxRuntimeInstance, x: np.ndarray, tolerance: float
+) -> None:
+    """The two instances answer a batch of two requests (``x[:1]``, ``x[1:]``) alike."""
+    requests = [request({"INPUT0": ("FP32", x[:1])}), request({"INPUT0": ("FP32", x[1:])})]
+    on_gpu = [r.output("OUTPUT0").data for r in gpu.execute(requests)]
+    on_cpu = [r.output("OUTPUT0").data for r in cpu.execute(requests)]
+    for a, b in zip(on_gpu, on_cpu, strict=True):
+        np.testing.assert_allclose(a, b, rtol=tolerance, atol=tolerance)
+
+
+@pytest.fixture
+def instances_agree() -> Callable[..., None]:
+    """``instances_agree(gpu, cpu, x, tolerance)``: see :func:`assert_instances_agree`."""
+    return assert_instances_agree

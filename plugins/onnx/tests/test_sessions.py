@@ -176,7 +176,7 @@ def test_gpu_instance_without_cuda_fails_clearly(builders, model_file, load, spe
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not HAS_CUDA, reason="onnxruntime has no CUDAExecutionProvider here")
-def test_gpu_instance_matches_cpu(builders, model_file, load, specs, make_request):
+def test_gpu_instance_matches_cpu(builders, model_file, load, specs, instances_agree):
     builders.mlp(model_file, in_features=16)
     model = load(
         """
@@ -189,11 +189,4 @@ def test_gpu_instance_matches_cpu(builders, model_file, load, specs, make_reques
     assert gpu.session.get_provider_options()["CUDAExecutionProvider"]["device_id"] == "0"
     cpu = model.create_instance(specs.cpu())
     x = np.random.default_rng(0).standard_normal((3, 16)).astype(np.float32)
-    requests = [
-        make_request({"INPUT0": ("FP32", x[:1])}),
-        make_request({"INPUT0": ("FP32", x[1:])}),
-    ]
-    on_gpu = [r.output("OUTPUT0").data for r in gpu.execute(requests)]
-    on_cpu = [r.output("OUTPUT0").data for r in cpu.execute(requests)]
-    for a, b in zip(on_gpu, on_cpu, strict=True):
-        np.testing.assert_allclose(a, b, rtol=1e-3, atol=1e-4)
+    instances_agree(gpu, cpu, x, 1e-3)

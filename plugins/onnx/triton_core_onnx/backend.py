@@ -32,6 +32,7 @@ from triton_core import (
     Parameters,
     Status,
     TritonError,
+    claimed_inputs,
     complete_batching,
     count_instances,
     dims_error,
@@ -39,9 +40,16 @@ from triton_core import (
     fill_unset,
     input_reshapes,
     output_reshapes,
+    state_outputs,
     wire_types,
 )
 from triton_core import available_cpus as _available_cpus
+from triton_core_onnx.providers import (
+    CUDA_PROVIDER,
+    TENSORRT_PROVIDER,
+    GpuProviders,
+    gpu_providers,
+)
 
 if TYPE_CHECKING:
     from triton_core import ModelConfig
@@ -49,7 +57,6 @@ if TYPE_CHECKING:
 PLATFORM: Final = "onnxruntime_onnx"
 DEFAULT_MODEL_FILENAME: Final = "model.onnx"
 
-CUDA_PROVIDER: Final = "CUDAExecutionProvider"
 CPU_PROVIDER: Final = "CPUExecutionProvider"
 
 #: ONNX element type string, as onnxruntime reports it -> config datatype
@@ -158,24 +165,6 @@ def _create_session(
 # -- config checks --------------------------------------------------------------------------------
 
 
-def _claimed_inputs(config: ModelConfig) -> set[str]:
-    """Model inputs that the server feeds from config sections other than ``input``."""
-    names: set[str] = set()
-    for batch_input in config.batch_input:
-        names.update(batch_input.target_name)
-    if config.HasField("sequence_batching"):
-        names.update(control.name for control in config.sequence_batching.control_input)
-        names.update(state.input_name for state in config.sequence_batching.state)
-    return names
-
-
-def _state_outputs(config: ModelConfig) -> dict[str, int]:
-    """Implicit-state outputs (``sequence_batching.state``) by name, with their data_type."""
-    if not config.HasField("sequence_batching"):
-        return {}
-    return {state.output_name: state.data_type for state in config.sequence_batching.state}
-
-
 def _sequence_input_types(config: ModelConfig) -> dict[str, int]:
     """data_type of the CORRID control and state inputs the sequence batcher adds."""
     if not config.HasField("sequence_batching"):
@@ -228,7 +217,7 @@ def check_config(config: ModelConfig, signature: Signature, model: str, *, compl
                 if error:
                     raise TritonError(Status.INVALID_ARG, error)
     if complete:
-        fed = {tensor.name for tensor in config.input} | _claimed_inputs(config)
+        fed = {tensor.name for tensor in config.input} | claimed_inputs(config)
         missing = [name for name in signature.inputs if name not in fed]
         if missing:
             raise TritonError(
@@ -280,12 +269,12 @@ class OnnxRuntimeBackend(Backend):
 
         max_batch_size = config.max_batch_size
         if not has_inputs:
-            claimed = _claimed_inputs(config)
+            claimed = claimed_inputs(config)
             for info in signature.inputs.values():
                 if info.name not in claimed:
                     _fill(config.input.add(), info, max_batch_size)
         if not has_outputs:
-            internal = _state_outputs(config)  # implicit state stays out of 'output'
+            internal = state_outputs(config)  # implicit state stays out of 'output'
             for info in signature.outputs.values():
                 if info.name not in internal:
                     _fill(config.output.add(), info, max_batch_size)
@@ -327,8 +316,8 @@ class SessionSettings:
     session_entries: dict[str, str]
     #: ``memory.enable_memory_arena_shrinkage`` (a run option), or None
     arena_shrinkage: str | None
-    #: CUDA provider options for GPU instances
-    cuda_options: dict[str, str]
+    #: GPU execution providers (TensorRT, CUDA) and their options for GPU instances
+    gpu: GpuProviders
 
     def session_options(self) -> ort.SessionOptions:
         """A fresh ``SessionOptions`` (ORT cannot share one between sessions safely)."""
@@ -377,19 +366,11 @@ def parse_session_settings(config: ModelConfig, model: str, instances: int) -> S
     mode = params.integer("execution_mode", 0, allowed=(0, 1))
     level = config.optimization.graph.level if config.HasField("optimization") else 0
 
-    cuda_options: dict[str, str] = {}
+    legacy_cuda: dict[str, str] = {}
     for key, spellings in _CUDA_PARAMETERS.items():
         if key in params:
             value = params[key].strip()
-            cuda_options[key] = spellings.get(value, value)
-    for accelerator in config.optimization.execution_accelerators.gpu_execution_accelerator:
-        if accelerator.name != "cuda":
-            raise TritonError(
-                Status.UNSUPPORTED,
-                f"model '{model}': gpu_execution_accelerator '{accelerator.name}' is not "
-                f"supported by the triton-core onnxruntime backend (only 'cuda')",
-            )
-        cuda_options.update(accelerator.parameters)
+            legacy_cuda[key] = spellings.get(value, value)
     for accelerator in config.optimization.execution_accelerators.cpu_execution_accelerator:
         raise TritonError(
             Status.UNSUPPORTED,
@@ -411,7 +392,7 @@ def parse_session_settings(config: ModelConfig, model: str, instances: int) -> S
         enable_mem_pattern=params.boolean("enable_mem_pattern"),
         session_entries={k: v for k, v in params.items() if k.startswith("session.")},
         arena_shrinkage=params.get("memory.enable_memory_arena_shrinkage"),
-        cuda_options=cuda_options,
+        gpu=gpu_providers(config, model, legacy_cuda),
     )
 
 
@@ -490,7 +471,7 @@ class OnnxRuntimeModel(BackendModel):
         self.input_names: tuple[str, ...] = tuple(t.name for t in config.input)
         self.output_datatypes = wire_types(self.name, "output", config.output)
         # Implicit-state outputs are produced too: the sequence batcher reads them back.
-        for name, data_type in _state_outputs(config).items():
+        for name, data_type in state_outputs(config).items():
             self.output_datatypes.setdefault(name, CONFIG_TO_WIRE[DataType.Name(data_type)])
         self.output_names: tuple[str, ...] = tuple(self.output_datatypes)
         input_datatypes = wire_types(self.name, "input", config.input)
@@ -512,10 +493,20 @@ class OnnxRuntimeModel(BackendModel):
         self._checked = False
 
     def session_providers(self, spec: InstanceSpec) -> list[str | tuple[str, dict[str, str]]]:
-        """Execution providers for an instance: CUDA on its device for GPU, else CPU only."""
+        """Execution providers for an instance: TensorRT (when asked) and CUDA on its device
+        for GPU, else CPU only."""
         kind = spec.kind.upper()
         available = ort.get_available_providers()
         if kind == "GPU" or (kind in ("MODEL", "AUTO") and CUDA_PROVIDER in available):
+            gpu = self.settings.gpu
+            if gpu.tensorrt is not None and TENSORRT_PROVIDER not in available:
+                raise TritonError(
+                    Status.INVALID_ARG,
+                    f"unable to load model '{self.name}' instance '{spec.name}': "
+                    f"gpu_execution_accelerator 'tensorrt' needs onnxruntime's TensorRT "
+                    f"execution provider, which is not available (available: "
+                    f"{', '.join(available)}); install triton-core-onnx[gpu] with TensorRT",
+                )
             if CUDA_PROVIDER not in available:
                 raise TritonError(
                     Status.INVALID_ARG,
@@ -524,9 +515,8 @@ class OnnxRuntimeModel(BackendModel):
                     f"available (available: {', '.join(available)}); install "
                     f"triton-core-onnx[gpu] or use KIND_CPU",
                 )
-            cuda = {**self.settings.cuda_options, "device_id": str(spec.device_id)}
             # CPU stays as the fallback for the few ops that have no CUDA kernel.
-            return [(CUDA_PROVIDER, cuda), CPU_PROVIDER]
+            return [*gpu.for_device(spec.device_id), CPU_PROVIDER]
         return [CPU_PROVIDER]
 
     def create_instance(self, spec: InstanceSpec) -> OnnxRuntimeInstance:
@@ -535,7 +525,16 @@ class OnnxRuntimeModel(BackendModel):
         session = _create_session(
             self.model_file, self.name, self.settings.session_options(), providers
         )
-        if providers[0] != CPU_PROVIDER and CUDA_PROVIDER not in session.get_providers():
+        started = session.get_providers()
+        wants_tensorrt = self.settings.gpu.tensorrt is not None and providers[0] != CPU_PROVIDER
+        if wants_tensorrt and TENSORRT_PROVIDER not in started:
+            raise TritonError(
+                Status.UNAVAILABLE,
+                f"unable to load model '{self.name}' instance '{spec.name}': onnxruntime "
+                f"could not start gpu_execution_accelerator 'tensorrt' on device "
+                f"{spec.device_id} (session providers: {', '.join(started)})",
+            )
+        if providers[0] != CPU_PROVIDER and CUDA_PROVIDER not in started:
             # ORT falls back to CPU silently when the CUDA libraries fail to load.
             raise TritonError(
                 Status.UNAVAILABLE,
@@ -574,6 +573,14 @@ class OnnxRuntimeInstance(ModelInstance):
             model.bytes_inputs | model.bf16_inputs | frozenset(model.input_reshapes)
         )
         self._run_options = model.settings.run_options()
+        # GPU sessions run through an IO binding: ORT writes outputs straight into host
+        # buffers it allocates, with no device-side output kept and copied again. Strings and
+        # BF16 outputs take the plain path.
+        self._io_binding = (
+            "CUDAExecutionProvider" in session.get_providers()
+            and not model.bytes_inputs
+            and not model.bf16_outputs
+        )
 
     @property
     def session(self) -> ort.InferenceSession:
@@ -590,6 +597,20 @@ class OnnxRuntimeInstance(ModelInstance):
         self._session = None
 
     # -- helpers ----------------------------------------------------------------------------
+
+    def _run_bound(
+        self, session: ort.InferenceSession, feeds: dict[str, Any], names: list[str]
+    ) -> list[np.ndarray]:
+        binding = session.io_binding()
+        for name, value in feeds.items():
+            if isinstance(value, ort.OrtValue):
+                binding.bind_ortvalue_input(name, value)
+            else:
+                binding.bind_cpu_input(name, np.ascontiguousarray(value))
+        for name in names:
+            binding.bind_output(name, "cpu")
+        session.run_with_iobinding(binding, self._run_options)
+        return [value.numpy() for value in binding.get_outputs()]
 
     def _convert(self, feeds: dict[str, Any]) -> None:
         for name in self._special_inputs.intersection(feeds):
@@ -615,6 +636,8 @@ class OnnxRuntimeInstance(ModelInstance):
                     names, {n: _feed_value(v) for n, v in feeds.items()}, self._run_options
                 )
                 arrays = [_from_ortvalue(value) for value in values]
+            elif self._io_binding:
+                arrays = self._run_bound(session, feeds, names)
             else:
                 arrays = session.run(names, feeds, self._run_options)
         except TritonError:

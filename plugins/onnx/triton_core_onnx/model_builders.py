@@ -183,6 +183,54 @@ def mlp(
     return _save(graph, path)
 
 
+def convnet(
+    path: PathLike, width: int = 16, size: int = 64, classes: int = 10, seed: int = 0
+) -> Path:
+    """A ResNet-like FP32 CNN: ``INPUT0 [batch, 3, size, size] -> OUTPUT0 [batch, classes]``.
+
+    Three 3x3 Conv + Relu blocks (``width``, 2x and 4x ``width`` channels, the last two with
+    stride 2), global average pooling and a Gemm classifier: the layers of
+    ``triton_core_torch.model_builders.ConvNet``, compute-bound on a GPU at ``width=64``.
+    """
+    rng = np.random.default_rng(seed)
+    nodes: list[onnx.NodeProto] = []
+    inits: list[onnx.TensorProto] = []
+    current, channels = "INPUT0", 3
+    for i, (out, stride) in enumerate(((width, 1), (2 * width, 2), (4 * width, 2))):
+        scale = np.float32(1.0 / np.sqrt(channels * 9))
+        w = rng.standard_normal((out, channels, 3, 3), dtype=np.float32) * scale
+        inits.append(numpy_helper.from_array(w, f"conv{i}_w"))
+        inits.append(numpy_helper.from_array(np.zeros(out, np.float32), f"conv{i}_b"))
+        nodes.append(
+            helper.make_node(
+                "Conv",
+                [current, f"conv{i}_w", f"conv{i}_b"],
+                [f"conv{i}"],
+                kernel_shape=[3, 3],
+                pads=[1, 1, 1, 1],
+                strides=[stride, stride],
+            )
+        )
+        nodes.append(helper.make_node("Relu", [f"conv{i}"], [f"relu{i}"]))
+        current, channels = f"relu{i}", out
+    nodes.append(helper.make_node("GlobalAveragePool", [current], ["pooled"]))
+    nodes.append(helper.make_node("Flatten", ["pooled"], ["features"], axis=1))
+    w = rng.standard_normal((channels, classes), dtype=np.float32) * np.float32(
+        1.0 / np.sqrt(channels)
+    )
+    inits.append(numpy_helper.from_array(w, "fc_w"))
+    inits.append(numpy_helper.from_array(np.zeros(classes, np.float32), "fc_b"))
+    nodes.append(helper.make_node("Gemm", ["features", "fc_w", "fc_b"], ["OUTPUT0"]))
+    graph = helper.make_graph(
+        nodes,
+        "convnet",
+        [_value_info("INPUT0", TensorProto.FLOAT, ["batch", 3, size, size])],
+        [_value_info("OUTPUT0", TensorProto.FLOAT, ["batch", classes])],
+        initializer=inits,
+    )
+    return _save(graph, path)
+
+
 def wide_mlp(
     path: PathLike,
     features: int = 1024,
