@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
 from triton_core.errors import TritonError
+
+if TYPE_CHECKING:
+    from triton_core.shared_memory.refs import SharedMemoryTensors
 
 #: request and response parameter values, as the parameters extension allows them
 ParameterValue = bool | int | float | str
@@ -79,6 +82,9 @@ class InferenceRequest:
     queued_ns: int = 0
     #: set by the server for decoupled models: where the model sends its responses
     response_sender: ResponseSender | None = None
+    #: tensors in registered shared-memory regions (None: none); the server turns the
+    #: inputs into views in ``inputs`` and writes the outputs into their regions
+    shared_memory: SharedMemoryTensors | None = None
 
     def output_names(self) -> list[str] | None:
         """Names of the requested outputs, or None for all of them."""
@@ -103,6 +109,8 @@ class InferenceResponse:
     id: str = ""
     #: False for all but the last response of a decoupled model's request
     final: bool = True
+    #: outputs the server wrote into shared-memory regions: their answer is metadata only
+    shared_memory_outputs: frozenset[str] | None = None
 
     def output(self, name: str) -> Tensor:
         for tensor in self.outputs:

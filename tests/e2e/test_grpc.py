@@ -79,7 +79,7 @@ def test_errors_carry_triton_status_codes(client, model, datatype, shape, code, 
 
 def test_later_extensions_answer_unimplemented(client):
     with pytest.raises(InferenceServerException) as info:
-        client.get_system_shared_memory_status()
+        client.get_cuda_shared_memory_status()
     assert info.value.status() == "StatusCode.UNIMPLEMENTED"
 
 

@@ -31,6 +31,7 @@ from triton_core.protos import health_pb2, health_pb2_grpc
 
 if TYPE_CHECKING:
     from triton_core.protos import model_config_pb2
+    from triton_core.shared_memory.region import SystemRegionStatus
     from triton_core.statistics import ModelStatistics
     from triton_core.types import (
         InferenceRequest,
@@ -74,6 +75,11 @@ class ServerAPI(Protocol):
         self, name: str, config: str | None = None, files: dict[str, bytes] | None = None
     ) -> None: ...
     async def unload_model(self, name: str, unload_dependents: bool = False) -> None: ...
+    def register_system_shared_memory(
+        self, name: str, key: str, byte_size: int, offset: int = 0
+    ) -> None: ...
+    def system_shared_memory_status(self, name: str = "") -> list[SystemRegionStatus]: ...
+    def unregister_system_shared_memory(self, name: str = "") -> None: ...
 
 
 async def _abort(context: grpc.aio.ServicerContext, error: TritonError) -> NoReturn:
@@ -504,17 +510,56 @@ class GRPCInferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
             for task in list(tasks):
                 task.cancel()
 
+    # -- system shared memory --------------------------------------------------------------
+
+    async def SystemSharedMemoryStatus(
+        self, request: pb.SystemSharedMemoryStatusRequest, context: grpc.aio.ServicerContext
+    ) -> pb.SystemSharedMemoryStatusResponse:
+        """Every registered system region (or the one named), by name."""
+        try:
+            response = pb.SystemSharedMemoryStatusResponse()
+            for status in self._server.system_shared_memory_status(request.name):
+                region = response.regions[status.name]
+                region.name = status.name
+                region.key = status.key
+                region.offset = status.offset
+                region.byte_size = status.byte_size
+            return response
+        except TritonError as exc:
+            error = exc
+        except Exception as exc:
+            error = _unexpected(exc)
+        await _abort(context, error)
+
+    async def SystemSharedMemoryRegister(
+        self, request: pb.SystemSharedMemoryRegisterRequest, context: grpc.aio.ServicerContext
+    ) -> pb.SystemSharedMemoryRegisterResponse:
+        try:
+            self._server.register_system_shared_memory(
+                request.name, request.key, request.byte_size, request.offset
+            )
+            return pb.SystemSharedMemoryRegisterResponse()
+        except TritonError as exc:
+            error = exc
+        except Exception as exc:
+            error = _unexpected(exc)
+        await _abort(context, error)
+
+    async def SystemSharedMemoryUnregister(
+        self, request: pb.SystemSharedMemoryUnregisterRequest, context: grpc.aio.ServicerContext
+    ) -> pb.SystemSharedMemoryUnregisterResponse:
+        """One region, or every system region when no name is given."""
+        try:
+            self._server.unregister_system_shared_memory(request.name)
+            return pb.SystemSharedMemoryUnregisterResponse()
+        except TritonError as exc:
+            error = exc
+        except Exception as exc:
+            error = _unexpected(exc)
+        await _abort(context, error)
+
     # -- everything else: not supported, with a message naming the feature ----------------
 
-    SystemSharedMemoryStatus = _unimplemented(
-        "SystemSharedMemoryStatus", "the system shared memory extension"
-    )
-    SystemSharedMemoryRegister = _unimplemented(
-        "SystemSharedMemoryRegister", "the system shared memory extension"
-    )
-    SystemSharedMemoryUnregister = _unimplemented(
-        "SystemSharedMemoryUnregister", "the system shared memory extension"
-    )
     CudaSharedMemoryStatus = _unimplemented(
         "CudaSharedMemoryStatus", "the CUDA shared memory extension"
     )

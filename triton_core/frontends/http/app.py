@@ -42,6 +42,7 @@ from triton_core.frontends.restricted import Restrictions
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
 
+    from triton_core.shared_memory.region import SystemRegionStatus
     from triton_core.statistics import ModelStatistics
     from triton_core.types import (
         InferenceRequest,
@@ -84,6 +85,12 @@ class InferenceServerAPI(Protocol):
     ) -> None: ...
     async def unload_model(self, name: str, unload_dependents: bool = False) -> None: ...
     def infer_stream(self, request: InferenceRequest) -> AsyncIterator[InferenceResponse]: ...
+    def check_client_shm(self) -> None: ...
+    def register_system_shared_memory(
+        self, name: str, key: str, byte_size: int, offset: int = 0
+    ) -> None: ...
+    def system_shared_memory_status(self, name: str = "") -> list[SystemRegionStatus]: ...
+    def unregister_system_shared_memory(self, name: str = "") -> None: ...
 
 
 def create_app(
@@ -145,10 +152,14 @@ def create_app(
     app.add_route("/v2/repository/{repository_name}/models/{model_name}/load", named_repository)
     app.add_route("/v2/repository/{repository_name}/models/{model_name}/unload", named_repository)
 
-    for kind, feature in (
-        ("systemsharedmemory", "system shared memory"),
-        ("cudasharedmemory", "CUDA shared memory"),
-    ):
+    system = _SystemSharedMemoryResource(server, max_input_size, json_limits)
+    app.add_route("/v2/systemsharedmemory/status", system, suffix="status")
+    app.add_route("/v2/systemsharedmemory/region/{region}/status", system, suffix="status")
+    app.add_route("/v2/systemsharedmemory/register", system, suffix="register")
+    app.add_route("/v2/systemsharedmemory/region/{region}/register", system, suffix="register")
+    app.add_route("/v2/systemsharedmemory/unregister", system, suffix="unregister")
+    app.add_route("/v2/systemsharedmemory/region/{region}/unregister", system, suffix="unregister")
+    for kind, feature in (("cudasharedmemory", "CUDA shared memory"),):
         status = _Unsupported(feature, "GET")
         change = _Unsupported(feature, "POST")
         app.add_route(f"/v2/{kind}/status", status)
@@ -517,6 +528,61 @@ def _parameters_of(body: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(parameters, dict):
         raise invalid_arg("'parameters' must be a JSON object")
     return parameters
+
+
+class _SystemSharedMemoryResource:
+    """``/v2/systemsharedmemory[/region/{r}]/status|register|unregister``."""
+
+    def __init__(
+        self, server: InferenceServerAPI, max_input_size: int, json_limits: JsonLimits
+    ) -> None:
+        self._server = server
+        self._max_input_size = max_input_size
+        self._json_limits = json_limits
+
+    async def on_get_status(
+        self, req: falcon.asgi.Request, resp: falcon.asgi.Response, region: str = ""
+    ) -> None:
+        resp.content_type = _JSON
+        resp.data = orjson.dumps(
+            [
+                {"name": s.name, "key": s.key, "offset": s.offset, "byte_size": s.byte_size}
+                for s in self._server.system_shared_memory_status(region)
+            ]
+        )
+
+    async def on_post_register(
+        self, req: falcon.asgi.Request, resp: falcon.asgi.Response, region: str = ""
+    ) -> None:
+        server = self._server
+        server.check_client_shm()  # before anything else, as Triton
+        if not region:
+            raise invalid_arg("'region name' is necessary to register system shared memory region")
+        body = await _read_body(req, self._max_input_size)
+        parsed = parse_json(body, self._json_limits, "the request JSON body") if body else {}
+        if not isinstance(parsed, dict):
+            raise invalid_arg("the shared memory register request must be a JSON object")
+        if "key" not in parsed:
+            raise invalid_arg("Shared memory register request has no 'key' field")
+        key = parsed["key"]
+        if not isinstance(key, str):
+            raise invalid_arg("Unable to parse 'key' of the shared memory register request")
+        offset = _register_uint(parsed.get("offset", 0), "offset")
+        if "byte_size" not in parsed:
+            raise invalid_arg("Shared memory register request has no 'byte_size' field")
+        byte_size = _register_uint(parsed["byte_size"], "byte_size")
+        server.register_system_shared_memory(region, key, byte_size, offset)
+
+    async def on_post_unregister(
+        self, req: falcon.asgi.Request, resp: falcon.asgi.Response, region: str = ""
+    ) -> None:
+        self._server.unregister_system_shared_memory(region)
+
+
+def _register_uint(value: Any, field: str) -> int:
+    if type(value) is not int or not 0 <= value < 1 << 64:
+        raise invalid_arg(f"Unable to parse '{field}' of the shared memory register request")
+    return value
 
 
 class _AllStatisticsResource:
