@@ -4,6 +4,8 @@ The key is checked to name such an object and nothing else: no path, no ``..``, 
 (``O_NOFOLLOW``), a regular file only, opened relative to ``/dev/shm``. The object's real size
 is checked when registering and again on every use (``fstat``), because its owner may
 truncate it at any time and touching a mapping past the end of its file is a SIGBUS.
+Outputs are written with ``pwrite`` on the descriptor, never through the mapping, so no
+truncation can make a write fault.
 """
 
 from __future__ import annotations
@@ -100,6 +102,17 @@ class SystemRegion:
         assert self._map is not None
         start = self._base + offset
         return memoryview(self._map)[start : start + byte_size]
+
+    def write(self, offset: int, data: memoryview) -> None:
+        # through the descriptor, not the mapping: a write past the end of an object its
+        # owner truncated meanwhile extends it again, where a store into the mapping would
+        # be a SIGBUS
+        position = self.offset + offset
+        view = data.cast("B")
+        while view:
+            written = os.pwrite(self._fd, view, position)
+            view = view[written:]
+            position += written
 
     def close(self) -> None:
         mapping, self._map = self._map, None

@@ -122,7 +122,7 @@ def _input_array(region: Region, spec: SharedMemoryInput, name: str, model: str)
 
 
 def _write(tensor: Tensor, region: Region, ref: SharedMemoryRef) -> None:
-    """One copy, from the output's array into the region (cast to the wire type on the way)."""
+    """One copy, from the output's array into the region (cast to the wire type first)."""
     data = tensor.data
     datatype = tensor.datatype
     if datatype == "BYTES":
@@ -144,8 +144,9 @@ def _write(tensor: Tensor, region: Region, ref: SharedMemoryRef) -> None:
     if not size:
         return
     region.check_alive()
-    target = np.ndarray(data.shape, data.dtype, region.view(ref.offset, size))
-    np.copyto(target, data, casting="no")
+    if not data.flags.c_contiguous:
+        data = np.ascontiguousarray(data)
+    region.write(ref.offset, data.reshape(-1).view(np.uint8).data)
 
 
 def owned_outputs(response: InferenceResponse) -> InferenceResponse:
