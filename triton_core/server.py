@@ -27,7 +27,7 @@ from triton_core.repository.loader import LoaderOptions, ModelLoader
 from triton_core.repository.manager import ControlMode, ModelRepositoryManager
 from triton_core.repository.sources import open_source
 from triton_core.shared_memory import tensors as shm_tensors
-from triton_core.shared_memory.region import RegionKind, SystemRegionStatus
+from triton_core.shared_memory.region import CudaRegionStatus, RegionKind, SystemRegionStatus
 from triton_core.shared_memory.registry import SharedMemoryOptions, SharedMemoryRegistry
 from triton_core.streaming import StreamSender
 from triton_core.types import (
@@ -382,6 +382,18 @@ class Server:
         """Unregister one system region (all when ``name`` is empty); requests using it
         finish with it."""
         self.shared_memory.unregister(RegionKind.SYSTEM, name)
+
+    def cuda_shared_memory_status(self, name: str = "") -> list[CudaRegionStatus]:
+        """Every registered CUDA region, or the one named (NOT_FOUND if unknown)."""
+        return [
+            status
+            for status in self.shared_memory.status(RegionKind.CUDA, name)
+            if isinstance(status, CudaRegionStatus)
+        ]
+
+    def unregister_cuda_shared_memory(self, name: str = "") -> None:
+        """Unregister one CUDA region (all when ``name`` is empty)."""
+        self.shared_memory.unregister(RegionKind.CUDA, name)
 
     # -- inference -----------------------------------------------------------------------------
 

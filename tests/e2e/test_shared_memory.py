@@ -250,6 +250,16 @@ def test_metadata_lists_system_shared_memory_only(http, grpc) -> None:
     assert "system_shared_memory" in grpc.get_server_metadata().extensions
 
 
+def test_cuda_status_and_unregister_answer_on_the_shared_registry(http, grpc) -> None:
+    """No CUDA region can be registered yet; clients that unregister both kinds (as
+    perf_analyzer does when it ends) still get Triton's answers."""
+    assert http.get_cuda_shared_memory_status() == []
+    http.unregister_cuda_shared_memory()
+    grpc.unregister_cuda_shared_memory()
+    error = error_of(http.get_cuda_shared_memory_status, "r")
+    assert error.message() == "Unable to find cuda shared memory region: 'r'"
+
+
 def test_register_status_unregister_over_http(http, regions) -> None:
     name, key, _ = regions.create(256)
     other, other_key, _ = regions.create(256)
@@ -740,5 +750,6 @@ def test_perf_analyzer_with_system_shared_memory(protocol, server: ServerProcess
     output = subprocess.run(command, capture_output=True, text=True, timeout=240)
     assert output.returncode == 0, output.stdout[-3000:] + output.stderr[-2000:]
     assert "Throughput" in output.stdout
+    assert "Unable to" not in output.stdout + output.stderr  # its clean-up went through
     http = httpclient.InferenceServerClient(server.http_url)
     assert http.get_system_shared_memory_status() == []  # perf_analyzer unregistered its own

@@ -31,7 +31,7 @@ from triton_core.protos import health_pb2, health_pb2_grpc
 
 if TYPE_CHECKING:
     from triton_core.protos import model_config_pb2
-    from triton_core.shared_memory.region import SystemRegionStatus
+    from triton_core.shared_memory.region import CudaRegionStatus, SystemRegionStatus
     from triton_core.statistics import ModelStatistics
     from triton_core.types import (
         InferenceRequest,
@@ -80,6 +80,8 @@ class ServerAPI(Protocol):
     ) -> None: ...
     def system_shared_memory_status(self, name: str = "") -> list[SystemRegionStatus]: ...
     def unregister_system_shared_memory(self, name: str = "") -> None: ...
+    def cuda_shared_memory_status(self, name: str = "") -> list[CudaRegionStatus]: ...
+    def unregister_cuda_shared_memory(self, name: str = "") -> None: ...
 
 
 async def _abort(context: grpc.aio.ServicerContext, error: TritonError) -> NoReturn:
@@ -558,16 +560,41 @@ class GRPCInferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
             error = _unexpected(exc)
         await _abort(context, error)
 
+    # -- CUDA shared memory: status and unregister on the shared registry ------------------
+
+    async def CudaSharedMemoryStatus(
+        self, request: pb.CudaSharedMemoryStatusRequest, context: grpc.aio.ServicerContext
+    ) -> pb.CudaSharedMemoryStatusResponse:
+        try:
+            response = pb.CudaSharedMemoryStatusResponse()
+            for status in self._server.cuda_shared_memory_status(request.name):
+                region = response.regions[status.name]
+                region.name = status.name
+                region.device_id = status.device_id
+                region.byte_size = status.byte_size
+            return response
+        except TritonError as exc:
+            error = exc
+        except Exception as exc:
+            error = _unexpected(exc)
+        await _abort(context, error)
+
+    async def CudaSharedMemoryUnregister(
+        self, request: pb.CudaSharedMemoryUnregisterRequest, context: grpc.aio.ServicerContext
+    ) -> pb.CudaSharedMemoryUnregisterResponse:
+        try:
+            self._server.unregister_cuda_shared_memory(request.name)
+            return pb.CudaSharedMemoryUnregisterResponse()
+        except TritonError as exc:
+            error = exc
+        except Exception as exc:
+            error = _unexpected(exc)
+        await _abort(context, error)
+
     # -- everything else: not supported, with a message naming the feature ----------------
 
-    CudaSharedMemoryStatus = _unimplemented(
-        "CudaSharedMemoryStatus", "the CUDA shared memory extension"
-    )
     CudaSharedMemoryRegister = _unimplemented(
         "CudaSharedMemoryRegister", "the CUDA shared memory extension"
-    )
-    CudaSharedMemoryUnregister = _unimplemented(
-        "CudaSharedMemoryUnregister", "the CUDA shared memory extension"
     )
     TraceSetting = _unimplemented("TraceSetting", "the trace extension")
     LogSettings = _unimplemented("LogSettings", "the logging extension")

@@ -42,7 +42,7 @@ from triton_core.frontends.restricted import Restrictions
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
 
-    from triton_core.shared_memory.region import SystemRegionStatus
+    from triton_core.shared_memory.region import CudaRegionStatus, SystemRegionStatus
     from triton_core.statistics import ModelStatistics
     from triton_core.types import (
         InferenceRequest,
@@ -91,6 +91,8 @@ class InferenceServerAPI(Protocol):
     ) -> None: ...
     def system_shared_memory_status(self, name: str = "") -> list[SystemRegionStatus]: ...
     def unregister_system_shared_memory(self, name: str = "") -> None: ...
+    def cuda_shared_memory_status(self, name: str = "") -> list[CudaRegionStatus]: ...
+    def unregister_cuda_shared_memory(self, name: str = "") -> None: ...
 
 
 def create_app(
@@ -159,14 +161,18 @@ def create_app(
     app.add_route("/v2/systemsharedmemory/region/{region}/register", system, suffix="register")
     app.add_route("/v2/systemsharedmemory/unregister", system, suffix="unregister")
     app.add_route("/v2/systemsharedmemory/region/{region}/unregister", system, suffix="unregister")
-    for kind, feature in (("cudasharedmemory", "CUDA shared memory"),):
-        status = _Unsupported(feature, "GET")
-        change = _Unsupported(feature, "POST")
-        app.add_route(f"/v2/{kind}/status", status)
-        app.add_route(f"/v2/{kind}/region/{{region}}/status", status)
-        app.add_route(f"/v2/{kind}/region/{{region}}/register", change)
-        app.add_route(f"/v2/{kind}/unregister", change)
-        app.add_route(f"/v2/{kind}/region/{{region}}/unregister", change, compile=True)
+    # CUDA regions: status and unregister work on the shared registry (perf_analyzer
+    # unregisters both kinds when it ends); registering them is not supported yet
+    cuda = _CudaSharedMemoryResource(server)
+    app.add_route("/v2/cudasharedmemory/status", cuda, suffix="status")
+    app.add_route("/v2/cudasharedmemory/region/{region}/status", cuda, suffix="status")
+    app.add_route("/v2/cudasharedmemory/unregister", cuda, suffix="unregister")
+    app.add_route("/v2/cudasharedmemory/region/{region}/unregister", cuda, suffix="unregister")
+    app.add_route(
+        "/v2/cudasharedmemory/region/{region}/register",
+        _Unsupported("CUDA shared memory", "POST"),
+        compile=True,
+    )
     return app
 
 
@@ -583,6 +589,29 @@ def _register_uint(value: Any, field: str) -> int:
     if type(value) is not int or not 0 <= value < 1 << 64:
         raise invalid_arg(f"Unable to parse '{field}' of the shared memory register request")
     return value
+
+
+class _CudaSharedMemoryResource:
+    """``/v2/cudasharedmemory[/region/{r}]/status|unregister``."""
+
+    def __init__(self, server: InferenceServerAPI) -> None:
+        self._server = server
+
+    async def on_get_status(
+        self, req: falcon.asgi.Request, resp: falcon.asgi.Response, region: str = ""
+    ) -> None:
+        resp.content_type = _JSON
+        resp.data = orjson.dumps(
+            [
+                {"name": s.name, "device_id": s.device_id, "byte_size": s.byte_size}
+                for s in self._server.cuda_shared_memory_status(region)
+            ]
+        )
+
+    async def on_post_unregister(
+        self, req: falcon.asgi.Request, resp: falcon.asgi.Response, region: str = ""
+    ) -> None:
+        self._server.unregister_cuda_shared_memory(region)
 
 
 class _AllStatisticsResource:
