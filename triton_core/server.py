@@ -372,11 +372,7 @@ class Server:
 
     def system_shared_memory_status(self, name: str = "") -> list[SystemRegionStatus]:
         """Every registered system region, or the one named (NOT_FOUND if unknown)."""
-        return [
-            status
-            for status in self.shared_memory.status(RegionKind.SYSTEM, name)
-            if isinstance(status, SystemRegionStatus)
-        ]
+        return self.shared_memory.status_of(SystemRegionStatus, RegionKind.SYSTEM, name)
 
     def unregister_system_shared_memory(self, name: str = "") -> None:
         """Unregister one system region (all when ``name`` is empty); requests using it
@@ -385,11 +381,7 @@ class Server:
 
     def cuda_shared_memory_status(self, name: str = "") -> list[CudaRegionStatus]:
         """Every registered CUDA region, or the one named (NOT_FOUND if unknown)."""
-        return [
-            status
-            for status in self.shared_memory.status(RegionKind.CUDA, name)
-            if isinstance(status, CudaRegionStatus)
-        ]
+        return self.shared_memory.status_of(CudaRegionStatus, RegionKind.CUDA, name)
 
     def unregister_cuda_shared_memory(self, name: str = "") -> None:
         """Unregister one CUDA region (all when ``name`` is empty)."""

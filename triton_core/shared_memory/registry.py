@@ -4,16 +4,25 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, TypeVar
 
 from triton_core.errors import Status, TritonError, invalid_arg, not_found, unsupported
-from triton_core.shared_memory.region import Region, RegionKind, RegionStatus, check_span
+from triton_core.shared_memory.region import (
+    CudaRegionStatus,
+    Region,
+    RegionKind,
+    RegionStatus,
+    SystemRegionStatus,
+    check_span,
+)
 from triton_core.shared_memory.system import SystemRegion
 
 #: Triton's answer to register/unregister while ``--allow-client-shm`` is off
 CLIENT_SHM_DISABLED: Final = (
     "Client shared memory is disabled. Start the server with '--allow-client-shm=true' to enable."
 )
+_Row = TypeVar("_Row", SystemRegionStatus, CudaRegionStatus)
+
 #: ``--shm-max-regions`` default
 DEFAULT_MAX_REGIONS: Final = 128
 #: ``--shm-max-total-byte-size`` default: 4 GiB of mappings at most
@@ -141,6 +150,10 @@ class SharedMemoryRegistry:
                 f"shared memory, not {_registered_as(kind)} shared memory"
             )
         return [region.status()]
+
+    def status_of(self, row: type[_Row], kind: RegionKind, name: str = "") -> list[_Row]:
+        """:meth:`status`, typed: the rows of ``kind`` are ``row`` objects."""
+        return [status for status in self.status(kind, name) if isinstance(status, row)]
 
     def __len__(self) -> int:
         return len(self._regions)

@@ -8,8 +8,9 @@ of the protocol notes) with its message; anything else becomes INTERNAL.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any, Final, NoReturn, Protocol
 
 import grpc
@@ -520,12 +521,7 @@ class GRPCInferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         """Every registered system region (or the one named), by name."""
         try:
             response = pb.SystemSharedMemoryStatusResponse()
-            for status in self._server.system_shared_memory_status(request.name):
-                region = response.regions[status.name]
-                region.name = status.name
-                region.key = status.key
-                region.offset = status.offset
-                region.byte_size = status.byte_size
+            _fill_regions(response.regions, self._server.system_shared_memory_status(request.name))
             return response
         except TritonError as exc:
             error = exc
@@ -567,11 +563,7 @@ class GRPCInferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     ) -> pb.CudaSharedMemoryStatusResponse:
         try:
             response = pb.CudaSharedMemoryStatusResponse()
-            for status in self._server.cuda_shared_memory_status(request.name):
-                region = response.regions[status.name]
-                region.name = status.name
-                region.device_id = status.device_id
-                region.byte_size = status.byte_size
+            _fill_regions(response.regions, self._server.cuda_shared_memory_status(request.name))
             return response
         except TritonError as exc:
             error = exc
@@ -635,6 +627,14 @@ class _End:
 
 _END: Final = _End()
 _StreamItem = pb.ModelStreamInferResponse | TritonError | _End
+
+
+def _fill_regions(regions: Any, statuses: Sequence[Any]) -> None:
+    """A status response's ``regions`` map from status rows (same field names)."""
+    for status in statuses:
+        region = regions[status.name]
+        for field in dataclasses.fields(status):
+            setattr(region, field.name, getattr(status, field.name))
 
 
 def _check_repository_name(name: str) -> None:

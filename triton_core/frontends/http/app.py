@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import dataclasses
 import functools
 import http
 import logging
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Final, Protocol
 from urllib.parse import unquote
@@ -163,7 +165,10 @@ def create_app(
     app.add_route("/v2/systemsharedmemory/region/{region}/unregister", system, suffix="unregister")
     # CUDA regions: status and unregister work on the shared registry (perf_analyzer
     # unregisters both kinds when it ends); registering them is not supported yet
-    cuda = _CudaSharedMemoryResource(server)
+    cuda = _SharedMemoryResource(
+        lambda region: server.cuda_shared_memory_status(region),
+        lambda region: server.unregister_cuda_shared_memory(region),
+    )
     app.add_route("/v2/cudasharedmemory/status", cuda, suffix="status")
     app.add_route("/v2/cudasharedmemory/region/{region}/status", cuda, suffix="status")
     app.add_route("/v2/cudasharedmemory/unregister", cuda, suffix="unregister")
@@ -536,26 +541,40 @@ def _parameters_of(body: dict[str, Any]) -> dict[str, Any]:
     return parameters
 
 
-class _SystemSharedMemoryResource:
-    """``/v2/systemsharedmemory[/region/{r}]/status|register|unregister``."""
+class _SharedMemoryResource:
+    """``status`` and ``unregister`` of one kind of region: rows as Triton writes them."""
 
     def __init__(
-        self, server: InferenceServerAPI, max_input_size: int, json_limits: JsonLimits
+        self, status: Callable[[str], list[Any]], unregister: Callable[[str], None]
     ) -> None:
-        self._server = server
-        self._max_input_size = max_input_size
-        self._json_limits = json_limits
+        self._status = status
+        self._unregister = unregister
 
     async def on_get_status(
         self, req: falcon.asgi.Request, resp: falcon.asgi.Response, region: str = ""
     ) -> None:
         resp.content_type = _JSON
-        resp.data = orjson.dumps(
-            [
-                {"name": s.name, "key": s.key, "offset": s.offset, "byte_size": s.byte_size}
-                for s in self._server.system_shared_memory_status(region)
-            ]
+        resp.data = orjson.dumps([dataclasses.asdict(row) for row in self._status(region)])
+
+    async def on_post_unregister(
+        self, req: falcon.asgi.Request, resp: falcon.asgi.Response, region: str = ""
+    ) -> None:
+        self._unregister(region)
+
+
+class _SystemSharedMemoryResource(_SharedMemoryResource):
+    """``/v2/systemsharedmemory[/region/{r}]/status|register|unregister``."""
+
+    def __init__(
+        self, server: InferenceServerAPI, max_input_size: int, json_limits: JsonLimits
+    ) -> None:
+        super().__init__(
+            lambda region: server.system_shared_memory_status(region),
+            lambda region: server.unregister_system_shared_memory(region),
         )
+        self._server = server
+        self._max_input_size = max_input_size
+        self._json_limits = json_limits
 
     async def on_post_register(
         self, req: falcon.asgi.Request, resp: falcon.asgi.Response, region: str = ""
@@ -579,39 +598,11 @@ class _SystemSharedMemoryResource:
         byte_size = _register_uint(parsed["byte_size"], "byte_size")
         server.register_system_shared_memory(region, key, byte_size, offset)
 
-    async def on_post_unregister(
-        self, req: falcon.asgi.Request, resp: falcon.asgi.Response, region: str = ""
-    ) -> None:
-        self._server.unregister_system_shared_memory(region)
-
 
 def _register_uint(value: Any, field: str) -> int:
     if type(value) is not int or not 0 <= value < 1 << 64:
         raise invalid_arg(f"Unable to parse '{field}' of the shared memory register request")
     return value
-
-
-class _CudaSharedMemoryResource:
-    """``/v2/cudasharedmemory[/region/{r}]/status|unregister``."""
-
-    def __init__(self, server: InferenceServerAPI) -> None:
-        self._server = server
-
-    async def on_get_status(
-        self, req: falcon.asgi.Request, resp: falcon.asgi.Response, region: str = ""
-    ) -> None:
-        resp.content_type = _JSON
-        resp.data = orjson.dumps(
-            [
-                {"name": s.name, "device_id": s.device_id, "byte_size": s.byte_size}
-                for s in self._server.cuda_shared_memory_status(region)
-            ]
-        )
-
-    async def on_post_unregister(
-        self, req: falcon.asgi.Request, resp: falcon.asgi.Response, region: str = ""
-    ) -> None:
-        self._server.unregister_cuda_shared_memory(region)
 
 
 class _AllStatisticsResource:
