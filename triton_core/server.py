@@ -454,17 +454,17 @@ class Server:
         except BaseException:
             use.release()
             raise
-        return asyncio.ensure_future(self._answer_shared_memory(future, use))
+        answer = asyncio.ensure_future(self._answer_shared_memory(future, use))
+        # released however the answer ends, even cancelled before it started
+        answer.add_done_callback(lambda _: use.release())
+        return answer
 
     async def _answer_shared_memory(
         self, future: asyncio.Future[InferenceResponse], use: shm_tensors.SharedMemoryUse
     ) -> InferenceResponse:
-        try:
-            response = await future
-            await _write_outputs(use, response)
-            return response
-        finally:
-            use.release()
+        response = await future
+        await _write_outputs(use, response)
+        return response
 
     def _infer_done(
         self,
@@ -596,7 +596,9 @@ class Server:
 async def _write_outputs(use: shm_tensors.SharedMemoryUse, response: InferenceResponse) -> None:
     """Write a response's shared-memory outputs: large ones from a thread (numpy copies
     without the GIL), so the event loop goes on serving meanwhile."""
-    if use.output_bytes() > shm_tensors.OFFLOAD_BYTES:
-        await asyncio.to_thread(use.write_outputs, response)
-    else:
+    if use.output_bytes() <= shm_tensors.OFFLOAD_BYTES:
         use.write_outputs(response)
+        return
+    writing = asyncio.get_running_loop().run_in_executor(None, use.write_outputs, response)
+    use.writing = writing  # a cancelled caller's release waits for the write to end
+    await writing

@@ -744,8 +744,9 @@ def test_perf_analyzer_with_system_shared_memory(protocol, server: ServerProcess
     command = [
         tool, "-m", "identity_fp32", "-u", url.removeprefix("http://"), "-i", protocol,
         "--shared-memory", "system", "--output-shared-memory-size", "4096",
-        "--shape", "INPUT0:16", "--concurrency-range", "2:2", "--measurement-interval", "1000",
-        "--max-trials", "3", "--stability-percentage", "100",
+        "--shape", "INPUT0:16", "--concurrency-range", "2:2",
+        "--measurement-mode", "count_windows", "--measurement-request-count", "100",
+        "--max-trials", "10", "--stability-percentage", "900",
     ]  # fmt: skip
     output = subprocess.run(command, capture_output=True, text=True, timeout=240)
     assert output.returncode == 0, output.stdout[-3000:] + output.stderr[-2000:]

@@ -181,3 +181,15 @@ def test_a_region_at_an_unaligned_offset_maps_the_right_bytes(shm_object) -> Non
     registry.close()
     assert path.read_bytes()[offset : offset + 6] == b"hello!"
     assert os.path.getsize(path) == 4096
+
+
+async def test_a_request_cancelled_at_once_lets_its_regions_go(server, shm_object) -> None:
+    key, _ = shm_object
+    server.register_system_shared_memory("r", key, 4096)
+    region = server.shared_memory._regions["r"]
+    answer = server.submit(shm_request("slow", "r"))
+    assert region.users == 3
+    answer.cancel()  # the client went away before anything ran
+    with pytest.raises(asyncio.CancelledError):
+        await answer
+    assert region.users == 0

@@ -8,6 +8,7 @@ object's real size first: a region truncated by its owner is an INVALID_ARG, not
 
 from __future__ import annotations
 
+import asyncio
 import mmap
 from dataclasses import replace
 from math import prod
@@ -31,13 +32,15 @@ OFFLOAD_BYTES: Final = 1 << 20
 class SharedMemoryUse:
     """The regions one request holds, and where its outputs go; :meth:`release` once."""
 
-    __slots__ = ("_held", "_registry", "outputs")
+    __slots__ = ("_held", "_registry", "outputs", "writing")
 
     def __init__(self, registry: SharedMemoryRegistry) -> None:
         self._registry = registry
         self._held: list[Region] = []
         #: output name -> (its region, where in it)
         self.outputs: dict[str, tuple[Region, SharedMemoryRef]] = {}
+        #: outputs being written from a thread: the regions stay held until it ends
+        self.writing: asyncio.Future[None] | None = None
 
     def hold(self, ref: SharedMemoryRef) -> Region:
         region = self._registry.acquire(ref.region, ref.offset, ref.byte_size)
@@ -45,6 +48,11 @@ class SharedMemoryUse:
         return region
 
     def release(self) -> None:
+        """Let the regions go (idempotent); after the write in progress, if one is."""
+        writing = self.writing
+        if writing is not None and not writing.done():
+            writing.add_done_callback(lambda _: self.release())
+            return
         held, self._held = self._held, []
         for region in held:
             self._registry.release(region)
