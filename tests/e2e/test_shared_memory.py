@@ -22,6 +22,7 @@ import tritonclient.utils.shared_memory as shm
 from tritonclient.utils import InferenceServerException, serialize_byte_tensor
 
 from tests.e2e.conftest import DATATYPES, SIMPLE_CONFIG
+from tests.e2e.test_sequences import controls, write_model
 from tests.support import ServerProcess, write_numpy_model
 
 onnx_builders = pytest.importorskip("triton_core_onnx.model_builders")
@@ -106,6 +107,7 @@ def build_repository(root: Path) -> Path:
         extra=f'parameters {{ key: "sleep_ms" value {{ string_value: "1500" }} }}\n'
         f'parameters {{ key: "started_file" value {{ string_value: "{root / "started"}" }} }}',
     )
+    write_model(root, "accumulate", controls("TYPE_UINT64"))
     python_model(root, "py_identity", PYTHON_IDENTITY, "TYPE_FP32")
     python_model(root, "py_bytes", PYTHON_IDENTITY, "TYPE_STRING")
     python_model(
@@ -472,6 +474,27 @@ def test_decoupled_stream_writes_each_response_into_the_region(grpc, http, regio
     assert error is None
     assert list(result.get_response().raw_output_contents) == [b""]
     assert read(handle, len(data), 512) == data
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_a_sequence_reads_and_writes_regions(protocol, http, grpc, regions) -> None:
+    client, module = client_of(protocol, http, grpc), CLIENTS[protocol]
+    name, _, handle = regions.create(256, register_with=http)
+    total = np.zeros((1, 4), np.int32)
+    sequence_id = 7001 if protocol == "http" else 7002
+    for step in range(3):
+        values = np.full((1, 4), step + 1, np.int32)
+        total += values
+        write(handle, values.tobytes())
+        client.infer(
+            "accumulate",
+            [shm_input(module, "INPUT0", values, "INT32", name, 16)],
+            outputs=[shm_output(module, "OUTPUT0", name, 16, 128)],
+            sequence_id=sequence_id,
+            sequence_start=step == 0,
+            sequence_end=step == 2,
+        )
+        assert read(handle, 16, 128) == total.tobytes()
 
 
 def test_response_cache_keeps_values_not_the_region(http, regions) -> None:
