@@ -176,7 +176,7 @@ def test_a_region_at_an_unaligned_offset_maps_the_right_bytes(shm_object) -> Non
     registry.register_system("r", key, offset, 64)
     region = registry.acquire("r", 0, 5)
     assert bytes(region.view(0, 5)) == b"hello"
-    region.write(5, memoryview(b"!"))
+    region.write(5, np.frombuffer(b"!", np.uint8))
     registry.release(region)
     registry.close()
     assert path.read_bytes()[offset : offset + 6] == b"hello!"

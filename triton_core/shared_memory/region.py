@@ -6,6 +6,8 @@ import enum
 from dataclasses import dataclass
 from typing import Protocol
 
+import numpy as np
+
 from triton_core.errors import invalid_arg
 
 
@@ -59,8 +61,8 @@ class Region(Protocol):
         """The bytes ``[offset, offset + byte_size)`` of the region, bounds already checked."""
         ...
 
-    def write(self, offset: int, data: memoryview) -> None:
-        """Copy ``data`` (C-contiguous) to ``offset`` in the region, bounds already checked."""
+    def write(self, offset: int, data: np.ndarray) -> None:
+        """Copy ``data`` to ``offset`` in the region (row-major), bounds already checked."""
         ...
 
     def close(self) -> None: ...

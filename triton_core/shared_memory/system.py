@@ -4,8 +4,8 @@ The key is checked to name such an object and nothing else: no path, no ``..``, 
 (``O_NOFOLLOW``), a regular file only, opened relative to ``/dev/shm``. The object's real size
 is checked when registering and again on every use (``fstat``), because its owner may
 truncate it at any time and touching a mapping past the end of its file is a SIGBUS.
-Outputs are written with ``pwrite`` on the descriptor, never through the mapping, so no
-truncation can make a write fault.
+A client that truncates its object while a request is using it (after the check) can still
+fault the process, as with Triton: the flag ``--allow-client-shm`` is for trusted clients.
 """
 
 from __future__ import annotations
@@ -15,6 +15,8 @@ import mmap
 import os
 import stat
 from typing import Final
+
+import numpy as np
 
 from triton_core.errors import internal, invalid_arg
 from triton_core.shared_memory.region import RegionKind, SystemRegionStatus
@@ -103,16 +105,11 @@ class SystemRegion:
         start = self._base + offset
         return memoryview(self._map)[start : start + byte_size]
 
-    def write(self, offset: int, data: memoryview) -> None:
-        # through the descriptor, not the mapping: a write past the end of an object its
-        # owner truncated meanwhile extends it again, where a store into the mapping would
-        # be a SIGBUS
-        position = self.offset + offset
-        view = data.cast("B")
-        while view:
-            written = os.pwrite(self._fd, view, position)
-            view = view[written:]
-            position += written
+    def write(self, offset: int, data: np.ndarray) -> None:
+        # one copy into the mapping (pwrite on the descriptor, which a truncation could not
+        # fault, moves tmpfs pages at a third of memcpy's speed)
+        target = np.ndarray(data.shape, data.dtype, self.view(offset, data.nbytes))
+        np.copyto(target, data, casting="no")
 
     def close(self) -> None:
         mapping, self._map = self._map, None

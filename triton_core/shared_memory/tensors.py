@@ -152,9 +152,7 @@ def _write(tensor: Tensor, region: Region, ref: SharedMemoryRef) -> None:
     if not size:
         return
     region.check_alive()
-    if not data.flags.c_contiguous:
-        data = np.ascontiguousarray(data)
-    region.write(ref.offset, data.reshape(-1).view(np.uint8).data)
+    region.write(ref.offset, data)
 
 
 def owned_outputs(response: InferenceResponse) -> InferenceResponse:
