@@ -92,29 +92,20 @@ def decode_stream_request(message: pb.ModelInferRequest) -> tuple[InferenceReque
 def _decode(message: pb.ModelInferRequest) -> tuple[InferenceRequest, bool]:
     model = message.model_name
     version = parse_version(message.model_version)  # first, as Triton does
-    shm_inputs: dict[str, SharedMemoryInput] = {}
-    request = InferenceRequest(
-        model_name=model,
-        inputs=_decode_inputs(message, model, shm_inputs),
-        model_version=version,
-        id=message.id,
-    )
-    shm_outputs: dict[str, SharedMemoryRef] = {}
+    request = InferenceRequest(model_name=model, inputs={}, model_version=version, id=message.id)
+    _decode_inputs(message, model, request)
     if message.outputs:
-        request.outputs = _decode_outputs(message.outputs, model, shm_outputs)
-    if shm_inputs or shm_outputs:
-        request.shared_memory = SharedMemoryTensors(shm_inputs, shm_outputs)
+        request.outputs = _decode_outputs(message.outputs, model, request)
     empty_final = False
     if message.parameters:
         empty_final = _apply_parameters(request, message.parameters)
     return request, empty_final
 
 
-def _decode_inputs(
-    message: pb.ModelInferRequest, model: str, shm_inputs: dict[str, SharedMemoryInput]
-) -> dict[str, Tensor]:
-    """The inputs with values in the message; those in shared memory go to ``shm_inputs``."""
-    inputs: dict[str, Tensor] = {}
+def _decode_inputs(message: pb.ModelInferRequest, model: str, request: InferenceRequest) -> None:
+    """Fill the request's inputs; those in shared memory go to ``request.shared_memory``."""
+    inputs = request.inputs
+    shm: SharedMemoryTensors | None = None
     raws = message.raw_input_contents
     tensors = message.inputs
     if raws and len(raws) != len(tensors):
@@ -122,7 +113,7 @@ def _decode_inputs(
     in_shm = 0  # raw contents are for the inputs not in shared memory, in order
     for index, tensor in enumerate(tensors):
         name = tensor.name
-        if name in inputs or name in shm_inputs:
+        if name in inputs or (shm is not None and name in shm.inputs):
             raise invalid_arg(f"input '{name}' already exists in request for model '{model}'")
         datatype = tensor.datatype
         shape = tuple(tensor.shape)
@@ -134,7 +125,9 @@ def _decode_inputs(
                         "unexpected 'content' provided when using shared memory for input "
                         f"tensor '{name}' for model '{model}'"
                     )
-                shm_inputs[name] = SharedMemoryInput(datatype, shape, ref)
+                if shm is None:
+                    shm = request.shared_memory = SharedMemoryTensors()
+                shm.inputs[name] = SharedMemoryInput(datatype, shape, ref)
                 in_shm += 1
                 continue
         if raws:
@@ -151,7 +144,6 @@ def _decode_inputs(
                 f"unable to find data for input tensor '{name}' for model '{model}' in request."
             )
         inputs[name] = Tensor(name, datatype, data)
-    return inputs
 
 
 def _check_raw_count(
@@ -321,7 +313,7 @@ def shm_parameters(
 def _decode_outputs(
     outputs: Iterable[pb.ModelInferRequest.InferRequestedOutputTensor],
     model: str,
-    shm_outputs: dict[str, SharedMemoryRef],
+    request: InferenceRequest,
 ) -> list[RequestedOutput]:
     result: list[RequestedOutput] = []
     for output in outputs:
@@ -330,7 +322,9 @@ def _decode_outputs(
             params = output.parameters
             ref = shm_parameters(params, output.name)
             if ref is not None:
-                shm_outputs[output.name] = ref
+                if request.shared_memory is None:
+                    request.shared_memory = SharedMemoryTensors()
+                request.shared_memory.outputs[output.name] = ref
             if "classification" in params:
                 param = params["classification"]
                 if param.WhichOneof("parameter_choice") != "int64_param":
