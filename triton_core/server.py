@@ -368,7 +368,7 @@ class Server:
     ) -> None:
         """Register ``byte_size`` bytes at ``offset`` of the POSIX shared-memory object ``key``
         as region ``name`` (needs ``allow_client_shm``)."""
-        self.shared_memory.register_system(name, key, offset, byte_size)
+        self.shared_memory.register_system(name, key, byte_size, offset)
 
     def system_shared_memory_status(self, name: str = "") -> list[SystemRegionStatus]:
         """Every registered system region, or the one named (NOT_FOUND if unknown)."""

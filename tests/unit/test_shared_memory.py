@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import uuid
 from collections.abc import Iterator
@@ -10,20 +11,26 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 from tests.support import numpy_server, write_numpy_model
 from triton_core import (
+    NUMPY_DTYPES,
     InferenceRequest,
+    InferenceResponse,
     SharedMemoryInput,
     SharedMemoryOptions,
     SharedMemoryRef,
     SharedMemoryTensors,
     Status,
     SystemRegionStatus,
+    Tensor,
     TritonError,
 )
 from triton_core.shared_memory.region import RegionKind
 from triton_core.shared_memory.registry import CLIENT_SHM_DISABLED, SharedMemoryRegistry
+from triton_core.shared_memory.tensors import resolve
 
 ALLOWED = SharedMemoryOptions(allow_client_shm=True)
 
@@ -142,7 +149,7 @@ async def test_input_byte_size_must_match_its_shape(server, shm_object) -> None:
 
 def test_registry_refuses_when_client_shm_is_off(shm_object) -> None:
     registry = SharedMemoryRegistry()
-    error = error_of(registry.register_system, "r", shm_object[0], 0, 8)
+    error = error_of(registry.register_system, "r", shm_object[0], 8)
     assert (error.status, error.message) == (Status.UNSUPPORTED, CLIENT_SHM_DISABLED)
     assert registry.status(RegionKind.SYSTEM) == []
 
@@ -150,11 +157,11 @@ def test_registry_refuses_when_client_shm_is_off(shm_object) -> None:
 def test_registry_bounds_count_and_bytes(shm_object) -> None:
     key, _ = shm_object
     registry = SharedMemoryRegistry(SharedMemoryOptions(True, 2, 4096))
-    registry.register_system("a", key, 0, 2048)
-    error = error_of(registry.register_system, "b", key, 0, 4096)
+    registry.register_system("a", key, 2048)
+    error = error_of(registry.register_system, "b", key, 4096)
     assert "--shm-max-total-byte-size" in error.message
-    registry.register_system("b", key, 2048, 2048)
-    assert "--shm-max-regions" in error_of(registry.register_system, "c", key, 0, 8).message
+    registry.register_system("b", key, 2048, offset=2048)
+    assert "--shm-max-regions" in error_of(registry.register_system, "c", key, 8).message
     registry.close()
     assert len(registry) == 0
 
@@ -173,7 +180,7 @@ def test_a_region_at_an_unaligned_offset_maps_the_right_bytes(shm_object) -> Non
         handle.seek(offset)
         handle.write(b"hello")
     registry = SharedMemoryRegistry(ALLOWED)
-    registry.register_system("r", key, offset, 64)
+    registry.register_system("r", key, 64, offset)
     region = registry.acquire("r", 0, 5)
     assert bytes(region.view(0, 5)) == b"hello"
     region.write(5, np.frombuffer(b"!", np.uint8))
@@ -193,3 +200,63 @@ async def test_a_request_cancelled_at_once_lets_its_regions_go(server, shm_objec
     with pytest.raises(asyncio.CancelledError):
         await answer
     assert region.users == 0
+
+
+_SIZES = st.one_of(st.integers(-8, 300), st.integers(-(2**63), 2**64))
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    datatype=st.sampled_from([*NUMPY_DTYPES, "INVALID"]),
+    shape=st.lists(st.one_of(st.integers(-2, 6), st.integers(2**31, 2**62)), max_size=3),
+    offset=_SIZES,
+    byte_size=_SIZES,
+    content=st.binary(max_size=256),
+    output_size=_SIZES,
+)
+@example("INT32", [2, 2], 1008, 16, b"", 16)  # the region's last 16 bytes, in and out
+@example("BYTES", [2], 0, 11, b"\x01\x00\x00\x00a\x02\x00\x00\x00bc", 11)
+@example("BYTES", [1], 0, 8, b"\xff\xff\xff\xff", 64)  # a length past the region
+@example("FP32", [4], 1020, 16, b"", 16)  # runs past the end
+def test_whatever_a_client_names_is_a_view_or_an_error(
+    fuzz_registry, datatype, shape, offset, byte_size, content, output_size
+) -> None:
+    """Hostile offsets, sizes, shapes and bytes: a view inside the region, or a TritonError."""
+    registry, path = fuzz_registry
+    with path.open("r+b") as handle:
+        handle.seek(256)  # where the region starts
+        handle.write(content)
+    spec = SharedMemoryInput(datatype, tuple(shape), SharedMemoryRef("fuzz", byte_size, offset))
+    request = InferenceRequest(
+        "m",
+        {},
+        shared_memory=SharedMemoryTensors(
+            {"X": spec}, {"Y": SharedMemoryRef("fuzz", output_size, offset)}
+        ),
+    )
+    try:
+        resolved, use = resolve(registry, request)
+    except TritonError:
+        return
+    try:
+        array = resolved.inputs["X"].data
+        if array.dtype != object and array.size:
+            assert array.nbytes == byte_size and offset + byte_size <= 1024  # inside
+        response = InferenceResponse([Tensor("Y", datatype, array)])
+        with contextlib.suppress(TritonError):
+            use.write_outputs(response)
+    finally:
+        use.release()
+
+
+@pytest.fixture(scope="module")
+def fuzz_registry() -> Iterator[tuple[SharedMemoryRegistry, Path]]:
+    path = Path("/dev/shm") / f"tcshm_fuzz_{uuid.uuid4().hex[:12]}"
+    path.write_bytes(bytes(4096))
+    registry = SharedMemoryRegistry(ALLOWED)
+    registry.register_system("fuzz", f"/{path.name}", 1024, offset=256)
+    try:
+        yield registry, path
+    finally:
+        registry.close()
+        path.unlink()

@@ -66,7 +66,7 @@ class SharedMemoryRegistry:
         if not self.options.allow_client_shm:
             raise unsupported(CLIENT_SHM_DISABLED)
 
-    def register_system(self, name: str, key: str, offset: int, byte_size: int) -> None:
+    def register_system(self, name: str, key: str, byte_size: int, offset: int = 0) -> None:
         """Map ``byte_size`` bytes at ``offset`` of the POSIX object ``key`` as ``name``."""
         self.check_allowed()
         if not name:

@@ -115,7 +115,7 @@ def _input_array(region: Region, spec: SharedMemoryInput, name: str, model: str)
             raise invalid_arg(
                 f"unable to parse BYTES data for input '{name}' for model '{model}': {exc}"
             ) from None
-        return flat.reshape(shape)
+        return _shaped(flat, shape, name, model)
     expected = count * dtype.itemsize
     if ref.byte_size != expected:
         raise invalid_arg(
@@ -123,10 +123,20 @@ def _input_array(region: Region, spec: SharedMemoryInput, name: str, model: str)
             f"Expected {expected}, got {ref.byte_size}"
         )
     if not count:
-        return np.empty(shape, dtype)
+        return _shaped(np.empty(0, dtype), shape, name, model)
     array = np.ndarray(shape, dtype, region.view(ref.offset, expected))
     array.flags.writeable = False  # the client's memory: models read it, never write it
     return array
+
+
+def _shaped(flat: np.ndarray, shape: tuple[int, ...], name: str, model: str) -> np.ndarray:
+    """``flat`` in ``shape``; a zero-element shape may still multiply past what numpy holds."""
+    try:
+        return flat.reshape(shape)
+    except ValueError as exc:
+        raise invalid_arg(
+            f"invalid shape {list(shape)} for input '{name}' for model '{model}': {exc}"
+        ) from None
 
 
 def _write(tensor: Tensor, region: Region, ref: SharedMemoryRef) -> None:
