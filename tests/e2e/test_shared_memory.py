@@ -541,6 +541,42 @@ def test_keys_that_are_not_posix_shm_names_are_refused(protocol, key, http, grpc
     assert http.is_server_live()
 
 
+@pytest.mark.parametrize(
+    ("body", "fragment"),
+    [
+        (b"not json", "failed to parse"),
+        (b"[]", "must be a JSON object"),
+        (b'{"key": 5, "byte_size": 8}', "Unable to parse 'key'"),
+        (b'{"key": "/x", "byte_size": -1}', "Unable to parse 'byte_size'"),
+        (b'{"key": "/x", "byte_size": 1.5}', "Unable to parse 'byte_size'"),
+        (b'{"key": "/x", "byte_size": 8, "offset": "0"}', "Unable to parse 'offset'"),
+        (b'{"key": "/x", "byte_size": 18446744073709551615}', "--shm-max-total-byte-size"),
+        (b'{"key": "/x", "byte_size": 8, "offset": 18446744073709551615}', "Unable to open"),
+    ],
+)
+def test_hostile_register_bodies_are_refused(server: ServerProcess, http, body, fragment) -> None:
+    import urllib.error
+    import urllib.request
+
+    request = urllib.request.Request(
+        f"http://{server.http_url}/v2/systemsharedmemory/region/hostile/register", data=body
+    )
+    with pytest.raises(urllib.error.HTTPError) as info:
+        urllib.request.urlopen(request, timeout=30)
+    assert fragment in info.value.read().decode()
+    assert http.is_server_live()
+
+
+def test_huge_offsets_and_sizes_of_an_existing_object_are_refused(http, grpc, regions) -> None:
+    _, key, _ = regions.create(64)
+    for client in (http, grpc):
+        for size, offset in ((2**64 - 1, 0), (8, 2**64 - 8), (2**63, 2**63)):
+            error = error_of(client.register_system_shared_memory, "huge", key, size, offset)
+            # over the bytes limit, or past the object's end
+            assert error.message().startswith("failed to register shared memory region 'huge'")
+    assert http.get_system_shared_memory_status() == []
+
+
 def test_a_symlink_in_dev_shm_is_not_followed(http) -> None:
     link = Path("/dev/shm") / f"tcshm_{uuid.uuid4().hex[:12]}"
     link.symlink_to("/etc/hostname")
