@@ -280,6 +280,18 @@ def test_register_status_unregister_over_http(http, regions) -> None:
     assert http.get_system_shared_memory_status() == []
 
 
+def test_a_region_name_is_percent_decoded_from_the_url(http, grpc, regions) -> None:
+    _, key, _ = regions.create(64)
+    name = "region one+é"
+    http.register_system_shared_memory(name, key, 64)  # sent percent-encoded
+    try:
+        assert [row["name"] for row in http.get_system_shared_memory_status(name)] == [name]
+        assert list(grpc.get_system_shared_memory_status(name, as_json=True)["regions"]) == [name]
+    finally:
+        http.unregister_system_shared_memory(name)
+    assert http.get_system_shared_memory_status() == []
+
+
 def test_register_status_unregister_over_grpc(grpc, regions) -> None:
     name, key, _ = regions.create(256)
     grpc.register_system_shared_memory(name, key, 192, 64)

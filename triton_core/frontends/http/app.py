@@ -554,12 +554,13 @@ class _SharedMemoryResource:
         self, req: falcon.asgi.Request, resp: falcon.asgi.Response, region: str = ""
     ) -> None:
         resp.content_type = _JSON
-        resp.data = orjson.dumps([dataclasses.asdict(row) for row in self._status(region)])
+        rows = self._status(_model_name(req, region))
+        resp.data = orjson.dumps([dataclasses.asdict(row) for row in rows])
 
     async def on_post_unregister(
         self, req: falcon.asgi.Request, resp: falcon.asgi.Response, region: str = ""
     ) -> None:
-        self._unregister(region)
+        self._unregister(_model_name(req, region))
 
 
 class _SystemSharedMemoryResource(_SharedMemoryResource):
@@ -596,7 +597,7 @@ class _SystemSharedMemoryResource(_SharedMemoryResource):
         if "byte_size" not in parsed:
             raise invalid_arg("Shared memory register request has no 'byte_size' field")
         byte_size = _register_uint(parsed["byte_size"], "byte_size")
-        server.register_system_shared_memory(region, key, byte_size, offset)
+        server.register_system_shared_memory(_model_name(req, region), key, byte_size, offset)
 
 
 def _register_uint(value: Any, field: str) -> int:
@@ -685,6 +686,7 @@ class _Request(falcon.asgi.Request):
 
 
 def _model_name(req: falcon.asgi.Request, model_name: str) -> str:
+    """A name routed from the path (a model's, a region's), percent-decoded."""
     return unquote(model_name) if getattr(req, "encoded_path", False) else model_name
 
 
