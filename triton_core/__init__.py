@@ -110,6 +110,13 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "triton_core.scheduling.executor": ("InstancePool",),
     "triton_core.scheduling.strategy": ("BatchStrategy",),
     "triton_core.server": ("Server", "ServerOptions"),
+    "triton_core.shared_memory.refs": (
+        "SharedMemoryInput",
+        "SharedMemoryRef",
+        "SharedMemoryTensors",
+    ),
+    "triton_core.shared_memory.region": ("SystemRegionStatus",),
+    "triton_core.shared_memory.registry": ("SharedMemoryOptions",),
     "triton_core.statistics": ("ExecutionTimes", "ModelStatistics"),
     "triton_core.types": (
         "InferenceRequest",
@@ -208,6 +215,13 @@ if TYPE_CHECKING:
     from triton_core.scheduling.executor import InstancePool
     from triton_core.scheduling.strategy import BatchStrategy
     from triton_core.server import Server, ServerOptions
+    from triton_core.shared_memory.refs import (
+        SharedMemoryInput,
+        SharedMemoryRef,
+        SharedMemoryTensors,
+    )
+    from triton_core.shared_memory.region import SystemRegionStatus
+    from triton_core.shared_memory.registry import SharedMemoryOptions
     from triton_core.statistics import ExecutionTimes, ModelStatistics
     from triton_core.types import (
         InferenceRequest,
@@ -284,7 +298,12 @@ __all__ = [
     "SchedulerRegistry",
     "Server",
     "ServerOptions",
+    "SharedMemoryInput",
+    "SharedMemoryOptions",
+    "SharedMemoryRef",
+    "SharedMemoryTensors",
     "Status",
+    "SystemRegionStatus",
     "Tensor",
     "TritonError",
     "__version__",

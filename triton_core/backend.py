@@ -81,7 +81,9 @@ class ModelInstance(ABC):
         """Run a batch of validated requests; return one response per request, in order.
 
         Called on this instance's worker thread, one batch at a time. Inputs are numpy arrays
-        already checked against the config (datatype, shape, batch size). A response may carry
+        already checked against the config (datatype, shape, batch size), read-only, and may
+        view memory the client shares (its shared-memory regions): copy what must outlive the
+        request (sequence state, a cache), as in Triton. A response may carry
         ``error`` to fail just its request; raising fails the whole batch with the exception's
         message (a :class:`~triton_core.TritonError` keeps its status).
         """

@@ -23,6 +23,7 @@ from triton_core.frontends.tls import TlsOptions
 from triton_core.metrics import MetricsOptions
 from triton_core.plugins import create_plugin_manager
 from triton_core.server import Server, ServerOptions
+from triton_core.shared_memory import registry as shm_registry
 from triton_core.statistics import DEFAULT_LATENCY_BUCKETS_MS
 from triton_core.tracing import settings as trace_settings
 
@@ -192,6 +193,24 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve_cmd.add_argument("--model-load-thread-count", type=int, default=4)
     serve_cmd.add_argument("--exit-timeout-secs", type=float, default=30.0)
+    _add_bool(
+        serve_cmd,
+        "--allow-client-shm",
+        False,
+        "let clients register shared-memory regions and use them in requests",
+    )
+    serve_cmd.add_argument(
+        "--shm-max-regions",
+        type=int,
+        default=shm_registry.DEFAULT_MAX_REGIONS,
+        help="most shared-memory regions registered at once",
+    )
+    serve_cmd.add_argument(
+        "--shm-max-total-byte-size",
+        type=int,
+        default=shm_registry.DEFAULT_MAX_TOTAL_BYTE_SIZE,
+        help="most bytes of all registered shared-memory regions together",
+    )
     _add_bool(serve_cmd, "--allow-http", True, "serve HTTP/REST")
     serve_cmd.add_argument("--http-address", default="0.0.0.0")
     serve_cmd.add_argument("--http-port", type=int, default=8000)
@@ -321,6 +340,9 @@ def _run_serve(args: argparse.Namespace) -> int:
             args.grpc_restricted_protocol, "--grpc-restricted-protocol", GRPC_HEADER_PREFIX
         )
         limits = grpc_limits.from_arguments(args)
+        shared_memory = shm_registry.SharedMemoryOptions(
+            args.allow_client_shm, args.shm_max_regions, args.shm_max_total_byte_size
+        )
         if args.grpc_transport == "grpcio":
             grpc_limits.grpcio_options(limits)  # refuses what grpcio cannot honour
         repositories = cloud.model_repositories(args.model_repository)
@@ -347,6 +369,7 @@ def _run_serve(args: argparse.Namespace) -> int:
         load_models=args.load_model,
         repository_poll_secs=args.repository_poll_secs,
         trace=trace,
+        shared_memory=shared_memory,
     )
     http_limits, json_limits = _http_limits(args)
     frontends = FrontendOptions(

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from time import monotonic_ns
@@ -27,6 +27,9 @@ from triton_core.plugins import PluginManager, create_plugin_manager
 from triton_core.repository.loader import LoaderOptions, ModelLoader
 from triton_core.repository.manager import ControlMode, ModelRepositoryManager
 from triton_core.repository.sources import open_source
+from triton_core.shared_memory import tensors as shm_tensors
+from triton_core.shared_memory.region import CudaRegionStatus, RegionKind, SystemRegionStatus
+from triton_core.shared_memory.registry import SharedMemoryOptions, SharedMemoryRegistry
 from triton_core.streaming import StreamSender
 from triton_core.tracing import TraceConfig, Tracer
 from triton_core.types import (
@@ -52,6 +55,7 @@ EXTENSIONS = (
     "model_repository(unload_dependents)",
     "schedule_policy",
     "model_configuration",
+    "system_shared_memory",
     "binary_tensor_data",
     "parameters",
     "statistics",
@@ -86,6 +90,8 @@ class ServerOptions:
     repository_cache_dir: Path | None = None
     #: ``--trace-config``: the trace settings the server starts with (None: tracing off)
     trace: TraceConfig | None = None
+    #: ``--allow-client-shm`` and the bounds on registered shared-memory regions
+    shared_memory: SharedMemoryOptions = field(default_factory=SharedMemoryOptions)
 
 
 class Server:
@@ -111,6 +117,8 @@ class Server:
         self.custom_metrics = CustomMetrics()
         #: the trace extension's settings; frontends sample requests from it
         self.tracer = Tracer(options.trace)
+        #: the shared-memory regions clients registered
+        self.shared_memory = SharedMemoryRegistry(options.shared_memory)
 
     @property
     def models(self) -> ModelRepositoryManager:
@@ -261,6 +269,7 @@ class Server:
         await self._models.unload_all()
         await self._models.finalize_agents()
         self._models.close()
+        self.shared_memory.close()
         if self.cache is not None:
             await self.cache.close()
         for backend in self._loader.backends() if self._loader else ():
@@ -378,6 +387,36 @@ class Server:
     def model(self, name: str, version: int = -1) -> LoadedModel:
         return self.models.get(name, version)
 
+    # -- shared-memory extension ---------------------------------------------------------------
+
+    def check_client_shm(self) -> None:
+        """Raise UNSUPPORTED (Triton's message) unless clients may register regions."""
+        self.shared_memory.check_allowed()
+
+    def register_system_shared_memory(
+        self, name: str, key: str, byte_size: int, offset: int = 0
+    ) -> None:
+        """Register ``byte_size`` bytes at ``offset`` of the POSIX shared-memory object ``key``
+        as region ``name`` (needs ``allow_client_shm``)."""
+        self.shared_memory.register_system(name, key, byte_size, offset)
+
+    def system_shared_memory_status(self, name: str = "") -> list[SystemRegionStatus]:
+        """Every registered system region, or the one named (NOT_FOUND if unknown)."""
+        return self.shared_memory.status_of(SystemRegionStatus, RegionKind.SYSTEM, name)
+
+    def unregister_system_shared_memory(self, name: str = "") -> None:
+        """Unregister one system region (all when ``name`` is empty); requests using it
+        finish with it."""
+        self.shared_memory.unregister(RegionKind.SYSTEM, name)
+
+    def cuda_shared_memory_status(self, name: str = "") -> list[CudaRegionStatus]:
+        """Every registered CUDA region, or the one named (NOT_FOUND if unknown)."""
+        return self.shared_memory.status_of(CudaRegionStatus, RegionKind.CUDA, name)
+
+    def unregister_cuda_shared_memory(self, name: str = "") -> None:
+        """Unregister one CUDA region (all when ``name`` is empty)."""
+        self.shared_memory.unregister(RegionKind.CUDA, name)
+
     # -- inference -----------------------------------------------------------------------------
 
     async def infer(self, request: InferenceRequest, *, nested: bool = False) -> InferenceResponse:
@@ -408,6 +447,8 @@ class Server:
         """
         if not (self._accepting or nested):
             raise unavailable("Server is not accepting requests: it is shutting down")
+        if request.shared_memory is not None:
+            return self._submit_shared_memory(request, nested)
         trace = request.trace
         try:
             model = self.models.get(request.model_name, request.model_version)
@@ -442,6 +483,30 @@ class Server:
         if trace is not None:
             future.add_done_callback(lambda done: _trace_end(trace, done))
         return future
+
+    def _submit_shared_memory(
+        self, request: InferenceRequest, nested: bool
+    ) -> asyncio.Future[InferenceResponse]:
+        """:meth:`submit` for a request with tensors in shared memory: inputs become views
+        first, outputs are written into their regions once it is answered."""
+        self.models.get(request.model_name, request.model_version)  # unknown model first
+        resolved, use = shm_tensors.resolve(self.shared_memory, request)
+        try:
+            future = self.submit(resolved, nested=nested)
+        except BaseException:
+            use.release()
+            raise
+        answer = asyncio.ensure_future(self._answer_shared_memory(future, use))
+        # released however the answer ends, even cancelled before it started
+        answer.add_done_callback(lambda _: use.release())
+        return answer
+
+    async def _answer_shared_memory(
+        self, future: asyncio.Future[InferenceResponse], use: shm_tensors.SharedMemoryUse
+    ) -> InferenceResponse:
+        response = await future
+        await _write_outputs(use, response)
+        return response
 
     def _infer_done(
         self,
@@ -494,7 +559,8 @@ class Server:
         response = await future
         inserting = monotonic_ns()
         try:
-            await cache.insert(key, replace(response, id="", outputs=list(response.outputs)))
+            kept = shm_tensors.owned_outputs(response)
+            await cache.insert(key, replace(kept, id="", outputs=list(kept.outputs)))
         except Exception as exc:
             self._cache_failed("insert", exc, "not kept")
         model.statistics.record_cache_miss(looked_up - received + monotonic_ns() - inserting)
@@ -517,6 +583,11 @@ class Server:
         model = self.models.get(request.model_name, request.model_version)
         if not model.decoupled:
             yield await self.infer(request)
+            return
+        if request.shared_memory is not None:
+            async with contextlib.aclosing(self._stream_shared_memory(request)) as responses:
+                async for response in responses:
+                    yield response
             return
         received = monotonic_ns()
         statistics = model.statistics
@@ -552,6 +623,22 @@ class Server:
                 self._idle.set()
         statistics.record_success(monotonic_ns() - received)
 
+    async def _stream_shared_memory(
+        self, request: InferenceRequest
+    ) -> AsyncGenerator[InferenceResponse, None]:
+        """:meth:`infer_stream` with inputs from shared memory, each response's outputs
+        written into their regions (each response overwrites the one before, as in Triton)."""
+        resolved, use = shm_tensors.resolve(self.shared_memory, request)
+        try:
+            stream = self.infer_stream(resolved)
+            assert isinstance(stream, AsyncGenerator)
+            async with contextlib.aclosing(stream) as responses:
+                async for response in responses:
+                    await _write_outputs(use, response)
+                    yield response
+        finally:
+            use.release()
+
 
 def _trace_start(trace: Trace, model: LoadedModel, request: InferenceRequest) -> None:
     """REQUEST_START, the inputs (TENSORS level) and QUEUE_START: the request is queued next."""
@@ -565,3 +652,14 @@ def _trace_end(trace: Trace, done: asyncio.Future[InferenceResponse]) -> None:
     if not done.cancelled() and done.exception() is None:
         trace.tensors("TENSOR_BACKEND_OUTPUT", done.result().outputs)
     trace.request_end()
+
+
+async def _write_outputs(use: shm_tensors.SharedMemoryUse, response: InferenceResponse) -> None:
+    """Write a response's shared-memory outputs: large ones from a thread (numpy copies
+    without the GIL), so the event loop goes on serving meanwhile."""
+    if use.output_bytes() <= shm_tensors.OFFLOAD_BYTES:
+        use.write_outputs(response)
+        return
+    writing = asyncio.get_running_loop().run_in_executor(None, use.write_outputs, response)
+    use.writing = writing  # a cancelled caller's release waits for the write to end
+    await writing

@@ -11,6 +11,7 @@ import numpy as np
 from triton_core.errors import TritonError
 
 if TYPE_CHECKING:
+    from triton_core.shared_memory.refs import SharedMemoryTensors
     from triton_core.tracing.trace import Trace
 
 #: request and response parameter values, as the parameters extension allows them
@@ -84,6 +85,9 @@ class InferenceRequest:
     response_sender: ResponseSender | None = None
     #: set by a frontend for a request it samples for tracing (None: not traced)
     trace: Trace | None = None
+    #: tensors in registered shared-memory regions (None: none); the server turns the
+    #: inputs into views in ``inputs`` and writes the outputs into their regions
+    shared_memory: SharedMemoryTensors | None = None
 
     def output_names(self) -> list[str] | None:
         """Names of the requested outputs, or None for all of them."""
@@ -108,6 +112,8 @@ class InferenceResponse:
     id: str = ""
     #: False for all but the last response of a decoupled model's request
     final: bool = True
+    #: outputs the server wrote into shared-memory regions: their answer is metadata only
+    shared_memory_outputs: frozenset[str] | None = None
 
     def output(self, name: str) -> Tensor:
         for tensor in self.outputs:

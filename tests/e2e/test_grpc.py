@@ -79,7 +79,7 @@ def test_errors_carry_triton_status_codes(client, model, datatype, shape, code, 
 
 def test_later_extensions_answer_unimplemented(client):
     with pytest.raises(InferenceServerException) as info:
-        client.get_system_shared_memory_status()
+        client.register_cuda_shared_memory("r", b"aGFuZGxl", 0, 8)
     assert info.value.status() == "StatusCode.UNIMPLEMENTED"
 
 

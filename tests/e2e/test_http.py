@@ -35,7 +35,8 @@ def test_health_and_metadata(client):
     assert metadata["name"] == "triton"
     assert "binary_tensor_data" in metadata["extensions"]
     assert "statistics" in metadata["extensions"]
-    assert "system_shared_memory" not in metadata["extensions"]
+    assert "system_shared_memory" in metadata["extensions"]
+    assert "cuda_shared_memory" not in metadata["extensions"]
     model = client.get_model_metadata("simple")
     assert model == {
         "name": "simple",

@@ -142,7 +142,8 @@ class NumpyInstance(ModelInstance):
                 continue
             key = corrid if corrid is not None else position
             previous = self.sums.get(key)
-            total = value if start or previous is None else previous + value
+            # a copy: the input may view a client's shared memory, valid for this request only
+            total = value.copy() if start or previous is None else previous + value
             self.sums[key] = total
             if end:
                 del self.sums[key]

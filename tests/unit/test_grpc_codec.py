@@ -19,6 +19,7 @@ from triton_core.frontends.grpc.codec import (
     encode_stream_response,
 )
 from triton_core.protos import grpc_service_pb2 as pb
+from triton_core.shared_memory.refs import SharedMemoryInput, SharedMemoryRef
 from triton_core.types import InferenceRequest, InferenceResponse, RequestFlag, Tensor
 
 FIXED_TYPES = [name for name in NUMPY_DTYPES if name != "BYTES"]
@@ -424,21 +425,53 @@ def test_bad_model_version() -> None:
     assert decode_error(message).status is Status.INVALID_ARG
 
 
-def test_shared_memory_inputs_are_not_found() -> None:
-    message = client_request([client_input("x", "FP32", sample("FP32", (2,)))])
-    del message.raw_input_contents[:]
+def test_shared_memory_tensors_decode_to_references() -> None:
+    message = client_request(
+        [
+            client_input("x", "FP32", sample("FP32", (2,))),
+            client_input("y", "FP32", sample("FP32", (2,))),
+        ]
+    )
+    del message.raw_input_contents[0]  # x is in shared memory: y's raw contents come first
     message.inputs[0].parameters["shared_memory_region"].string_param = "region0"
     message.inputs[0].parameters["shared_memory_byte_size"].int64_param = 8
-    error = decode_error(message)
-    assert error.status is Status.NOT_FOUND
-    assert error.message == "Unable to find shared memory region: 'region0'"
-
-
-def test_shared_memory_outputs_are_not_found() -> None:
-    message = client_request([client_input("x", "FP32", sample("FP32", (2,)))])
-    output = message.outputs.add(name="y")
+    message.inputs[0].parameters["shared_memory_offset"].int64_param = 16
+    output = message.outputs.add(name="out")
     output.parameters["shared_memory_region"].string_param = "out0"
-    assert decode_error(message).status is Status.NOT_FOUND
+    output.parameters["shared_memory_byte_size"].int64_param = 8
+    request = decode_infer_request(message)
+    assert list(request.inputs) == ["y"]
+    assert request.shared_memory is not None
+    assert request.shared_memory.inputs["x"] == SharedMemoryInput(
+        "FP32", (2,), SharedMemoryRef("region0", 8, 16)
+    )
+    assert request.shared_memory.outputs == {"out": SharedMemoryRef("out0", 8, 0)}
+
+
+@pytest.mark.parametrize(
+    ("key", "kind", "fragment"),
+    [
+        ("shared_memory_region", "int64_param", "expected string_param"),
+        ("shared_memory_byte_size", "string_param", "expected int64_param"),
+        ("shared_memory_offset", "bool_param", "expected int64_param"),
+    ],
+)
+def test_shared_memory_parameter_types_are_checked(key: str, kind: str, fragment: str) -> None:
+    message = client_request([client_input("x", "FP32", sample("FP32", (2,)))])
+    del message.raw_input_contents[:]
+    params = message.inputs[0].parameters
+    params["shared_memory_region"].string_param = "r"
+    params["shared_memory_byte_size"].int64_param = 8
+    setattr(params[key], kind, {"int64_param": 1, "string_param": "1", "bool_param": True}[kind])
+    error = decode_error(message)
+    assert error.status is Status.INVALID_ARG and fragment in error.message
+
+
+def test_shared_memory_byte_size_is_required() -> None:
+    message = client_request([client_input("x", "FP32", sample("FP32", (2,)))])
+    del message.raw_input_contents[:]
+    message.inputs[0].parameters["shared_memory_region"].string_param = "r"
+    assert "'shared_memory_byte_size' must be specified" in decode_error(message).message
 
 
 def test_classification_must_be_int64() -> None:

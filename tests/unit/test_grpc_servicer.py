@@ -461,12 +461,7 @@ async def test_typed_contents_over_the_wire(stub: pb_grpc.GRPCInferenceServiceSt
 @pytest.mark.parametrize(
     ("call", "feature"),
     [
-        (lambda c: c.get_system_shared_memory_status(), "system shared memory"),
-        (lambda c: c.register_system_shared_memory("r", "/k", 8), "system shared memory"),
-        (lambda c: c.unregister_system_shared_memory(), "system shared memory"),
-        (lambda c: c.get_cuda_shared_memory_status(), "CUDA shared memory"),
         (lambda c: c.register_cuda_shared_memory("r", b"aGFuZGxl", 0, 8), "CUDA shared memory"),
-        (lambda c: c.unregister_cuda_shared_memory(), "CUDA shared memory"),
         (lambda c: c.get_log_settings(), "logging"),
         (lambda c: c.update_log_settings({"log_info": True}), "logging"),
     ],

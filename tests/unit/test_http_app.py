@@ -273,12 +273,7 @@ def test_wrong_methods_are_405(client: falcon.testing.TestClient, method: str, p
     [
         ("POST", "/v2/repository/other/index", "'repository_name' specification"),
         ("POST", "/v2/repository/other/models/simple/load", "'repository_name' specification"),
-        ("GET", "/v2/systemsharedmemory/status", "system shared memory"),
-        ("GET", "/v2/systemsharedmemory/region/r/status", "system shared memory"),
-        ("POST", "/v2/systemsharedmemory/region/r/register", "system shared memory"),
-        ("POST", "/v2/systemsharedmemory/unregister", "system shared memory"),
-        ("GET", "/v2/cudasharedmemory/status", "CUDA shared memory"),
-        ("POST", "/v2/cudasharedmemory/region/r/unregister", "CUDA shared memory"),
+        ("POST", "/v2/cudasharedmemory/region/r/register", "CUDA shared memory"),
         ("GET", "/v2/logging", "logging"),
         ("POST", "/v2/logging", "logging"),
     ],

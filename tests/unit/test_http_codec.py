@@ -19,6 +19,7 @@ from triton_core.frontends.http.codec import (
     decode_request,
     encode_response,
 )
+from triton_core.shared_memory.refs import SharedMemoryInput, SharedMemoryRef
 from triton_core.types import InferenceResponse, RequestedOutput, RequestFlag, Tensor
 
 build_body = httpclient.InferenceServerClient.generate_request_body
@@ -418,14 +419,36 @@ def test_input_must_set_exactly_one_content_field(input_json: dict, fragment: st
     assert fragment in error.message
 
 
-def test_shared_memory_is_unsupported() -> None:
-    shm = {"shared_memory_region": "r", "shared_memory_byte_size": 4}
-    body = request_json([{"name": "X", "shape": [1], "datatype": "FP32", "parameters": shm}])
-    assert error_of(decode_request, "m", -1, body).status is Status.UNSUPPORTED
-    body = request_json([], outputs=[{"name": "O", "parameters": shm}])
-    assert error_of(decode_request, "m", -1, body).status is Status.UNSUPPORTED
+def test_shared_memory_tensors_decode_to_references() -> None:
+    shm = {"shared_memory_region": "r", "shared_memory_byte_size": 4, "shared_memory_offset": 8}
+    body = request_json(
+        [{"name": "X", "shape": [1], "datatype": "FP32", "parameters": shm}],
+        outputs=[{"name": "O", "parameters": shm | {"binary_data": False}}],
+    )
+    decoded = decode_request("m", -1, body)
+    tensors = decoded.request.shared_memory
+    assert tensors is not None and decoded.request.inputs == {}
+    assert tensors.inputs["X"] == SharedMemoryInput("FP32", (1,), SharedMemoryRef("r", 4, 8))
+    assert tensors.outputs == {"O": SharedMemoryRef("r", 4, 8)}
     body = request_json([], outputs=[{"name": "O", "parameters": shm | {"binary_data": True}}])
     assert "can't set both" in error_of(decode_request, "m", -1, body).message
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"shared_memory_region": 3, "shared_memory_byte_size": 4},
+        {"shared_memory_region": "r", "shared_memory_byte_size": -1},
+        {"shared_memory_region": "r", "shared_memory_byte_size": "4"},
+        {"shared_memory_region": "r", "shared_memory_byte_size": 4, "shared_memory_offset": 1.5},
+        {"shared_memory_region": "r", "shared_memory_byte_size": True},
+    ],
+)
+def test_shared_memory_parameters_are_checked(bad: dict) -> None:
+    body = request_json([{"name": "X", "shape": [1], "datatype": "FP32", "parameters": bad}])
+    error = error_of(decode_request, "m", -1, body)
+    assert error.status is Status.INVALID_ARG and "Unable to parse 'shared_memory_" in error.message
+    assert "input 'X'" in error.message
 
 
 # ------------------------------------------------------------------------------------------

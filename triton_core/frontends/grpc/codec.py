@@ -14,9 +14,14 @@ from typing import Any, Final
 import numpy as np
 
 from triton_core.dtypes import NUMPY_DTYPES, deserialize_bytes, serialize_bytes
-from triton_core.errors import TritonError, invalid_arg, not_found
+from triton_core.errors import TritonError, invalid_arg
 from triton_core.frontends.common import apply_request_parameters, parse_version
 from triton_core.protos import grpc_service_pb2 as pb
+from triton_core.shared_memory.refs import (
+    SharedMemoryInput,
+    SharedMemoryRef,
+    SharedMemoryTensors,
+)
 from triton_core.statistics import Duration, ModelStatistics
 from triton_core.types import (
     InferenceRequest,
@@ -87,50 +92,51 @@ def decode_stream_request(message: pb.ModelInferRequest) -> tuple[InferenceReque
 def _decode(message: pb.ModelInferRequest) -> tuple[InferenceRequest, bool]:
     model = message.model_name
     version = parse_version(message.model_version)  # first, as Triton does
-    request = InferenceRequest(
-        model_name=model,
-        inputs=_decode_inputs(message, model),
-        model_version=version,
-        id=message.id,
-    )
+    request = InferenceRequest(model_name=model, inputs={}, model_version=version, id=message.id)
+    _decode_inputs(message, model, request)
     if message.outputs:
-        request.outputs = _decode_outputs(message.outputs, model)
+        request.outputs = _decode_outputs(message.outputs, model, request)
     empty_final = False
     if message.parameters:
         empty_final = _apply_parameters(request, message.parameters)
     return request, empty_final
 
 
-def _decode_inputs(message: pb.ModelInferRequest, model: str) -> dict[str, Tensor]:
-    inputs: dict[str, Tensor] = {}
+def _decode_inputs(message: pb.ModelInferRequest, model: str, request: InferenceRequest) -> None:
+    """Fill the request's inputs; those in shared memory go to ``request.shared_memory``."""
+    inputs = request.inputs
+    shm: SharedMemoryTensors | None = None
     raws = message.raw_input_contents
     tensors = message.inputs
     if raws and len(raws) != len(tensors):
-        if len(raws) < len(tensors):
-            # Triton consumes raw contents in input order; name the first input left without
-            name = tensors[len(raws)].name
-            raise invalid_arg(
-                f"unable to find data for input tensor '{name}' for model '{model}' in request."
-            )
-        raise invalid_arg(
-            f"expected {len(tensors)} raw_input_contents (one per input) for model "
-            f"'{model}', got {len(raws)}"
-        )
+        _check_raw_count(tensors, len(raws), model)
+    in_shm = 0  # raw contents are for the inputs not in shared memory, in order
     for index, tensor in enumerate(tensors):
         name = tensor.name
-        if name in inputs:
+        if name in inputs or (shm is not None and name in shm.inputs):
             raise invalid_arg(f"input '{name}' already exists in request for model '{model}'")
-        if tensor.parameters:
-            _check_shm_parameters(tensor.parameters)
         datatype = tensor.datatype
         shape = tuple(tensor.shape)
+        if tensor.parameters:
+            ref = shm_parameters(tensor.parameters, name)
+            if ref is not None:
+                if tensor.HasField("contents"):
+                    raise invalid_arg(
+                        "unexpected 'content' provided when using shared memory for input "
+                        f"tensor '{name}' for model '{model}'"
+                    )
+                if shm is None:
+                    shm = request.shared_memory = SharedMemoryTensors()
+                shm.inputs[name] = SharedMemoryInput(datatype, shape, ref)
+                in_shm += 1
+                continue
         if raws:
             if tensor.HasField("contents"):
                 raise invalid_arg(
                     "contents field must not be specified when using raw_input_contents "
                     f"for '{name}' for model '{model}'"
                 )
-            data = _decode_raw(raws[index], datatype, shape, name, model)
+            data = _decode_raw(raws[index - in_shm], datatype, shape, name, model)
         elif tensor.HasField("contents"):
             data = _decode_contents(tensor.contents, datatype, shape, name, model)
         else:
@@ -138,7 +144,24 @@ def _decode_inputs(message: pb.ModelInferRequest, model: str) -> dict[str, Tenso
                 f"unable to find data for input tensor '{name}' for model '{model}' in request."
             )
         inputs[name] = Tensor(name, datatype, data)
-    return inputs
+
+
+def _check_raw_count(
+    tensors: Sequence[pb.ModelInferRequest.InferInputTensor], raw_count: int, model: str
+) -> None:
+    """One raw content per input not in shared memory, or Triton's error."""
+    plain = [t for t in tensors if "shared_memory_region" not in t.parameters]
+    if raw_count < len(plain):
+        # Triton consumes raw contents in input order; name the first input left without
+        name = plain[raw_count].name
+        raise invalid_arg(
+            f"unable to find data for input tensor '{name}' for model '{model}' in request."
+        )
+    if raw_count > len(plain):
+        raise invalid_arg(
+            f"expected {len(plain)} raw_input_contents (one per input) for model "
+            f"'{model}', got {raw_count}"
+        )
 
 
 def _decode_raw(
@@ -247,22 +270,61 @@ def _bad_datatype(datatype: str, name: str, model: str) -> TritonError:
     return invalid_arg(f"invalid datatype '{datatype}' for input '{name}' for model '{model}'")
 
 
-def _check_shm_parameters(parameters: Mapping[str, pb.InferParameter]) -> None:
-    if "shared_memory_region" in parameters:
-        region = parameters["shared_memory_region"].string_param
-        # no region can ever be registered: the shared-memory RPCs are not implemented
-        raise not_found(f"Unable to find shared memory region: '{region}'")
+def shm_parameters(
+    parameters: Mapping[str, pb.InferParameter], tensor: str
+) -> SharedMemoryRef | None:
+    """The tensor's region, offset and byte size, or None when it is not in shared memory
+    (Triton's ParseSharedMemoryParams)."""
+    has_region = "shared_memory_region" in parameters
+    if has_region:
+        param = parameters["shared_memory_region"]
+        if param.WhichOneof("parameter_choice") != "string_param":
+            raise invalid_arg(
+                "invalid value type for 'shared_memory_region' parameter for tensor "
+                f"'{tensor}', expected string_param."
+            )
+    numbers = []
+    for key in ("shared_memory_offset", "shared_memory_byte_size"):
+        if key not in parameters:
+            if has_region and key == "shared_memory_byte_size":
+                raise invalid_arg(
+                    f"'{key}' must be specified along with 'shared_memory_region' parameter "
+                    f"for tensor '{tensor}'"
+                )
+            numbers.append(0)
+            continue
+        if not has_region:
+            raise invalid_arg(
+                f"'{key}' can not be specified without 'shared_memory_region' parameter for "
+                f"tensor '{tensor}'"
+            )
+        param = parameters[key]
+        if param.WhichOneof("parameter_choice") != "int64_param":
+            raise invalid_arg(
+                f"invalid value type for '{key}' parameter for tensor '{tensor}', expected "
+                "int64_param."
+            )
+        numbers.append(param.int64_param)
+    if not has_region:
+        return None
+    return SharedMemoryRef(parameters["shared_memory_region"].string_param, numbers[1], numbers[0])
 
 
 def _decode_outputs(
-    outputs: Iterable[pb.ModelInferRequest.InferRequestedOutputTensor], model: str
+    outputs: Iterable[pb.ModelInferRequest.InferRequestedOutputTensor],
+    model: str,
+    request: InferenceRequest,
 ) -> list[RequestedOutput]:
     result: list[RequestedOutput] = []
     for output in outputs:
         classification = 0
         if output.parameters:
             params = output.parameters
-            _check_shm_parameters(params)
+            ref = shm_parameters(params, output.name)
+            if ref is not None:
+                if request.shared_memory is None:
+                    request.shared_memory = SharedMemoryTensors()
+                request.shared_memory.outputs[output.name] = ref
             if "classification" in params:
                 param = params["classification"]
                 if param.WhichOneof("parameter_choice") != "int64_param":
@@ -359,12 +421,16 @@ def _fill_response(
     message.id = response_id
     outputs = message.outputs
     raws = message.raw_output_contents
+    in_shm = response.shared_memory_outputs
     for tensor in response.outputs:
         output = outputs.add()
         output.name = tensor.name
         output.datatype = tensor.datatype
         output.shape.extend(tensor.data.shape)
-        raws.append(_raw_bytes(tensor))
+        if in_shm is not None and tensor.name in in_shm:
+            raws.append(b"")  # written into its region: an empty entry, as Triton sends
+        else:
+            raws.append(_raw_bytes(tensor))
     if response.parameters:
         _set_parameters(message.parameters, response.parameters)
 

@@ -8,8 +8,9 @@ of the protocol notes) with its message; anything else becomes INTERNAL.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from time import monotonic_ns
 from typing import TYPE_CHECKING, Any, Final, NoReturn, Protocol
 
@@ -33,6 +34,7 @@ from triton_core.protos import health_pb2, health_pb2_grpc
 
 if TYPE_CHECKING:
     from triton_core.protos import model_config_pb2
+    from triton_core.shared_memory.region import CudaRegionStatus, SystemRegionStatus
     from triton_core.statistics import ModelStatistics
     from triton_core.tracing import Trace
     from triton_core.types import (
@@ -77,6 +79,13 @@ class ServerAPI(Protocol):
         self, name: str, config: str | None = None, files: dict[str, bytes] | None = None
     ) -> None: ...
     async def unload_model(self, name: str, unload_dependents: bool = False) -> None: ...
+    def register_system_shared_memory(
+        self, name: str, key: str, byte_size: int, offset: int = 0
+    ) -> None: ...
+    def system_shared_memory_status(self, name: str = "") -> list[SystemRegionStatus]: ...
+    def unregister_system_shared_memory(self, name: str = "") -> None: ...
+    def cuda_shared_memory_status(self, name: str = "") -> list[CudaRegionStatus]: ...
+    def unregister_cuda_shared_memory(self, name: str = "") -> None: ...
 
 
 async def _abort(context: grpc.aio.ServicerContext, error: TritonError) -> NoReturn:
@@ -550,25 +559,80 @@ class GRPCInferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
             for task in list(tasks):
                 task.cancel()
 
+    # -- system shared memory --------------------------------------------------------------
+
+    async def SystemSharedMemoryStatus(
+        self, request: pb.SystemSharedMemoryStatusRequest, context: grpc.aio.ServicerContext
+    ) -> pb.SystemSharedMemoryStatusResponse:
+        """Every registered system region (or the one named), by name."""
+        try:
+            response = pb.SystemSharedMemoryStatusResponse()
+            _fill_regions(response.regions, self._server.system_shared_memory_status(request.name))
+            return response
+        except TritonError as exc:
+            error = exc
+        except Exception as exc:
+            error = _unexpected(exc)
+        await _abort(context, error)
+
+    async def SystemSharedMemoryRegister(
+        self, request: pb.SystemSharedMemoryRegisterRequest, context: grpc.aio.ServicerContext
+    ) -> pb.SystemSharedMemoryRegisterResponse:
+        try:
+            self._server.register_system_shared_memory(
+                request.name, request.key, request.byte_size, request.offset
+            )
+            return pb.SystemSharedMemoryRegisterResponse()
+        except TritonError as exc:
+            error = exc
+        except Exception as exc:
+            error = _unexpected(exc)
+        await _abort(context, error)
+
+    async def SystemSharedMemoryUnregister(
+        self, request: pb.SystemSharedMemoryUnregisterRequest, context: grpc.aio.ServicerContext
+    ) -> pb.SystemSharedMemoryUnregisterResponse:
+        """One region, or every system region when no name is given."""
+        try:
+            self._server.unregister_system_shared_memory(request.name)
+            return pb.SystemSharedMemoryUnregisterResponse()
+        except TritonError as exc:
+            error = exc
+        except Exception as exc:
+            error = _unexpected(exc)
+        await _abort(context, error)
+
+    # -- CUDA shared memory: status and unregister on the shared registry ------------------
+
+    async def CudaSharedMemoryStatus(
+        self, request: pb.CudaSharedMemoryStatusRequest, context: grpc.aio.ServicerContext
+    ) -> pb.CudaSharedMemoryStatusResponse:
+        try:
+            response = pb.CudaSharedMemoryStatusResponse()
+            _fill_regions(response.regions, self._server.cuda_shared_memory_status(request.name))
+            return response
+        except TritonError as exc:
+            error = exc
+        except Exception as exc:
+            error = _unexpected(exc)
+        await _abort(context, error)
+
+    async def CudaSharedMemoryUnregister(
+        self, request: pb.CudaSharedMemoryUnregisterRequest, context: grpc.aio.ServicerContext
+    ) -> pb.CudaSharedMemoryUnregisterResponse:
+        try:
+            self._server.unregister_cuda_shared_memory(request.name)
+            return pb.CudaSharedMemoryUnregisterResponse()
+        except TritonError as exc:
+            error = exc
+        except Exception as exc:
+            error = _unexpected(exc)
+        await _abort(context, error)
+
     # -- everything else: not supported, with a message naming the feature ----------------
 
-    SystemSharedMemoryStatus = _unimplemented(
-        "SystemSharedMemoryStatus", "the system shared memory extension"
-    )
-    SystemSharedMemoryRegister = _unimplemented(
-        "SystemSharedMemoryRegister", "the system shared memory extension"
-    )
-    SystemSharedMemoryUnregister = _unimplemented(
-        "SystemSharedMemoryUnregister", "the system shared memory extension"
-    )
-    CudaSharedMemoryStatus = _unimplemented(
-        "CudaSharedMemoryStatus", "the CUDA shared memory extension"
-    )
     CudaSharedMemoryRegister = _unimplemented(
         "CudaSharedMemoryRegister", "the CUDA shared memory extension"
-    )
-    CudaSharedMemoryUnregister = _unimplemented(
-        "CudaSharedMemoryUnregister", "the CUDA shared memory extension"
     )
 
     async def TraceSetting(
@@ -626,6 +690,14 @@ class _End:
 
 _END: Final = _End()
 _StreamItem = pb.ModelStreamInferResponse | TritonError | _End
+
+
+def _fill_regions(regions: Any, statuses: Sequence[Any]) -> None:
+    """A status response's ``regions`` map from status rows (same field names)."""
+    for status in statuses:
+        region = regions[status.name]
+        for field in dataclasses.fields(status):
+            setattr(region, field.name, getattr(status, field.name))
 
 
 def _check_repository_name(name: str) -> None:

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import dataclasses
 import functools
 import http
 import logging
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from time import monotonic_ns
 from typing import TYPE_CHECKING, Any, Final, Protocol
@@ -45,6 +47,7 @@ from triton_core.frontends.tracing import sent, start_http_trace, tracer_of
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
 
+    from triton_core.shared_memory.region import CudaRegionStatus, SystemRegionStatus
     from triton_core.statistics import ModelStatistics
     from triton_core.tracing import Trace
     from triton_core.types import (
@@ -88,6 +91,14 @@ class InferenceServerAPI(Protocol):
     ) -> None: ...
     async def unload_model(self, name: str, unload_dependents: bool = False) -> None: ...
     def infer_stream(self, request: InferenceRequest) -> AsyncIterator[InferenceResponse]: ...
+    def check_client_shm(self) -> None: ...
+    def register_system_shared_memory(
+        self, name: str, key: str, byte_size: int, offset: int = 0
+    ) -> None: ...
+    def system_shared_memory_status(self, name: str = "") -> list[SystemRegionStatus]: ...
+    def unregister_system_shared_memory(self, name: str = "") -> None: ...
+    def cuda_shared_memory_status(self, name: str = "") -> list[CudaRegionStatus]: ...
+    def unregister_cuda_shared_memory(self, name: str = "") -> None: ...
 
 
 def create_app(
@@ -149,17 +160,28 @@ def create_app(
     app.add_route("/v2/repository/{repository_name}/models/{model_name}/load", named_repository)
     app.add_route("/v2/repository/{repository_name}/models/{model_name}/unload", named_repository)
 
-    for kind, feature in (
-        ("systemsharedmemory", "system shared memory"),
-        ("cudasharedmemory", "CUDA shared memory"),
-    ):
-        status = _Unsupported(feature, "GET")
-        change = _Unsupported(feature, "POST")
-        app.add_route(f"/v2/{kind}/status", status)
-        app.add_route(f"/v2/{kind}/region/{{region}}/status", status)
-        app.add_route(f"/v2/{kind}/region/{{region}}/register", change)
-        app.add_route(f"/v2/{kind}/unregister", change)
-        app.add_route(f"/v2/{kind}/region/{{region}}/unregister", change, compile=True)
+    system = _SystemSharedMemoryResource(server, max_input_size, json_limits)
+    app.add_route("/v2/systemsharedmemory/status", system, suffix="status")
+    app.add_route("/v2/systemsharedmemory/region/{region}/status", system, suffix="status")
+    app.add_route("/v2/systemsharedmemory/register", system, suffix="register")
+    app.add_route("/v2/systemsharedmemory/region/{region}/register", system, suffix="register")
+    app.add_route("/v2/systemsharedmemory/unregister", system, suffix="unregister")
+    app.add_route("/v2/systemsharedmemory/region/{region}/unregister", system, suffix="unregister")
+    # CUDA regions: status and unregister work on the shared registry (perf_analyzer
+    # unregisters both kinds when it ends); registering them is not supported yet
+    cuda = _SharedMemoryResource(
+        lambda region: server.cuda_shared_memory_status(region),
+        lambda region: server.unregister_cuda_shared_memory(region),
+    )
+    app.add_route("/v2/cudasharedmemory/status", cuda, suffix="status")
+    app.add_route("/v2/cudasharedmemory/region/{region}/status", cuda, suffix="status")
+    app.add_route("/v2/cudasharedmemory/unregister", cuda, suffix="unregister")
+    app.add_route("/v2/cudasharedmemory/region/{region}/unregister", cuda, suffix="unregister")
+    app.add_route(
+        "/v2/cudasharedmemory/region/{region}/register",
+        _Unsupported("CUDA shared memory", "POST"),
+        compile=True,
+    )
     return app
 
 
@@ -536,6 +558,71 @@ def _parameters_of(body: dict[str, Any]) -> dict[str, Any]:
     return parameters
 
 
+class _SharedMemoryResource:
+    """``status`` and ``unregister`` of one kind of region: rows as Triton writes them."""
+
+    def __init__(
+        self, status: Callable[[str], list[Any]], unregister: Callable[[str], None]
+    ) -> None:
+        self._status = status
+        self._unregister = unregister
+
+    async def on_get_status(
+        self, req: falcon.asgi.Request, resp: falcon.asgi.Response, region: str = ""
+    ) -> None:
+        resp.content_type = _JSON
+        rows = self._status(_model_name(req, region))
+        resp.data = orjson.dumps([dataclasses.asdict(row) for row in rows])
+
+    async def on_post_unregister(
+        self, req: falcon.asgi.Request, resp: falcon.asgi.Response, region: str = ""
+    ) -> None:
+        self._unregister(_model_name(req, region))
+
+
+class _SystemSharedMemoryResource(_SharedMemoryResource):
+    """``/v2/systemsharedmemory[/region/{r}]/status|register|unregister``."""
+
+    def __init__(
+        self, server: InferenceServerAPI, max_input_size: int, json_limits: JsonLimits
+    ) -> None:
+        super().__init__(
+            lambda region: server.system_shared_memory_status(region),
+            lambda region: server.unregister_system_shared_memory(region),
+        )
+        self._server = server
+        self._max_input_size = max_input_size
+        self._json_limits = json_limits
+
+    async def on_post_register(
+        self, req: falcon.asgi.Request, resp: falcon.asgi.Response, region: str = ""
+    ) -> None:
+        server = self._server
+        server.check_client_shm()  # before anything else, as Triton
+        if not region:
+            raise invalid_arg("'region name' is necessary to register system shared memory region")
+        body = await _read_body(req, self._max_input_size)
+        parsed = parse_json(body, self._json_limits, "the request JSON body") if body else {}
+        if not isinstance(parsed, dict):
+            raise invalid_arg("the shared memory register request must be a JSON object")
+        if "key" not in parsed:
+            raise invalid_arg("Shared memory register request has no 'key' field")
+        key = parsed["key"]
+        if not isinstance(key, str):
+            raise invalid_arg("Unable to parse 'key' of the shared memory register request")
+        offset = _register_uint(parsed.get("offset", 0), "offset")
+        if "byte_size" not in parsed:
+            raise invalid_arg("Shared memory register request has no 'byte_size' field")
+        byte_size = _register_uint(parsed["byte_size"], "byte_size")
+        server.register_system_shared_memory(_model_name(req, region), key, byte_size, offset)
+
+
+def _register_uint(value: Any, field: str) -> int:
+    if type(value) is not int or not 0 <= value < 1 << 64:
+        raise invalid_arg(f"Unable to parse '{field}' of the shared memory register request")
+    return value
+
+
 class _AllStatisticsResource:
     """``/v2/models/stats``: every ready model version."""
 
@@ -620,6 +707,7 @@ def _header_pairs(req: falcon.asgi.Request) -> list[tuple[str, str]]:
 
 
 def _model_name(req: falcon.asgi.Request, model_name: str) -> str:
+    """A name routed from the path (a model's, a region's), percent-decoded."""
     return unquote(model_name) if getattr(req, "encoded_path", False) else model_name
 
 

@@ -21,8 +21,13 @@ from triton_core.dtypes import (
     element_count,
     serialize_bytes,
 )
-from triton_core.errors import internal, invalid_arg, unsupported
+from triton_core.errors import internal, invalid_arg
 from triton_core.frontends.common import FRONTEND_PARAMETERS, apply_request_parameters
+from triton_core.shared_memory.refs import (
+    SharedMemoryInput,
+    SharedMemoryRef,
+    SharedMemoryTensors,
+)
 from triton_core.statistics import Duration, ModelStatistics
 from triton_core.types import (
     InferenceRequest,
@@ -149,6 +154,8 @@ class _InputPlan(NamedTuple):
     byte_size: int | None
     #: the values from the JSON ``data``, or None for binary data
     array: np.ndarray | None
+    #: where the values are when they are in a shared-memory region
+    shm: SharedMemoryInput | None = None
 
 
 class _HeaderPlan(NamedTuple):
@@ -161,6 +168,8 @@ class _HeaderPlan(NamedTuple):
     default_binary: bool
     outputs: list[RequestedOutput] | None
     binary_outputs: dict[str, bool]
+    #: outputs to write into shared-memory regions, by name (None: none)
+    shm_outputs: dict[str, SharedMemoryRef] | None = None
 
 
 #: checked JSON headers by their bytes: clients send the same header with every request
@@ -278,20 +287,29 @@ def _plan_header(
 
         params = input_json.get("parameters")
         byte_size = None
+        shm = None
         if params is not None:
             if type(params) is not dict:
                 raise invalid_arg(
                     f"Unable to parse 'parameters' for input '{name}' for model '{model_name}'"
                 )
             byte_size = params.get("binary_data_size")
-            _check_content_fields(
+            if _check_content_fields(
                 name, model_name, input_json, byte_size is not None, params, count
-            )
+            ):
+                ref = shm_ref(params, f"input '{name}' for model '{model_name}'")
+                shm = SharedMemoryInput(datatype, tuple(shape), ref)
         elif count and "data" not in input_json:
             _check_content_fields(name, model_name, input_json, False, None, count)
 
         array = None
-        if byte_size is not None:
+        if shm is not None:
+            if datatype == "BYTES" and count > limits.max_elements:
+                raise invalid_arg(
+                    f"input '{name}' for model '{model_name}' has {count} BYTES elements, more "
+                    f"than the limit of {limits.max_elements} (--http-max-json-elements)"
+                )
+        elif byte_size is not None:
             if type(byte_size) is not int or byte_size < 0:
                 raise invalid_arg(
                     f"Unable to parse 'binary_data_size' for input '{name}' for model "
@@ -307,7 +325,7 @@ def _plan_header(
             array = _array_from_json(
                 input_json.get("data"), datatype, dtype, shape, count, name, model_name
             )
-        inputs.append(_InputPlan(name, datatype, dtype, shape, count, byte_size, array))
+        inputs.append(_InputPlan(name, datatype, dtype, shape, count, byte_size, array, shm))
 
     request_id = doc.get("id")
     if request_id is not None and type(request_id) is not str:
@@ -322,10 +340,17 @@ def _plan_header(
     binary_outputs: dict[str, bool] = {}
     outputs_json = doc.get("outputs")
     outputs = None
+    shm_outputs: dict[str, SharedMemoryRef] = {}
     if outputs_json is not None:
-        outputs = _decode_outputs(outputs_json, binary_outputs, model_name)
+        outputs = _decode_outputs(outputs_json, binary_outputs, model_name, shm_outputs)
     return _HeaderPlan(
-        tuple(inputs), request_id, parameters, default_binary, outputs, binary_outputs
+        tuple(inputs),
+        request_id,
+        parameters,
+        default_binary,
+        outputs,
+        binary_outputs,
+        shm_outputs or None,
     )
 
 
@@ -352,8 +377,14 @@ def _build_request(
     """The request a checked header describes, its tensors viewing the binary data."""
     end = len(body)
     inputs: dict[str, Tensor] = {}
+    shm_inputs: dict[str, SharedMemoryInput] | None = None
     offset = header_length  # binary blobs follow the JSON in the order of the inputs
-    for name, datatype, dtype, shape, count, byte_size, array in plan.inputs:
+    for name, datatype, dtype, shape, count, byte_size, array, shm in plan.inputs:
+        if shm is not None:
+            if shm_inputs is None:
+                shm_inputs = {}
+            shm_inputs[name] = shm
+            continue
         if byte_size is not None:
             stop = offset + byte_size
             if stop > end:
@@ -376,6 +407,8 @@ def _build_request(
         apply_request_parameters(request, plan.parameters)
     if plan.outputs is not None:
         request.outputs = list(plan.outputs)
+    if shm_inputs is not None or plan.shm_outputs is not None:
+        request.shared_memory = SharedMemoryTensors(shm_inputs or {}, dict(plan.shm_outputs or {}))
     return DecodedRequest(request, plan.binary_outputs, plan.default_binary)
 
 
@@ -446,8 +479,9 @@ def _check_content_fields(
     has_binary: bool,
     params: dict[str, Any] | None,
     count: int,
-) -> None:
-    """Exactly one of data / binary_data_size / shared_memory_region (Triton's rule).
+) -> bool:
+    """Exactly one of data / binary_data_size / shared_memory_region (Triton's rule); True
+    when it is shared memory.
 
     Zero-element inputs may carry none of them.
     """
@@ -455,13 +489,9 @@ def _check_content_fields(
     has_shm = params is not None and "shared_memory_region" in params
     set_count = has_data + has_binary + has_shm
     if set_count == 1:
-        if has_shm:
-            raise unsupported(
-                f"shared memory is not supported (input '{name}' for model '{model_name}')"
-            )
-        return
+        return has_shm
     if set_count == 0 and count == 0:
-        return
+        return False
     message = (
         "Input must set only one of the following fields: 'data', 'binary_data_size' in "
         "'parameters', 'shared_memory_region' in 'parameters'. But"
@@ -648,7 +678,10 @@ def _apply_parameters(request: InferenceRequest, parameters: Any, model_name: st
 
 
 def _decode_outputs(
-    outputs_json: Any, binary_outputs: dict[str, bool], model_name: str
+    outputs_json: Any,
+    binary_outputs: dict[str, bool],
+    model_name: str,
+    shm_outputs: dict[str, SharedMemoryRef],
 ) -> list[RequestedOutput] | None:
     if type(outputs_json) is not list:
         raise invalid_arg(f"Unable to parse 'outputs' for model '{model_name}'")
@@ -686,13 +719,28 @@ def _decode_outputs(
                     raise invalid_arg(
                         "Output can't set both 'shared_memory_region' and 'binary_data'"
                     )
-                raise unsupported(
-                    f"shared memory is not supported (output '{name}' for model '{model_name}')"
-                )
+                shm_outputs[name] = shm_ref(params, f"output '{name}' for model '{model_name}'")
         binary_outputs[name] = binary
         requested.append(RequestedOutput(name, classification))
     # an empty list asks for every output, like no list at all
     return requested or None
+
+
+_UINT64_LIMIT: Final = 1 << 64
+
+
+def shm_ref(params: dict[str, Any], what: str) -> SharedMemoryRef:
+    """The ``shared_memory_*`` parameters of a tensor (``what`` names it), checked."""
+    region = params["shared_memory_region"]
+    if type(region) is not str:
+        raise invalid_arg(f"Unable to parse 'shared_memory_region' for {what}")
+    numbers = []
+    for key in ("shared_memory_offset", "shared_memory_byte_size"):
+        value = params.get(key, 0)
+        if type(value) is not int or not 0 <= value < _UINT64_LIMIT:
+            raise invalid_arg(f"Unable to parse '{key}' for {what}")
+        numbers.append(value)
+    return SharedMemoryRef(region, numbers[1], numbers[0])
 
 
 # ------------------------------------------------------------------------------------------
@@ -735,12 +783,15 @@ def _encode(
     blobs: list[bytes | memoryview] = []
     has_binary = False
     json_floats = False
+    in_shm = response.shared_memory_outputs
     for tensor in response.outputs:
         name = tensor.name
         datatype = tensor.datatype
         array = tensor.data
         output: dict[str, Any] = {"name": name, "datatype": datatype, "shape": array.shape}
-        if binary_outputs.get(name, default_binary):
+        if in_shm is not None and name in in_shm:
+            pass  # written into its region: the answer carries its metadata only
+        elif binary_outputs.get(name, default_binary):
             raw, size = _output_bytes(array, datatype, name)
             output["parameters"] = {"binary_data_size": size}
             has_binary = True

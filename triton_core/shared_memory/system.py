@@ -1,0 +1,149 @@
+"""System (POSIX) shared memory: an object in ``/dev/shm`` that a client created and named.
+
+The key is checked to name such an object and nothing else: no path, no ``..``, no symlink
+(``O_NOFOLLOW``), a regular file only, opened relative to ``/dev/shm``. The object's real size
+is checked when registering and again on every use (``fstat``), because its owner may
+truncate it at any time and touching a mapping past the end of its file is a SIGBUS.
+A client that truncates its object while a request is using it (after the check) can still
+fault the process, as with Triton: the flag ``--allow-client-shm`` is for trusted clients.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import mmap
+import os
+import stat
+from typing import Final
+
+import numpy as np
+
+from triton_core.errors import internal, invalid_arg
+from triton_core.shared_memory.region import RegionKind, SystemRegionStatus
+
+#: where POSIX shared-memory objects live (shm_open's namespace on Linux)
+SHM_DIRECTORY: Final = "/dev/shm"
+#: keys Triton keeps for its Python backend's own regions
+RESERVED_PREFIX: Final = "triton_python_backend_shm_region_"
+_NAME_MAX: Final = 255
+_OPEN_FLAGS: Final = os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY
+
+
+def object_name(name: str, key: str) -> str:
+    """The file name in ``/dev/shm`` that ``key`` names (shm_open's rules, strictly)."""
+    stripped = key.lstrip("/")
+    if not stripped:
+        raise _bad_key(name, key, "")
+    if stripped.startswith(RESERVED_PREFIX):
+        raise invalid_arg(
+            f"cannot register shared memory region '{name}' with key '{key}' as the key "
+            f"contains the reserved prefix '{RESERVED_PREFIX}'"
+        )
+    if "/" in stripped:
+        raise _bad_key(name, key, "a key names an object in /dev/shm and has no '/' inside")
+    if stripped in (".", "..") or "\0" in stripped or len(stripped.encode()) > _NAME_MAX:
+        raise _bad_key(name, key, "not the name of a shared memory object")
+    return stripped
+
+
+def _bad_key(name: str, key: str, why: str) -> Exception:
+    reason = f": {why}" if why else ""
+    return invalid_arg(
+        f"cannot register shared memory region '{name}' - invalid shm key '{key}'{reason}"
+    )
+
+
+class SystemRegion:
+    """A registered system region: ``byte_size`` bytes at ``offset`` of the object ``key``."""
+
+    kind = RegionKind.SYSTEM
+
+    def __init__(self, name: str, key: str, offset: int, byte_size: int) -> None:
+        self.name = name
+        self.key = key
+        self.offset = offset
+        self.byte_size = byte_size
+        self.users = 0
+        self.closing = False
+        self._fd = _open_object(name, key)
+        try:
+            self._check_size(offset, byte_size)
+            # mmap offsets are page multiples: map from the page that holds ``offset``
+            start = offset - offset % mmap.ALLOCATIONGRANULARITY
+            self._base = offset - start
+            self._map: mmap.mmap | None = mmap.mmap(
+                self._fd,
+                self._base + byte_size,
+                flags=mmap.MAP_SHARED,
+                prot=mmap.PROT_READ | mmap.PROT_WRITE,
+                offset=start,
+            )
+        except BaseException:
+            os.close(self._fd)
+            raise
+
+    def _check_size(self, offset: int, byte_size: int) -> None:
+        size = os.fstat(self._fd).st_size
+        if byte_size <= 0 or offset < 0 or offset + byte_size > size:
+            raise invalid_arg(
+                f"failed to register shared memory region '{self.name}': invalid args"
+            )
+
+    def check_alive(self) -> None:
+        if self._map is None:
+            raise internal(f"shared memory region '{self.name}' is closed")
+        needed = self.offset + self.byte_size
+        size = os.fstat(self._fd).st_size
+        if size < needed:
+            raise invalid_arg(
+                f"shared memory region '{self.name}' (key '{self.key}') is {size} bytes now, "
+                f"less than the {needed} bytes it was registered with: it was truncated"
+            )
+
+    def view(self, offset: int, byte_size: int) -> memoryview:
+        assert self._map is not None
+        start = self._base + offset
+        return memoryview(self._map)[start : start + byte_size]
+
+    def write(self, offset: int, data: np.ndarray) -> None:
+        # one copy into the mapping (pwrite on the descriptor, which a truncation could not
+        # fault, moves tmpfs pages at a third of memcpy's speed)
+        target = np.ndarray(data.shape, data.dtype, self.view(offset, data.nbytes))
+        np.copyto(target, data, casting="no")
+
+    def close(self) -> None:
+        mapping, self._map = self._map, None
+        if mapping is not None:
+            # numpy views may still use it: then it is unmapped when the last one goes
+            with contextlib.suppress(BufferError):
+                mapping.close()
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def status(self) -> SystemRegionStatus:
+        return SystemRegionStatus(self.name, self.key, self.offset, self.byte_size)
+
+
+def _open_object(name: str, key: str) -> int:
+    """A descriptor of the regular file ``/dev/shm/<key>``, never of anything else."""
+    filename = object_name(name, key)
+    try:
+        directory = os.open(SHM_DIRECTORY, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        raise internal(f"Unable to open shared memory region: '{key}'") from None
+    try:
+        fd = os.open(filename, _OPEN_FLAGS, dir_fd=directory)
+    except OSError:
+        raise internal(f"Unable to open shared memory region: '{key}'") from None
+    finally:
+        os.close(directory)
+    try:
+        mode = os.fstat(fd).st_mode
+    except OSError:
+        os.close(fd)
+        raise internal(f"Invalid shared memory region: '{key}'") from None
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise _bad_key(name, key, "not a shared memory object")
+    return fd

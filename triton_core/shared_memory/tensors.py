@@ -1,0 +1,186 @@
+"""Requests' tensors in shared memory: inputs as numpy views, outputs written into regions.
+
+Inputs are views on the mapping, never copies; their region is held (its use count) until
+the request is answered, and the mapping itself lives as long as any view of it does, so a
+region unregistered mid-request stays valid for that request. Every use re-checks the
+object's real size first: a region truncated by its owner is an INVALID_ARG, not a SIGBUS.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import mmap
+from dataclasses import replace
+from math import prod
+from typing import TYPE_CHECKING, Final
+
+import numpy as np
+
+from triton_core.dtypes import NUMPY_DTYPES, deserialize_bytes, serialize_bytes
+from triton_core.errors import internal, invalid_arg
+from triton_core.types import InferenceRequest, InferenceResponse, Tensor
+
+if TYPE_CHECKING:
+    from triton_core.shared_memory.refs import SharedMemoryInput, SharedMemoryRef
+    from triton_core.shared_memory.region import Region
+    from triton_core.shared_memory.registry import SharedMemoryRegistry
+
+#: outputs larger than this (all together) are written from a thread, off the event loop
+OFFLOAD_BYTES: Final = 1 << 20
+
+
+class SharedMemoryUse:
+    """The regions one request holds, and where its outputs go; :meth:`release` once."""
+
+    __slots__ = ("_held", "_registry", "outputs", "writing")
+
+    def __init__(self, registry: SharedMemoryRegistry) -> None:
+        self._registry = registry
+        self._held: list[Region] = []
+        #: output name -> (its region, where in it)
+        self.outputs: dict[str, tuple[Region, SharedMemoryRef]] = {}
+        #: outputs being written from a thread: the regions stay held until it ends
+        self.writing: asyncio.Future[None] | None = None
+
+    def hold(self, ref: SharedMemoryRef) -> Region:
+        region = self._registry.acquire(ref.region, ref.offset, ref.byte_size)
+        self._held.append(region)
+        return region
+
+    def release(self) -> None:
+        """Let the regions go (idempotent); after the write in progress, if one is."""
+        writing = self.writing
+        if writing is not None and not writing.done():
+            writing.add_done_callback(lambda _: self.release())
+            return
+        held, self._held = self._held, []
+        for region in held:
+            self._registry.release(region)
+
+    def output_bytes(self) -> int:
+        return sum(ref.byte_size for _, ref in self.outputs.values())
+
+    def write_outputs(self, response: InferenceResponse) -> None:
+        """Write the outputs asked into regions there; the response then marks them."""
+        if response.error is not None or not self.outputs:
+            return
+        written = []
+        for tensor in response.outputs:
+            target = self.outputs.get(tensor.name)
+            if target is not None:
+                _write(tensor, *target)
+                written.append(tensor.name)
+        response.shared_memory_outputs = frozenset(written)
+
+
+def resolve(
+    registry: SharedMemoryRegistry, request: InferenceRequest
+) -> tuple[InferenceRequest, SharedMemoryUse]:
+    """A copy of ``request`` whose shared-memory inputs are views, and the regions it holds."""
+    tensors = request.shared_memory
+    assert tensors is not None
+    use = SharedMemoryUse(registry)
+    inputs = dict(request.inputs)
+    model = request.model_name
+    try:
+        for name, spec in tensors.inputs.items():
+            if name in inputs:
+                raise invalid_arg(f"input '{name}' already exists in request for model '{model}'")
+            region = use.hold(spec.ref)
+            region.check_alive()
+            inputs[name] = Tensor(name, spec.datatype, _input_array(region, spec, name, model))
+        for name, ref in tensors.outputs.items():
+            use.outputs[name] = (use.hold(ref), ref)
+    except BaseException:
+        use.release()
+        raise
+    return replace(request, inputs=inputs, shared_memory=None), use
+
+
+def _input_array(region: Region, spec: SharedMemoryInput, name: str, model: str) -> np.ndarray:
+    shape = spec.shape
+    dtype = NUMPY_DTYPES.get(spec.datatype)
+    if dtype is None:
+        raise invalid_arg(
+            f"invalid datatype '{spec.datatype}' for input '{name}' for model '{model}'"
+        )
+    if any(dim < 0 for dim in shape):
+        raise invalid_arg(f"invalid shape {list(shape)} for input '{name}' for model '{model}'")
+    count = prod(shape)
+    ref = spec.ref
+    if spec.datatype == "BYTES":
+        try:
+            flat = deserialize_bytes(region.view(ref.offset, ref.byte_size), count)
+        except ValueError as exc:
+            raise invalid_arg(
+                f"unable to parse BYTES data for input '{name}' for model '{model}': {exc}"
+            ) from None
+        return _shaped(flat, shape, name, model)
+    expected = count * dtype.itemsize
+    if ref.byte_size != expected:
+        raise invalid_arg(
+            f"input byte size mismatch for input '{name}' for model '{model}'. "
+            f"Expected {expected}, got {ref.byte_size}"
+        )
+    if not count:
+        return _shaped(np.empty(0, dtype), shape, name, model)
+    array = np.ndarray(shape, dtype, region.view(ref.offset, expected))
+    array.flags.writeable = False  # the client's memory: models read it, never write it
+    return array
+
+
+def _shaped(flat: np.ndarray, shape: tuple[int, ...], name: str, model: str) -> np.ndarray:
+    """``flat`` in ``shape``; a zero-element shape may still multiply past what numpy holds."""
+    try:
+        return flat.reshape(shape)
+    except ValueError as exc:
+        raise invalid_arg(
+            f"invalid shape {list(shape)} for input '{name}' for model '{model}': {exc}"
+        ) from None
+
+
+def _write(tensor: Tensor, region: Region, ref: SharedMemoryRef) -> None:
+    """One copy, from the output's array into the region (cast to the wire type first)."""
+    data = tensor.data
+    datatype = tensor.datatype
+    if datatype == "BYTES":
+        data = np.frombuffer(serialize_bytes(data), np.uint8)
+    else:
+        wire = NUMPY_DTYPES.get(datatype)
+        if wire is None:
+            raise internal(f"output '{tensor.name}' has an invalid datatype '{datatype}'")
+        if datatype == "BF16" and data.dtype.itemsize == 2:
+            data = data.view(wire)  # bfloat16 bit patterns, e.g. from ml_dtypes
+        if data.dtype != wire:
+            data = data.astype(wire)
+    size = data.nbytes
+    if size > ref.byte_size:
+        raise internal(
+            f"shared memory size specified with the request for output '{tensor.name}' "
+            f"({ref.byte_size} bytes) should be at least {size} bytes to hold the results"
+        )
+    if not size:
+        return
+    region.check_alive()
+    region.write(ref.offset, data)
+
+
+def owned_outputs(response: InferenceResponse) -> InferenceResponse:
+    """``response`` with outputs that view a client's region copied: what a cache may keep
+    (a client rewrites its region; a cached answer must not change with it)."""
+    if not any(_views_mapping(tensor.data) for tensor in response.outputs):
+        return response
+    outputs = [
+        Tensor(t.name, t.datatype, t.data.copy()) if _views_mapping(t.data) else t
+        for t in response.outputs
+    ]
+    return replace(response, outputs=outputs)
+
+
+def _views_mapping(array: np.ndarray) -> bool:
+    base = array.base
+    while isinstance(base, np.ndarray):
+        base = base.base
+    if isinstance(base, memoryview):
+        base = base.obj
+    return isinstance(base, mmap.mmap)
