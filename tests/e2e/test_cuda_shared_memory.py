@@ -102,6 +102,15 @@ def test_a_handle_not_64_bytes_is_refused_over_http(server, size) -> None:
     assert (status, text) == (400, f'{{"error":"{BAD_HANDLE}"}}')
 
 
+def test_a_region_name_is_needed(server, grpc) -> None:
+    body = b'{"raw_handle": {"b64": ""}, "device_id": 0, "byte_size": 16}'
+    status, text = post(server, "/v2/cudasharedmemory/register", body)
+    message = "'region name' is necessary to register cuda shared memory region"
+    assert (status, text) == (400, f'{{"error":"{message}"}}')
+    error = error_of(grpc.register_cuda_shared_memory, "", base64.b64encode(CRAFTED_HANDLE), 0, 16)
+    assert error.message() == message
+
+
 def test_a_handle_not_base64_is_refused_over_http(server) -> None:
     body = b'{"raw_handle": {"b64": "not base64 at all!"}, "device_id": 0, "byte_size": 16}'
     status, text = post(server, "/v2/cudasharedmemory/region/r/register", body)

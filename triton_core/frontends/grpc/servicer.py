@@ -566,8 +566,13 @@ class GRPCInferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     ) -> pb.CudaSharedMemoryRegisterResponse:
         """Open a client's CUDA IPC handle (64 bytes, checked before any CUDA call)."""
         try:
-            self._server.register_cuda_shared_memory(
-                request.name, request.raw_handle, request.device_id, request.byte_size
+            # opening a handle can take a while (the device's context starts on first use)
+            await asyncio.to_thread(
+                self._server.register_cuda_shared_memory,
+                request.name,
+                request.raw_handle,
+                request.device_id,
+                request.byte_size,
             )
             return pb.CudaSharedMemoryRegisterResponse()
         except TritonError as exc:

@@ -172,6 +172,7 @@ def create_app(
     cuda = _CudaSharedMemoryResource(server, max_input_size, json_limits)
     app.add_route("/v2/cudasharedmemory/status", cuda, suffix="status")
     app.add_route("/v2/cudasharedmemory/region/{region}/status", cuda, suffix="status")
+    app.add_route("/v2/cudasharedmemory/register", cuda, suffix="register")
     app.add_route("/v2/cudasharedmemory/region/{region}/register", cuda, suffix="register")
     app.add_route("/v2/cudasharedmemory/unregister", cuda, suffix="unregister")
     app.add_route("/v2/cudasharedmemory/region/{region}/unregister", cuda, suffix="unregister")
@@ -611,11 +612,13 @@ class _CudaSharedMemoryResource(_SharedMemoryResource):
         self._json_limits = json_limits
 
     async def on_post_register(
-        self, req: falcon.asgi.Request, resp: falcon.asgi.Response, region: str
+        self, req: falcon.asgi.Request, resp: falcon.asgi.Response, region: str = ""
     ) -> None:
         """``{"raw_handle": {"b64": <cudaIpcMemHandle_t>}, "device_id", "byte_size"}``."""
         server = self._server
         server.check_client_shm()  # before anything else, as Triton
+        if not region:
+            raise invalid_arg("'region name' is necessary to register cuda shared memory region")
         body = await _read_body(req, self._max_input_size)
         parsed = parse_json(body, self._json_limits, "the request JSON body") if body else {}
         if not isinstance(parsed, dict):
@@ -632,7 +635,10 @@ class _CudaSharedMemoryResource(_SharedMemoryResource):
         if "device_id" not in parsed:
             raise invalid_arg("Shared memory register request has no 'device_id' field")
         device_id = _register_uint(parsed["device_id"], "device_id")
-        server.register_cuda_shared_memory(region, _raw_handle(b64), device_id, byte_size)
+        # opening a handle can take a while (the device's context starts on first use)
+        await asyncio.to_thread(
+            server.register_cuda_shared_memory, region, _raw_handle(b64), device_id, byte_size
+        )
 
 
 def _raw_handle(b64: str) -> bytes:
