@@ -182,9 +182,9 @@ class CudaRegion:
             self._copy(host.ctypes.data, self._pointer + offset, byte_size, "DeviceToHost")
         return host.data
 
-    def write(self, offset: int, data: memoryview) -> None:
-        """``data`` (host memory) copied to ``offset``: one host-to-device copy."""
-        source = np.frombuffer(data.cast("B"), np.uint8)
+    def write(self, offset: int, data: np.ndarray | memoryview) -> None:
+        """``data`` (host memory, row-major) copied to ``offset``: one host-to-device copy."""
+        source = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
         if source.nbytes:
             self._copy(self._pointer + offset, source.ctypes.data, source.nbytes, "HostToDevice")
 
