@@ -111,6 +111,13 @@ def test_a_region_name_is_needed(server, grpc) -> None:
     assert error.message() == message
 
 
+def test_a_large_register_body_is_refused_unread(server) -> None:
+    padding = " " * (1 << 17)
+    body = f'{{"raw_handle": {{"b64": ""}}, "device_id": 0, "byte_size": 16{padding}}}'
+    status, text = post(server, "/v2/cudasharedmemory/region/r/register", body.encode())
+    assert status == 400 and f"register request body is {len(body)} bytes" in text, text
+
+
 def test_a_handle_not_base64_is_refused_over_http(server) -> None:
     body = b'{"raw_handle": {"b64": "not base64 at all!"}, "device_id": 0, "byte_size": 16}'
     status, text = post(server, "/v2/cudasharedmemory/region/r/register", body)

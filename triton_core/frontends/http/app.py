@@ -69,6 +69,8 @@ _DECODE_THREADS: Final = 2
 _JSON: Final = "application/json"
 #: base64 of a 64-byte cudaIpcMemHandle_t
 _CUDA_HANDLE_B64_CHARS: Final = 88
+#: a CUDA register body is a handle and two numbers: far less than this
+_CUDA_REGISTER_BODY_BYTES: Final = 1 << 16
 
 
 class InferenceServerAPI(Protocol):
@@ -619,7 +621,13 @@ class _CudaSharedMemoryResource(_SharedMemoryResource):
         server.check_client_shm()  # before anything else, as Triton
         if not region:
             raise invalid_arg("'region name' is necessary to register cuda shared memory region")
-        body = await _read_body(req, self._max_input_size)
+        limit = min(self._max_input_size, _CUDA_REGISTER_BODY_BYTES)
+        if (req.content_length or 0) > limit:
+            raise invalid_arg(
+                f"the CUDA shared memory register request body is {req.content_length} bytes; "
+                f"such a request needs far less than {limit}"
+            )
+        body = await _read_body(req, limit)
         parsed = parse_json(body, self._json_limits, "the request JSON body") if body else {}
         if not isinstance(parsed, dict):
             raise invalid_arg("the shared memory register request must be a JSON object")
