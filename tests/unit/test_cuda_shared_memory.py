@@ -3,13 +3,17 @@ answers of a server that cannot open CUDA handles (the real module, on this mach
 
 from __future__ import annotations
 
+import base64
+import multiprocessing
 import os
 import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
+from multiprocessing.connection import Connection
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from triton_core import SharedMemoryOptions, Status, TritonError
@@ -30,6 +34,9 @@ ALLOWED = SharedMemoryOptions(allow_client_shm=True)
 HANDLE = bytes(range(CUDA_IPC_HANDLE_SIZE))
 CUDA = cuda_support()
 ROOT = Path(__file__).resolve().parents[2]
+NEEDS_CUDA = pytest.mark.skipif(
+    not CUDA.available, reason=f"CUDA regions cannot be opened here: {CUDA.reason}"
+)
 
 
 def error_of(call, *args) -> TritonError:  # type: ignore[no-untyped-def]
@@ -185,3 +192,77 @@ def test_metadata_lists_cuda_shared_memory_only_where_cuda_works() -> None:
     else:
         assert tuple(extensions) == EXTENSIONS
         assert "cuda_shared_memory" not in extensions
+
+
+# ------------------------------------------------------------------------------------------
+# a GPU machine: a region another process exported, through the real CudaRegion
+
+
+def _exporter(pipe: Connection) -> None:
+    """Another process: a device allocation of 4 KiB holding 0..255 repeated, its handle sent
+    to the parent, its contents sent back when asked."""
+    import tritonclient.utils.cuda_shared_memory as cudashm
+
+    region = cudashm.create_shared_memory_region("tccudashm_unit_export", 4096, 0)
+    try:
+        cudashm.set_shared_memory_region(
+            region, [np.arange(4096, dtype=np.uint32).astype(np.uint8)]
+        )
+        pipe.send(base64.b64decode(cudashm.get_raw_handle(region)))
+        while pipe.poll(120) and pipe.recv() == "read":
+            pipe.send(cudashm.get_contents_as_numpy(region, np.uint8, [4096]).tobytes())
+    finally:
+        cudashm.destroy_shared_memory_region(region)
+
+
+@pytest.fixture
+def exported() -> Iterator[tuple[bytes, Connection]]:
+    """(handle, pipe) of a 4 KiB allocation on device 0 in another process."""
+    context = multiprocessing.get_context("spawn")
+    parent, child = context.Pipe()
+    process = context.Process(target=_exporter, args=(child,), daemon=True)
+    process.start()
+    try:
+        assert parent.poll(120), "the exporting process sent no handle"
+        yield parent.recv(), parent
+    finally:
+        parent.send("done")
+        process.join(60)
+        if process.is_alive():
+            process.kill()
+
+
+@pytest.mark.gpu
+@NEEDS_CUDA
+def test_a_region_reads_and_writes_another_processes_device_memory(exported) -> None:
+    handle, pipe = exported
+    registry = SharedMemoryRegistry(ALLOWED)
+    registry.register_cuda("tccudashm_unit", handle, 0, 4096)
+    try:
+        assert [row.byte_size for row in registry.status(RegionKind.CUDA)] == [4096]
+        region = registry.acquire("tccudashm_unit", 16, 64)
+        assert bytes(region.view(16, 64)) == bytes(range(16, 80))
+        region.write(1024, np.arange(16, dtype=np.float32).reshape(4, 4).T)
+        registry.unregister(RegionKind.CUDA, "tccudashm_unit")  # in use: closed at release
+        region.check_alive()
+        registry.release(region)
+        with pytest.raises(TritonError):
+            region.check_alive()
+        pipe.send("read")
+        assert pipe.poll(60)
+        contents = np.frombuffer(pipe.recv(), np.uint8)
+        expected = np.ascontiguousarray(np.arange(16, dtype=np.float32).reshape(4, 4).T)
+        assert contents[1024:1088].tobytes() == expected.tobytes()
+        assert contents[:1024].tobytes() == (np.arange(1024) % 256).astype(np.uint8).tobytes()
+    finally:
+        registry.close()
+
+
+@pytest.mark.gpu
+@NEEDS_CUDA
+def test_a_byte_size_past_the_exported_allocation_is_refused(exported) -> None:
+    handle, _ = exported
+    registry = SharedMemoryRegistry(ALLOWED)
+    error = error_of(registry.register_cuda, "tccudashm_unit", handle, 0, 64 << 20)
+    assert error.message == "failed to register shared memory region 'tccudashm_unit': invalid args"
+    assert len(registry) == 0
