@@ -28,6 +28,7 @@ from triton_core.repository.loader import LoaderOptions, ModelLoader
 from triton_core.repository.manager import ControlMode, ModelRepositoryManager
 from triton_core.repository.sources import open_source
 from triton_core.shared_memory import tensors as shm_tensors
+from triton_core.shared_memory.cuda import cuda_support
 from triton_core.shared_memory.region import CudaRegionStatus, RegionKind, SystemRegionStatus
 from triton_core.shared_memory.registry import SharedMemoryOptions, SharedMemoryRegistry
 from triton_core.streaming import StreamSender
@@ -94,6 +95,15 @@ class ServerOptions:
     shared_memory: SharedMemoryOptions = field(default_factory=SharedMemoryOptions)
 
 
+def _extensions() -> tuple[str, ...]:
+    """:data:`EXTENSIONS`, with ``cuda_shared_memory`` after the system one where this
+    process can open CUDA IPC handles (Triton built with GPU support lists it)."""
+    if not cuda_support().available:
+        return EXTENSIONS
+    at = EXTENSIONS.index("system_shared_memory") + 1
+    return (*EXTENSIONS[:at], "cuda_shared_memory", *EXTENSIONS[at:])
+
+
 class Server:
     """Loads a model repository and serves inference on it."""
 
@@ -106,7 +116,7 @@ class Server:
         self._accepting = False
         self._inflight = 0
         self._idle: asyncio.Event | None = None
-        self._metadata = ServerMetadata(options.id, __version__, EXTENSIONS)
+        self._metadata = ServerMetadata(options.id, __version__, _extensions())
         #: the response cache, when ``--cache-config`` names one
         self.cache: ResponseCache | None = None
         #: a cache that raises is a miss, with a warning (rate-limited) naming it
@@ -399,6 +409,14 @@ class Server:
         """Register ``byte_size`` bytes at ``offset`` of the POSIX shared-memory object ``key``
         as region ``name`` (needs ``allow_client_shm``)."""
         self.shared_memory.register_system(name, key, byte_size, offset)
+
+    def register_cuda_shared_memory(
+        self, name: str, raw_handle: bytes, device_id: int, byte_size: int
+    ) -> None:
+        """Register ``byte_size`` bytes of device memory on ``device_id`` that a client exported
+        as the CUDA IPC handle ``raw_handle`` (64 bytes) as region ``name``; INVALID_ARG, with
+        the reason, where this server cannot open CUDA handles."""
+        self.shared_memory.register_cuda(name, raw_handle, device_id, byte_size)
 
     def system_shared_memory_status(self, name: str = "") -> list[SystemRegionStatus]:
         """Every registered system region, or the one named (NOT_FOUND if unknown)."""

@@ -77,10 +77,11 @@ def test_errors_carry_triton_status_codes(client, model, datatype, shape, code, 
     assert client.is_server_live()
 
 
-def test_later_extensions_answer_unimplemented(client):
+def test_cuda_shared_memory_is_off_without_allow_client_shm(client):
     with pytest.raises(InferenceServerException) as info:
         client.register_cuda_shared_memory("r", b"aGFuZGxl", 0, 8)
     assert info.value.status() == "StatusCode.UNIMPLEMENTED"
+    assert "--allow-client-shm=true" in info.value.message()
 
 
 def test_streaming_answers_every_request(client):

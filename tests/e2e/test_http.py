@@ -10,6 +10,7 @@ from tritonclient.utils import InferenceServerException
 
 from tests.e2e.conftest import DATATYPES
 from tests.e2e.data import as_bytes, sample
+from triton_core.shared_memory.cuda import cuda_support
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +37,8 @@ def test_health_and_metadata(client):
     assert "binary_tensor_data" in metadata["extensions"]
     assert "statistics" in metadata["extensions"]
     assert "system_shared_memory" in metadata["extensions"]
-    assert "cuda_shared_memory" not in metadata["extensions"]
+    # listed where the server can open CUDA IPC handles
+    assert ("cuda_shared_memory" in metadata["extensions"]) == cuda_support().available
     model = client.get_model_metadata("simple")
     assert model == {
         "name": "simple",

@@ -24,6 +24,7 @@ from tritonclient.utils import InferenceServerException, serialize_byte_tensor
 from tests.e2e.conftest import DATATYPES, SIMPLE_CONFIG
 from tests.e2e.test_sequences import controls, write_model
 from tests.support import ServerProcess, write_numpy_model
+from triton_core.shared_memory.cuda import cuda_support
 
 onnx_builders = pytest.importorskip("triton_core_onnx.model_builders")
 
@@ -246,15 +247,16 @@ def error_of(call, *args, **kwargs) -> InferenceServerException:
 # the extension's routes
 
 
-def test_metadata_lists_system_shared_memory_only(http, grpc) -> None:
+def test_metadata_lists_system_shared_memory(http, grpc) -> None:
     extensions = http.get_server_metadata()["extensions"]
-    assert "system_shared_memory" in extensions and "cuda_shared_memory" not in extensions
+    assert "system_shared_memory" in extensions
+    assert ("cuda_shared_memory" in extensions) == cuda_support().available
     assert "system_shared_memory" in grpc.get_server_metadata().extensions
 
 
 def test_cuda_status_and_unregister_answer_on_the_shared_registry(http, grpc) -> None:
-    """No CUDA region can be registered yet; clients that unregister both kinds (as
-    perf_analyzer does when it ends) still get Triton's answers."""
+    """Clients that unregister both kinds (as perf_analyzer does when it ends) get Triton's
+    answers where no CUDA region is registered."""
     assert http.get_cuda_shared_memory_status() == []
     http.unregister_cuda_shared_memory()
     grpc.unregister_cuda_shared_memory()

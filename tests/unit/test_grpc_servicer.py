@@ -461,7 +461,6 @@ async def test_typed_contents_over_the_wire(stub: pb_grpc.GRPCInferenceServiceSt
 @pytest.mark.parametrize(
     ("call", "feature"),
     [
-        (lambda c: c.register_cuda_shared_memory("r", b"aGFuZGxl", 0, 8), "CUDA shared memory"),
         (lambda c: c.get_log_settings(), "logging"),
         (lambda c: c.update_log_settings({"log_info": True}), "logging"),
     ],

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Final, TypeVar
 
 from triton_core.errors import Status, TritonError, invalid_arg, not_found, unsupported
+from triton_core.shared_memory import cuda
 from triton_core.shared_memory.region import (
     CudaRegionStatus,
     Region,
@@ -74,6 +75,20 @@ class SharedMemoryRegistry:
         with self._lock:
             self._check_room(name, byte_size)
         region = SystemRegion(name, key, offset, byte_size)
+        try:
+            self.add(region)
+        except BaseException:
+            region.close()
+            raise
+
+    def register_cuda(self, name: str, raw_handle: bytes, device_id: int, byte_size: int) -> None:
+        """Open the CUDA IPC handle ``raw_handle`` (``byte_size`` bytes on ``device_id``) as
+        ``name``; every field is checked before any CUDA call."""
+        self.check_allowed()
+        cuda.check_request(name, raw_handle, device_id, byte_size)
+        with self._lock:
+            self._check_room(name, byte_size)
+        region = cuda.CudaRegion(name, raw_handle, device_id, byte_size, cuda.cuda_support())
         try:
             self.add(region)
         except BaseException:

@@ -84,6 +84,9 @@ class ServerAPI(Protocol):
     ) -> None: ...
     def system_shared_memory_status(self, name: str = "") -> list[SystemRegionStatus]: ...
     def unregister_system_shared_memory(self, name: str = "") -> None: ...
+    def register_cuda_shared_memory(
+        self, name: str, raw_handle: bytes, device_id: int, byte_size: int
+    ) -> None: ...
     def cuda_shared_memory_status(self, name: str = "") -> list[CudaRegionStatus]: ...
     def unregister_cuda_shared_memory(self, name: str = "") -> None: ...
 
@@ -602,7 +605,27 @@ class GRPCInferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
             error = _unexpected(exc)
         await _abort(context, error)
 
-    # -- CUDA shared memory: status and unregister on the shared registry ------------------
+    # -- CUDA shared memory ----------------------------------------------------------------
+
+    async def CudaSharedMemoryRegister(
+        self, request: pb.CudaSharedMemoryRegisterRequest, context: grpc.aio.ServicerContext
+    ) -> pb.CudaSharedMemoryRegisterResponse:
+        """Open a client's CUDA IPC handle (64 bytes, checked before any CUDA call)."""
+        try:
+            # opening a handle can take a while (the device's context starts on first use)
+            await asyncio.to_thread(
+                self._server.register_cuda_shared_memory,
+                request.name,
+                request.raw_handle,
+                request.device_id,
+                request.byte_size,
+            )
+            return pb.CudaSharedMemoryRegisterResponse()
+        except TritonError as exc:
+            error = exc
+        except Exception as exc:
+            error = _unexpected(exc)
+        await _abort(context, error)
 
     async def CudaSharedMemoryStatus(
         self, request: pb.CudaSharedMemoryStatusRequest, context: grpc.aio.ServicerContext
@@ -629,12 +652,6 @@ class GRPCInferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
             error = _unexpected(exc)
         await _abort(context, error)
 
-    # -- everything else: not supported, with a message naming the feature ----------------
-
-    CudaSharedMemoryRegister = _unimplemented(
-        "CudaSharedMemoryRegister", "the CUDA shared memory extension"
-    )
-
     async def TraceSetting(
         self, request: pb.TraceSettingRequest, context: grpc.aio.ServicerContext
     ) -> pb.TraceSettingResponse:
@@ -651,6 +668,8 @@ class GRPCInferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         except Exception as exc:
             error = _unexpected(exc)
         await _abort(context, error)
+
+    # -- everything else: not supported, with a message naming the feature ----------------
 
     LogSettings = _unimplemented("LogSettings", "the logging extension")
 

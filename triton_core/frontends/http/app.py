@@ -43,6 +43,7 @@ from triton_core.frontends.http.restricted import RestrictedApiMiddleware
 from triton_core.frontends.http.trace import TraceSettingResource
 from triton_core.frontends.restricted import Restrictions
 from triton_core.frontends.tracing import sent, start_http_trace, tracer_of
+from triton_core.shared_memory.cuda import BAD_HANDLE as CUDA_BAD_HANDLE
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -70,6 +71,10 @@ _OFFLOAD_JSON_BYTES: Final = 1 << 16
 _DECODE_THREADS: Final = 2
 
 _JSON: Final = "application/json"
+#: base64 of a 64-byte cudaIpcMemHandle_t
+_CUDA_HANDLE_B64_CHARS: Final = 88
+#: a CUDA register body is a handle and two numbers: far less than this
+_CUDA_REGISTER_BODY_BYTES: Final = 1 << 16
 
 
 class InferenceServerAPI(Protocol):
@@ -94,6 +99,9 @@ class InferenceServerAPI(Protocol):
     def check_client_shm(self) -> None: ...
     def register_system_shared_memory(
         self, name: str, key: str, byte_size: int, offset: int = 0
+    ) -> None: ...
+    def register_cuda_shared_memory(
+        self, name: str, raw_handle: bytes, device_id: int, byte_size: int
     ) -> None: ...
     def system_shared_memory_status(self, name: str = "") -> list[SystemRegionStatus]: ...
     def unregister_system_shared_memory(self, name: str = "") -> None: ...
@@ -167,21 +175,13 @@ def create_app(
     app.add_route("/v2/systemsharedmemory/region/{region}/register", system, suffix="register")
     app.add_route("/v2/systemsharedmemory/unregister", system, suffix="unregister")
     app.add_route("/v2/systemsharedmemory/region/{region}/unregister", system, suffix="unregister")
-    # CUDA regions: status and unregister work on the shared registry (perf_analyzer
-    # unregisters both kinds when it ends); registering them is not supported yet
-    cuda = _SharedMemoryResource(
-        lambda region: server.cuda_shared_memory_status(region),
-        lambda region: server.unregister_cuda_shared_memory(region),
-    )
+    cuda = _CudaSharedMemoryResource(server, max_input_size, json_limits)
     app.add_route("/v2/cudasharedmemory/status", cuda, suffix="status")
     app.add_route("/v2/cudasharedmemory/region/{region}/status", cuda, suffix="status")
+    app.add_route("/v2/cudasharedmemory/register", cuda, suffix="register")
+    app.add_route("/v2/cudasharedmemory/region/{region}/register", cuda, suffix="register")
     app.add_route("/v2/cudasharedmemory/unregister", cuda, suffix="unregister")
     app.add_route("/v2/cudasharedmemory/region/{region}/unregister", cuda, suffix="unregister")
-    app.add_route(
-        "/v2/cudasharedmemory/region/{region}/register",
-        _Unsupported("CUDA shared memory", "POST"),
-        compile=True,
-    )
     return app
 
 
@@ -615,6 +615,66 @@ class _SystemSharedMemoryResource(_SharedMemoryResource):
             raise invalid_arg("Shared memory register request has no 'byte_size' field")
         byte_size = _register_uint(parsed["byte_size"], "byte_size")
         server.register_system_shared_memory(_model_name(req, region), key, byte_size, offset)
+
+
+class _CudaSharedMemoryResource(_SharedMemoryResource):
+    """``/v2/cudasharedmemory[/region/{r}]/status|unregister``, ``/region/{r}/register``."""
+
+    def __init__(
+        self, server: InferenceServerAPI, max_input_size: int, json_limits: JsonLimits
+    ) -> None:
+        super().__init__(
+            lambda region: server.cuda_shared_memory_status(region),
+            lambda region: server.unregister_cuda_shared_memory(region),
+        )
+        self._server = server
+        self._max_input_size = max_input_size
+        self._json_limits = json_limits
+
+    async def on_post_register(
+        self, req: falcon.asgi.Request, resp: falcon.asgi.Response, region: str = ""
+    ) -> None:
+        """``{"raw_handle": {"b64": <cudaIpcMemHandle_t>}, "device_id", "byte_size"}``."""
+        server = self._server
+        server.check_client_shm()  # before anything else, as Triton
+        if not region:
+            raise invalid_arg("'region name' is necessary to register cuda shared memory region")
+        limit = min(self._max_input_size, _CUDA_REGISTER_BODY_BYTES)
+        if (req.content_length or 0) > limit:
+            raise invalid_arg(
+                f"the CUDA shared memory register request body is {req.content_length} bytes; "
+                f"such a request needs far less than {limit}"
+            )
+        body = await _read_body(req, limit)
+        parsed = parse_json(body, self._json_limits, "the request JSON body") if body else {}
+        if not isinstance(parsed, dict):
+            raise invalid_arg("the shared memory register request must be a JSON object")
+        if "raw_handle" not in parsed:
+            raise invalid_arg("Shared memory register request has no 'raw_handle' field")
+        handle = parsed["raw_handle"]
+        b64 = handle.get("b64") if isinstance(handle, dict) else None
+        if not isinstance(b64, str):
+            raise invalid_arg("Unable to parse 'b64' of the shared memory register request")
+        if "byte_size" not in parsed:
+            raise invalid_arg("Shared memory register request has no 'byte_size' field")
+        byte_size = _register_uint(parsed["byte_size"], "byte_size")
+        if "device_id" not in parsed:
+            raise invalid_arg("Shared memory register request has no 'device_id' field")
+        device_id = _register_uint(parsed["device_id"], "device_id")
+        # opening a handle can take a while (the device's context starts on first use)
+        await asyncio.to_thread(
+            server.register_cuda_shared_memory, region, _raw_handle(b64), device_id, byte_size
+        )
+
+
+def _raw_handle(b64: str) -> bytes:
+    """The handle's bytes; a string longer than a base64 handle is refused undecoded."""
+    if len(b64) > _CUDA_HANDLE_B64_CHARS:
+        raise invalid_arg(CUDA_BAD_HANDLE)
+    try:
+        return base64.b64decode(b64, validate=True)
+    except ValueError:
+        raise invalid_arg(CUDA_BAD_HANDLE) from None
 
 
 def _register_uint(value: Any, field: str) -> int:
