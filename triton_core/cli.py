@@ -19,10 +19,13 @@ from triton_core.frontends.grpc import limits as grpc_limits
 from triton_core.frontends.restricted import API_GROUPS, GRPC_HEADER_PREFIX, parse_restrictions
 from triton_core.frontends.runner import FrontendOptions, serve
 from triton_core.frontends.tls import TlsOptions
+from triton_core.logsettings import LOG, LogSettings, plugin_logger_names
 from triton_core.metrics import MetricsOptions
 from triton_core.plugins import create_plugin_manager
 from triton_core.server import Server, ServerOptions
 from triton_core.statistics import DEFAULT_LATENCY_BUCKETS_MS
+from triton_core.triton_flags import add_arguments as add_triton_flags
+from triton_core.triton_flags import log_flags_without_effect
 
 if TYPE_CHECKING:
     from triton_core.frontends.http.codec import JsonLimits
@@ -224,6 +227,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--log-verbose", type=int, default=0, metavar="LEVEL", help="verbose logging when > 0"
     )
     _add_bool(serve_cmd, "--log-info", True, "log informational messages")
+    add_triton_flags(serve_cmd, _bool)
     serve_cmd.add_argument(
         "--ports-file",
         default=None,
@@ -292,23 +296,33 @@ def _tls_options(args: argparse.Namespace, prefix: str) -> TlsOptions:
     )
 
 
-def _configure_logging(verbose: int, info: bool) -> None:
-    level = logging.DEBUG if verbose > 0 else logging.INFO if info else logging.WARNING
-    logging.basicConfig(
-        level=level,
-        format="%(levelname).1s%(asctime)s.%(msecs)03d %(process)d %(name)s] %(message)s",
-        datefmt="%m%d %H:%M:%S",
-        stream=sys.stderr,
+def _log_settings(args: argparse.Namespace) -> LogSettings:
+    return LogSettings(
+        file=args.log_file,
+        info=args.log_info,
+        warning=args.log_warning,
+        error=args.log_error,
+        verbose=args.log_verbose,
+        format=args.log_format,
     )
 
 
 def _run_serve(args: argparse.Namespace) -> int:
-    _configure_logging(args.log_verbose, args.log_info)
+    if args.log_verbose < 0:
+        print("error: --log-verbose must be 0 or more", file=sys.stderr)
+        return 2
+    try:
+        LOG.configure(_log_settings(args))
+    except OSError as exc:
+        print(f"error: --log-file: cannot open '{args.log_file}': {exc}", file=sys.stderr)
+        return 2
+    log_flags_without_effect(args)
     backend_options: dict[str, dict[str, str]] = {}
     for backend, key, value in args.backend_config:
         backend_options.setdefault(backend, {})[key] = value
     try:
         plugins = create_plugin_manager(args.disable_plugin)
+        LOG.scope(plugin_logger_names(plugins.pm.get_plugins()))
         metrics = MetricsOptions.parse(args.metrics_config, args.allow_cpu_metrics)
         http_restrictions = parse_restrictions(args.http_restricted_api, "--http-restricted-api")
         grpc_restrictions = parse_restrictions(

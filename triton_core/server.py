@@ -51,6 +51,7 @@ EXTENSIONS = (
     "binary_tensor_data",
     "parameters",
     "statistics",
+    "logging",
 )
 
 

@@ -469,8 +469,6 @@ async def test_typed_contents_over_the_wire(stub: pb_grpc.GRPCInferenceServiceSt
         (lambda c: c.unregister_cuda_shared_memory(), "CUDA shared memory"),
         (lambda c: c.get_trace_settings(), "trace"),
         (lambda c: c.update_trace_settings(settings={"trace_level": ["OFF"]}), "trace"),
-        (lambda c: c.get_log_settings(), "logging"),
-        (lambda c: c.update_log_settings({"log_info": True}), "logging"),
     ],
 )
 async def test_unsupported_rpcs_are_unimplemented(

@@ -281,8 +281,6 @@ def test_wrong_methods_are_405(client: falcon.testing.TestClient, method: str, p
         ("POST", "/v2/cudasharedmemory/region/r/unregister", "CUDA shared memory"),
         ("GET", "/v2/trace/setting", "trace"),
         ("POST", "/v2/models/simple/trace/setting", "trace"),
-        ("GET", "/v2/logging", "logging"),
-        ("POST", "/v2/logging", "logging"),
     ],
 )
 def test_unimplemented_extensions_are_501(

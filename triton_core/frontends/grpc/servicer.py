@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Final, NoReturn, Protocol
 import grpc
 
 from triton_core.errors import Status, TritonError, internal, invalid_arg, unsupported
+from triton_core.frontends import logging_extension
 from triton_core.frontends.common import parse_version
 from triton_core.frontends.grpc.codec import (
     decode_infer_request,
@@ -96,6 +97,20 @@ def _unimplemented(rpc: str, feature: str) -> Callable[..., Coroutine[Any, Any, 
     handler.__name__ = rpc
     handler.__doc__ = f"Answers UNIMPLEMENTED: {feature} is not supported."
     return handler
+
+
+def _setting_value(value: pb.LogSettingsRequest.SettingValue) -> Any:
+    kind = value.WhichOneof("parameter_choice")
+    return None if kind is None else getattr(value, kind)
+
+
+def _set_setting_value(target: pb.LogSettingsResponse.SettingValue, value: Any) -> None:
+    if isinstance(value, bool):
+        target.bool_param = value
+    elif isinstance(value, int):
+        target.uint32_param = value
+    else:
+        target.string_param = value
 
 
 class CallbackCall(Protocol):
@@ -525,7 +540,28 @@ class GRPCInferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         "CudaSharedMemoryUnregister", "the CUDA shared memory extension"
     )
     TraceSetting = _unimplemented("TraceSetting", "the trace extension")
-    LogSettings = _unimplemented("LogSettings", "the logging extension")
+
+    # -- logging extension ---------------------------------------------------------------
+
+    async def LogSettings(
+        self, request: pb.LogSettingsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.LogSettingsResponse:
+        """The log settings, after applying the ones the request sets."""
+        try:
+            given = {
+                key: (value.WhichOneof("parameter_choice"), _setting_value(value))
+                for key, value in request.settings.items()
+            }
+            settings = logging_extension.update(logging_extension.changes_from_grpc(given))
+            response = pb.LogSettingsResponse()
+            for key, value in settings.items():
+                _set_setting_value(response.settings[key], value)
+            return response
+        except TritonError as exc:
+            error = exc
+        except Exception as exc:
+            error = _unexpected(exc)
+        await _abort(context, error)
 
 
 class HealthServicer(health_pb2_grpc.HealthServicer):

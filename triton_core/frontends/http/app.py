@@ -22,6 +22,7 @@ from falcon.routing import CompiledRouter
 from falcon.routing.converters import BaseConverter
 
 from triton_core.errors import TritonError, internal, invalid_arg, unsupported
+from triton_core.frontends import logging_extension
 from triton_core.frontends.common import parse_version
 from triton_core.frontends.http import compression
 from triton_core.frontends.http.codec import (
@@ -134,7 +135,7 @@ def create_app(
     trace = _Unsupported("trace", "GET", "POST")
     app.add_route("/v2/trace/setting", trace)
     app.add_route("/v2/models/{model_name}/trace/setting", trace)  # no version form (404)
-    app.add_route("/v2/logging", _Unsupported("logging", "GET", "POST"))
+    app.add_route("/v2/logging", _LoggingResource(max_input_size, json_limits))
 
     repository = _RepositoryResource(server, max_input_size, json_limits)
     named_repository = _Unsupported("'repository_name' specification", "POST")
@@ -517,6 +518,25 @@ def _parameters_of(body: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(parameters, dict):
         raise invalid_arg("'parameters' must be a JSON object")
     return parameters
+
+
+class _LoggingResource:
+    """The logging extension: GET the log settings, POST changes to some of them."""
+
+    def __init__(self, max_input_size: int, json_limits: JsonLimits) -> None:
+        self._max_input_size = max_input_size
+        self._json_limits = json_limits
+
+    async def on_get(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
+        resp.content_type = _JSON
+        resp.data = orjson.dumps(logging_extension.current())
+
+    async def on_post(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
+        body = await _read_body(req, self._max_input_size)
+        parsed = parse_json(body, self._json_limits, "dynamic logging") if body.strip() else {}
+        settings = logging_extension.update(logging_extension.changes_from_json(parsed))
+        resp.content_type = _JSON
+        resp.data = orjson.dumps(settings)
 
 
 class _AllStatisticsResource:
