@@ -351,6 +351,8 @@ def _run_serve(args: argparse.Namespace) -> int:
         model_control_mode=args.model_control_mode,
         load_models=args.load_model,
         repository_poll_secs=args.repository_poll_secs,
+        model_config_name=args.model_config_name,
+        model_load_retry_count=args.model_load_retry_count,
     )
     http_limits, json_limits = _http_limits(args)
     frontends = FrontendOptions(

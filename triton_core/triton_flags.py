@@ -98,6 +98,16 @@ def _pair(flag: str, first: type, second: type) -> Callable[[str], tuple[Any, An
     return parse
 
 
+def _config_name(text: str) -> str:
+    # a file name inside the model's configs/ folder, never a path out of it
+    if not text or any(c.isspace() for c in text) or "/" in text or text in (".", ".."):
+        raise _bad(
+            "--model-config-name",
+            f"must be a file name without spaces or '/' (configs/<name>.pbtxt), got '{text}'",
+        )
+    return text
+
+
 def _host_policy(text: str) -> tuple[str, str, str]:
     name, sep, setting = text.partition(",")
     key, eq, value = setting.partition("=")
@@ -176,6 +186,7 @@ def _add_logging(parser: argparse.ArgumentParser, parse_bool: Callable[[str], bo
 def _add_repository(parser: argparse.ArgumentParser, parse_bool: Callable[[str], bool]) -> None:
     parser.add_argument(
         "--model-config-name",
+        type=_config_name,
         default="",
         metavar="NAME",
         help="load <model>/configs/NAME.pbtxt when it exists, else config.pbtxt",

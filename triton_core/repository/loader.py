@@ -48,6 +48,10 @@ class LoaderOptions:
     gpu_count: int = 0
     #: histogram buckets (ms) for request latencies; None records no histogram
     latency_buckets_ms: tuple[float, ...] | None = None
+    #: ``--model-config-name``: load ``configs/<name>.pbtxt`` where a model has it
+    model_config_name: str = ""
+    #: ``--model-load-retry-count``: how many more times a failed version load is tried
+    model_load_retry_count: int = 0
 
 
 @dataclass(slots=True)
@@ -61,6 +65,10 @@ class PreparedModel:
     versions: dict[int, Path]
     #: the repository agents that saw this load's LOAD (the manager fills it in)
     agents: AgentSet = field(default_factory=AgentSet)
+
+
+#: the folder of a model's alternative configs (``--model-config-name``)
+CUSTOM_CONFIG_FOLDER = "configs"
 
 
 class ModelLoader:
@@ -83,6 +91,10 @@ class ModelLoader:
         self._loop = loop
         self._backend_objects: dict[str, Backend] = {}
 
+    @property
+    def options(self) -> LoaderOptions:
+        return self._options
+
     # -- config --------------------------------------------------------------------------------
 
     def prepare(
@@ -96,7 +108,7 @@ class ModelLoader:
         if not is_within(model_dir, root):
             raise invalid_arg(f"model '{name}' resolves outside the model repository {root}")
         if config is None:
-            config = read_model_config(name, model_dir)
+            config = read_model_config(name, model_dir, self._options.model_config_name)
         else:
             copy = ModelConfig()
             copy.CopyFrom(config)
@@ -371,9 +383,19 @@ class ModelLoader:
         return labels
 
 
-def read_model_config(name: str, model_dir: Path) -> ModelConfig:
-    """The config as written in ``config.pbtxt`` (an empty one when there is none)."""
-    config_path = model_dir / CONFIG_FILENAME
+def config_path_of(model_dir: Path, config_name: str = "") -> Path:
+    """``configs/<config_name>.pbtxt`` when ``--model-config-name`` is set and the model has
+    that file, else ``config.pbtxt`` (Triton's rule)."""
+    if config_name:
+        custom = model_dir / CUSTOM_CONFIG_FOLDER / f"{config_name}.pbtxt"
+        if custom.is_file():
+            return custom
+    return model_dir / CONFIG_FILENAME
+
+
+def read_model_config(name: str, model_dir: Path, config_name: str = "") -> ModelConfig:
+    """The config as written in its file (an empty one when there is none)."""
+    config_path = config_path_of(model_dir, config_name)
     config = read_config_file(config_path) if config_path.is_file() else ModelConfig()
     if config.name and config.name != name:
         raise invalid_arg(

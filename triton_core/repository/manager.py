@@ -259,7 +259,7 @@ class ModelRepositoryManager:
         raw = (
             record.override.config
             if record.override is not None
-            else read_model_config(name, folder)
+            else read_model_config(name, folder, self._loader.options.model_config_name)
         )
         return folder, root, raw
 
@@ -384,14 +384,30 @@ class ModelRepositoryManager:
         return errors[0] if errors else None
 
     async def _load_version(self, prepared: PreparedModel, version: int) -> LoadedModel:
-        """One version, within the config's ``load_timeout_secs`` if it sets one."""
+        """One version, within the config's ``load_timeout_secs`` if it sets one; a failed
+        load is tried again up to ``--model-load-retry-count`` times, as Triton does."""
         name = prepared.config.name
-        return await self._bounded(
-            lambda: self._loader.load_version(prepared, version),
-            timeout_parameter(prepared.config, LOAD_TIMEOUT_PARAMETER),
-            f"failed to load '{name}' version {version}: the load",
-            self._release_late_load,
-        )
+        retries = self._loader.options.model_load_retry_count
+        for attempt in range(retries + 1):
+            try:
+                return await self._bounded(
+                    lambda: self._loader.load_version(prepared, version),
+                    timeout_parameter(prepared.config, LOAD_TIMEOUT_PARAMETER),
+                    f"failed to load '{name}' version {version}: the load",
+                    self._release_late_load,
+                )
+            except Exception as exc:
+                if attempt == retries:
+                    raise
+                logger.warning(
+                    "failed to load '%s' version %d (attempt %d of %d), trying again: %s",
+                    name,
+                    version,
+                    attempt + 1,
+                    retries + 1,
+                    load_error(exc, name).message,
+                )
+        raise AssertionError("unreachable: the last attempt returns or raises")
 
     @staticmethod
     async def _bounded(
