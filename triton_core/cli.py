@@ -377,6 +377,11 @@ def _run_serve(args: argparse.Namespace) -> int:
         http_restrictions=http_restrictions,
         grpc_restrictions=grpc_restrictions,
         ports_file=args.ports_file,
+        reuse_http_port=args.reuse_http_port,
+        reuse_grpc_port=args.reuse_grpc_port,
+        grpc_compression_level=args.grpc_infer_response_compression_level,
+        http_header_forward_pattern=args.http_header_forward_pattern,
+        grpc_header_forward_pattern=args.grpc_header_forward_pattern,
     )
     server = Server(options, plugins)
     try:

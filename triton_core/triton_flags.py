@@ -100,7 +100,7 @@ def _pair(flag: str, first: type, second: type) -> Callable[[str], tuple[Any, An
 
 def _config_name(text: str) -> str:
     # a file name inside the model's configs/ folder, never a path out of it
-    if not text or any(c.isspace() for c in text) or "/" in text or text in (".", ".."):
+    if any(c.isspace() for c in text) or "/" in text or text in (".", ".."):
         raise _bad(
             "--model-config-name",
             f"must be a file name without spaces or '/' (configs/<name>.pbtxt), got '{text}'",

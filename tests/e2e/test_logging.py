@@ -18,7 +18,7 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from tests.plugins import log_plugin
-from tests.support import ServerProcess
+from tests.support import ServerProcess, serve_until_done
 
 onnx_builders = pytest.importorskip("triton_core_onnx.model_builders")
 
@@ -58,13 +58,9 @@ def logged(repository: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     process = ServerProcess(
         [repository], "--log-file", str(log_file), "--log-verbose", "1", env=PLUGIN_ENV
     )
-    try:
-        process.wait_ready()
+    for running in serve_until_done(process):
         _wait_for(log_file, log_plugin.WARNING_LINE)
-        yield process, log_file
-    finally:
-        code = process.stop()
-        assert code == 0, process.log()[-4000:]
+        yield running, log_file
 
 
 def test_log_file_is_appended_in_tritons_default_layout(logged: tuple) -> None:

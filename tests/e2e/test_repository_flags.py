@@ -9,7 +9,7 @@ from textwrap import dedent
 import pytest
 import tritonclient.http as httpclient
 
-from tests.support import ServerProcess
+from tests.support import ServerProcess, serve_until_done
 
 onnx_builders = pytest.importorskip("triton_core_onnx.model_builders")
 pytest.importorskip("triton_core_python")
@@ -76,12 +76,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServerPro
         "--exit-on-error", "false",
         "--strict-readiness", "false",
     )  # fmt: skip
-    try:
-        process.wait_ready()
-        yield process, root
-    finally:
-        code = process.stop()
-        assert code == 0, process.log()[-4000:]
+    for running in serve_until_done(process):
+        yield running, root
 
 
 def test_model_config_name_selects_configs_name_pbtxt_where_it_exists(server: tuple) -> None:

@@ -25,6 +25,7 @@ from triton_core.frontends.grpc.codec import (
     encode_stream_error,
     encode_stream_response,
 )
+from triton_core.frontends.header_forwarding import HeaderForwarder
 from triton_core.frontends.restricted import Restriction, Restrictions, first_value
 from triton_core.protos import grpc_service_pb2 as pb
 from triton_core.protos import grpc_service_pb2_grpc as pb_grpc
@@ -97,6 +98,15 @@ def _unimplemented(rpc: str, feature: str) -> Callable[..., Coroutine[Any, Any, 
     handler.__name__ = rpc
     handler.__doc__ = f"Answers UNIMPLEMENTED: {feature} is not supported."
     return handler
+
+
+def _forward_headers(
+    forwarder: HeaderForwarder, request: InferenceRequest, context: grpc.aio.ServicerContext
+) -> None:
+    """The call's metadata that matches ``--grpc-header-forward-pattern``, as parameters."""
+    metadata = context.invocation_metadata() or ()
+    pairs = [(key, value) for key, value in metadata if isinstance(value, str)]
+    request.parameters.update(forwarder.parameters(pairs))
 
 
 def _setting_value(value: pb.LogSettingsRequest.SettingValue) -> Any:
@@ -194,8 +204,16 @@ class GRPCInferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     and every RPC when nothing is restricted, run as they are.
     """
 
-    def __init__(self, server: ServerAPI, restrictions: Restrictions | None = None) -> None:
+    def __init__(
+        self,
+        server: ServerAPI,
+        restrictions: Restrictions | None = None,
+        header_forwarder: HeaderForwarder | None = None,
+    ) -> None:
         self._server = server
+        #: ``--grpc-header-forward-pattern``; with it, ModelInfer runs as a coroutine (the
+        #: transport gets no callback handler), so the callback path never checks for it
+        self.header_forwarder = header_forwarder
         for rpc, group in RPC_GROUPS.items():
             restriction = (restrictions or {}).get(group)
             if restriction is None:
@@ -396,6 +414,8 @@ class GRPCInferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         """One request, one response; decoupled models are refused as Triton does."""
         try:
             infer_request = decode_infer_request(request)
+            if self.header_forwarder is not None:
+                _forward_headers(self.header_forwarder, infer_request, context)
             server = self._server
             if server.model_is_decoupled(infer_request.model_name, infer_request.model_version):
                 raise unsupported(DECOUPLED_MESSAGE)
@@ -466,6 +486,7 @@ class GRPCInferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         """
         server = self._server
         raise_errors = _wants_grpc_errors(context)
+        forwarder = self.header_forwarder
         # this coroutine is the only writer: grpc.aio allows one write at a time per call
         queue: asyncio.Queue[_StreamItem] = asyncio.Queue()
         put = queue.put_nowait
@@ -475,6 +496,8 @@ class GRPCInferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
             request_id = message.id
             try:
                 infer_request, empty_final = decode_stream_request(message)
+                if forwarder is not None:
+                    _forward_headers(forwarder, infer_request, context)
                 async for response in server.infer_stream(infer_request):
                     if response.final and not response.outputs and not response.parameters:
                         # a flag-only completion: sent only when the client asked for it

@@ -24,6 +24,7 @@ from falcon.routing.converters import BaseConverter
 from triton_core.errors import TritonError, internal, invalid_arg, unsupported
 from triton_core.frontends import logging_extension
 from triton_core.frontends.common import parse_version
+from triton_core.frontends.header_forwarding import HeaderForwarder
 from triton_core.frontends.http import compression
 from triton_core.frontends.http.codec import (
     DEFAULT_JSON_LIMITS,
@@ -93,6 +94,7 @@ def create_app(
     max_input_size: int = 1 << 26,
     restrictions: Restrictions | None = None,
     json_limits: JsonLimits = DEFAULT_JSON_LIMITS,
+    header_forwarder: HeaderForwarder | None = None,
 ) -> falcon.asgi.App:
     """Build the ASGI app serving ``server`` over Triton's HTTP/REST protocol.
 
@@ -114,7 +116,7 @@ def create_app(
     app.add_route("/v2/health/live", health, suffix="live")
     app.add_route("/v2/health/ready", health, suffix="ready")
 
-    model = _ModelResource(server, max_input_size, json_limits)
+    model = _ModelResource(server, max_input_size, json_limits, header_forwarder)
     generate_routes = {
         kind: GenerateResource(
             server, max_input_size, streaming=kind.endswith("stream"), json_limits=json_limits
@@ -199,11 +201,16 @@ class _ModelResource:
     """``/v2/models/{m}[/versions/{v}][/ready|/config|/infer]``."""
 
     def __init__(
-        self, server: InferenceServerAPI, max_input_size: int, json_limits: JsonLimits
+        self,
+        server: InferenceServerAPI,
+        max_input_size: int,
+        json_limits: JsonLimits,
+        header_forwarder: HeaderForwarder | None = None,
     ) -> None:
         self._server = server
         self._max_input_size = max_input_size
         self._json_limits = json_limits
+        self._header_forwarder = header_forwarder
 
     async def on_get(
         self,
@@ -287,6 +294,12 @@ class _ModelResource:
                     len(body), compression.decompress, body, encoding, self._max_input_size
                 )
 
+        forwarded = None
+        if self._header_forwarder is not None:
+            # names as the client sent them, lowercased by the ASGI server
+            raw = req.scope["headers"]
+            pairs = ((name.decode("latin-1"), value.decode("latin-1")) for name, value in raw)
+            forwarded = self._header_forwarder.parameters(pairs)
         data, headers = await infer_body(
             server,
             model_name,
@@ -294,6 +307,7 @@ class _ModelResource:
             body,
             req.get_header(HEADER_LENGTH),
             self._json_limits,
+            forwarded,
         )
 
         accept_encoding = req.get_header("Accept-Encoding")
@@ -407,16 +421,20 @@ async def infer_body(
     body: bytes,
     header_length: str | None,
     json_limits: JsonLimits = DEFAULT_JSON_LIMITS,
+    forwarded_headers: dict[str, str] | None = None,
 ) -> tuple[bytes, dict[str, str]]:
     """Decode an (uncompressed) infer body, run it, and encode the answer as (body, headers).
 
-    A large body is decoded in a thread (:func:`decodes_off_loop`).
+    A large body is decoded in a thread (:func:`decodes_off_loop`). ``forwarded_headers``
+    join the request's parameters (``--http-header-forward-pattern``).
     """
     args = (server, model_name, model_version, body, header_length, json_limits)
     if decodes_off_loop(body, header_length):
         decoded = await decode_in_thread(*args)
     else:
         decoded = decode_infer_body(*args)
+    if forwarded_headers:
+        decoded.request.parameters.update(forwarded_headers)
     response = await server.infer(decoded.request)
     return encode_infer_answer(response, decoded)
 
