@@ -219,7 +219,8 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="counter_latencies=<bool> (true), histogram_latencies=<bool> (false)",
+        help="counter_latencies=<bool> (true), histogram_latencies=<bool> (false), "
+        "summary_latencies=<bool> (false), summary_quantiles=<q>:<error>,...",
     )
     _add_bool(serve_cmd, "--allow-cpu-metrics", True, "report CPU utilisation and memory")
     _add_bool(serve_cmd, "--allow-gpu-metrics", True, "accepted for compatibility")
@@ -323,7 +324,9 @@ def _run_serve(args: argparse.Namespace) -> int:
     try:
         plugins = create_plugin_manager(args.disable_plugin)
         LOG.scope(plugin_logger_names(plugins.pm.get_plugins()))
-        metrics = MetricsOptions.parse(args.metrics_config, args.allow_cpu_metrics)
+        metrics = MetricsOptions.parse(
+            args.metrics_config, args.allow_cpu_metrics, args.metrics_interval_ms
+        )
         http_restrictions = parse_restrictions(args.http_restricted_api, "--http-restricted-api")
         grpc_restrictions = parse_restrictions(
             args.grpc_restricted_protocol, "--grpc-restricted-protocol", GRPC_HEADER_PREFIX
@@ -347,6 +350,7 @@ def _run_serve(args: argparse.Namespace) -> int:
         backend_options=backend_options,
         model_load_thread_count=args.model_load_thread_count,
         latency_buckets_ms=DEFAULT_LATENCY_BUCKETS_MS if metrics.histogram_latencies else None,
+        latency_summaries=metrics.summary_latencies,
         cache=cache,
         model_control_mode=args.model_control_mode,
         load_models=args.load_model,

@@ -80,6 +80,8 @@ class ServerOptions:
     repository_poll_secs: float = 15.0
     #: where cloud repositories' models are copied (default: a temporary folder)
     repository_cache_dir: Path | None = None
+    #: ``summary_latencies`` in ``--metrics-config``: per-model latency summaries
+    latency_summaries: bool = False
     #: ``--model-config-name``: load ``<model>/configs/<name>.pbtxt`` where it exists
     model_config_name: str = ""
     #: ``--model-load-retry-count``: more tries of a version load that fails
@@ -126,6 +128,7 @@ class Server:
                 backend_options=self.options.backend_options,
                 gpu_count=gpu_count(),
                 latency_buckets_ms=self.options.latency_buckets_ms,
+                latency_summaries=self.options.latency_summaries,
                 model_config_name=self.options.model_config_name,
                 model_load_retry_count=self.options.model_load_retry_count,
             ),

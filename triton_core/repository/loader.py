@@ -48,6 +48,8 @@ class LoaderOptions:
     gpu_count: int = 0
     #: histogram buckets (ms) for request latencies; None records no histogram
     latency_buckets_ms: tuple[float, ...] | None = None
+    #: ``summary_latencies`` in ``--metrics-config``: record latency summaries
+    latency_summaries: bool = False
     #: ``--model-config-name``: load ``configs/<name>.pbtxt`` where a model has it
     model_config_name: str = ""
     #: ``--model-load-retry-count``: how many more times a failed version load is tried
@@ -267,7 +269,12 @@ class ModelLoader:
         def finish(requests, responses, instance):
             return signature.finish(requests, responses, version, instance)
 
-        statistics = ModelStatistics(config.name, version, self._options.latency_buckets_ms)
+        statistics = ModelStatistics(
+            config.name,
+            version,
+            self._options.latency_buckets_ms,
+            self._options.latency_summaries,
+        )
         pool = InstancePool(
             instances,
             names,
@@ -322,7 +329,12 @@ class ModelLoader:
             )
         signature = ModelSignature(config)
         signature.labels = self._read_labels(config, prepared.model_dir)
-        statistics = ModelStatistics(config.name, version, self._options.latency_buckets_ms)
+        statistics = ModelStatistics(
+            config.name,
+            version,
+            self._options.latency_buckets_ms,
+            self._options.latency_summaries,
+        )
 
         # untyped: ResponseFinisher does not say yet that a decoupled batch resolves to None
         def finish(requests, responses, instance):
