@@ -25,7 +25,7 @@ from triton_core.plugins import create_plugin_manager
 from triton_core.server import Server, ServerOptions
 from triton_core.statistics import DEFAULT_LATENCY_BUCKETS_MS
 from triton_core.triton_flags import add_arguments as add_triton_flags
-from triton_core.triton_flags import log_flags_without_effect
+from triton_core.triton_flags import log_flags_without_effect, plugin_directories
 
 if TYPE_CHECKING:
     from triton_core.frontends.http.codec import JsonLimits
@@ -322,7 +322,7 @@ def _run_serve(args: argparse.Namespace) -> int:
     for backend, key, value in args.backend_config:
         backend_options.setdefault(backend, {})[key] = value
     try:
-        plugins = create_plugin_manager(args.disable_plugin)
+        plugins = create_plugin_manager(args.disable_plugin, directories=plugin_directories(args))
         LOG.scope(plugin_logger_names(plugins.pm.get_plugins()))
         metrics = MetricsOptions.parse(
             args.metrics_config, args.allow_cpu_metrics, args.metrics_interval_ms

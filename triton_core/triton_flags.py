@@ -11,6 +11,7 @@ import argparse
 import logging
 import re
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, Final
 
 from triton_core.devices import gpu_count
@@ -277,6 +278,29 @@ def _add_devices(parser: argparse.ArgumentParser, parse_bool: Callable[[str], bo
 
 def _dest(flag: str) -> str:
     return flag.lstrip("-").replace("-", "_")
+
+
+#: the plugin folder flags with Triton's defaults
+_DIRECTORY_FLAGS: Final = (
+    ("--backend-directory", DEFAULT_BACKEND_DIRECTORY),
+    ("--repoagent-directory", DEFAULT_REPOAGENT_DIRECTORY),
+    ("--cache-directory", DEFAULT_CACHE_DIRECTORY),
+)
+
+
+def plugin_directories(args: argparse.Namespace) -> list[tuple[str, Path]]:
+    """(flag, folder) of each plugin folder to import; Triton's defaults are skipped when
+    absent, a folder given that is not one is refused (ValueError naming the flag)."""
+    found = []
+    for flag, default in _DIRECTORY_FLAGS:
+        folder = Path(getattr(args, _dest(flag)))
+        if not folder.is_dir():
+            if str(folder) == default:
+                continue
+            raise ValueError(f"{flag}: '{folder}' is not a directory")
+        if (flag, folder) not in found:
+            found.append((flag, folder))
+    return found
 
 
 def log_flags_without_effect(args: argparse.Namespace) -> None:
