@@ -25,7 +25,11 @@ from triton_core.plugins import create_plugin_manager
 from triton_core.server import Server, ServerOptions
 from triton_core.statistics import DEFAULT_LATENCY_BUCKETS_MS
 from triton_core.triton_flags import add_arguments as add_triton_flags
-from triton_core.triton_flags import log_flags_without_effect, plugin_directories
+from triton_core.triton_flags import (
+    log_flags_without_effect,
+    plugin_directories,
+    refuse_unsupported_values,
+)
 
 if TYPE_CHECKING:
     from triton_core.frontends.http.codec import JsonLimits
@@ -44,7 +48,7 @@ def _bool(text: str) -> bool:
     raise argparse.ArgumentTypeError(f"expected true or false, got '{text}'")
 
 
-def _add_bool(parser: argparse.ArgumentParser, flag: str, default: bool, help: str) -> None:
+def _add_bool(parser: argparse.ArgumentParser, flag: str, default: bool | None, help: str) -> None:
     parser.add_argument(
         flag, type=_bool, nargs="?", const=True, default=default, metavar="BOOL", help=help
     )
@@ -223,7 +227,7 @@ def build_parser() -> argparse.ArgumentParser:
         "summary_latencies=<bool> (false), summary_quantiles=<q>:<error>,...",
     )
     _add_bool(serve_cmd, "--allow-cpu-metrics", True, "report CPU utilisation and memory")
-    _add_bool(serve_cmd, "--allow-gpu-metrics", True, "accepted for compatibility")
+    _add_bool(serve_cmd, "--allow-gpu-metrics", None, "no effect here (no GPU metrics)")
     serve_cmd.add_argument(
         "--log-verbose", type=int, default=0, metavar="LEVEL", help="verbose logging when > 0"
     )
@@ -322,6 +326,7 @@ def _run_serve(args: argparse.Namespace) -> int:
     for backend, key, value in args.backend_config:
         backend_options.setdefault(backend, {})[key] = value
     try:
+        refuse_unsupported_values(args)
         plugins = create_plugin_manager(args.disable_plugin, directories=plugin_directories(args))
         LOG.scope(plugin_logger_names(plugins.pm.get_plugins()))
         metrics = MetricsOptions.parse(

@@ -29,15 +29,25 @@ DEFAULT_CACHE_DIRECTORY: Final = "/opt/tritonserver/caches"
 
 _NO_THREAD_POOL = "one event loop serves every connection"
 
-#: flags accepted without effect: (flag, why); named at start only when given
-NO_EFFECT: Final = (
-    ("--http-thread-count", _NO_THREAD_POOL),
-    ("--grpc-infer-thread-count", _NO_THREAD_POOL),
-    ("--grpc-infer-allocation-pool-size", "requests are Python objects, not pooled C++ states"),
-    ("--grpc-max-response-pool-size", "responses are Python objects, not pooled C++ states"),
-    ("--buffer-manager-thread-count", "tensors are numpy arrays, copied by the backends"),
-    ("--pinned-memory-pool-byte-size", "the backends allocate their own pinned memory"),
-    ("--host-policy", "instances run without NUMA or CPU binding"),
+#: flags accepted without effect here, with why; named at start only when given
+NO_EFFECT: Final = {
+    "--http-thread-count": _NO_THREAD_POOL,
+    "--grpc-infer-thread-count": _NO_THREAD_POOL,
+    "--grpc-infer-allocation-pool-size": "requests are Python objects, not pooled C++ states",
+    "--grpc-max-response-pool-size": "responses are Python objects, not pooled C++ states",
+    "--buffer-manager-thread-count": "tensors are numpy arrays, copied by the backends",
+    "--pinned-memory-pool-byte-size": "the backends allocate their own pinned memory",
+    "--host-policy": "instances run without NUMA or CPU binding",
+    "--allow-gpu-metrics": "no GPU metrics are collected here",
+}
+#: the flags above that take a count (the others parse their own way)
+_COUNT_FLAGS: Final = (
+    "--http-thread-count",
+    "--grpc-infer-thread-count",
+    "--grpc-infer-allocation-pool-size",
+    "--grpc-max-response-pool-size",
+    "--buffer-manager-thread-count",
+    "--pinned-memory-pool-byte-size",
 )
 #: flags about GPUs: no effect here (the backends manage GPU memory themselves)
 GPU_ONLY: Final = (
@@ -249,11 +259,11 @@ def _add_frontends(parser: argparse.ArgumentParser, parse_bool: Callable[[str], 
         metavar="MS",
         help="how often the gauges (CPU, memory, pending requests) refresh",
     )
-    for flag, _why in NO_EFFECT:
-        if flag == "--host-policy":
-            parser.add_argument(flag, type=_host_policy, action="append", default=None)
-        else:
-            parser.add_argument(flag, type=_integer(flag, 0), default=None, metavar="N")
+    for flag in _COUNT_FLAGS:
+        parser.add_argument(flag, type=_integer(flag, 0), default=None, metavar="N")
+    parser.add_argument(
+        "--host-policy", type=_host_policy, action="append", default=None, metavar="NAME,KEY=VALUE"
+    )
 
 
 def _add_devices(parser: argparse.ArgumentParser, parse_bool: Callable[[str], bool]) -> None:
@@ -303,9 +313,19 @@ def plugin_directories(args: argparse.Namespace) -> list[tuple[str, Path]]:
     return found
 
 
+def refuse_unsupported_values(args: argparse.Namespace) -> None:
+    """ValueError naming a flag whose value asks for what this server does not do."""
+    if args.model_namespacing:
+        raise ValueError(
+            "--model-namespacing=true is not supported: models are found by name across "
+            "the repositories (a name in two repositories fails its load, as Triton does "
+            "without namespacing)"
+        )
+
+
 def log_flags_without_effect(args: argparse.Namespace) -> None:
     """One INFO line per flag given that does nothing here, saying why."""
-    for flag, why in NO_EFFECT:
+    for flag, why in NO_EFFECT.items():
         if getattr(args, _dest(flag)) is not None:
             logger.info("%s has no effect here: %s", flag, why)
     gpus = gpu_count()

@@ -56,8 +56,13 @@ def logged(repository: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     log_file = tmp_path_factory.mktemp("logging") / "server.log"
     log_file.write_text("a line from before\n")
     process = ServerProcess(
-        [repository], "--log-file", str(log_file), "--log-verbose", "1", env=PLUGIN_ENV
-    )
+        [repository],
+        "--log-file", str(log_file),
+        "--log-verbose", "1",
+        "--http-thread-count", "4",
+        "--cuda-memory-pool-byte-size", "0:1024",
+        env=PLUGIN_ENV,
+    )  # fmt: skip
     for running in serve_until_done(process):
         _wait_for(log_file, log_plugin.WARNING_LINE)
         yield running, log_file
@@ -78,6 +83,15 @@ def test_log_file_is_appended_in_tritons_default_layout(logged: tuple) -> None:
     assert any("Started HTTPService" in line for line in lines)
     # everything goes to the file, nothing to the console
     assert "Started HTTPService" not in process.log()
+
+
+def test_flags_without_effect_say_so_once_at_start(logged: tuple) -> None:
+    _, log_file = logged
+    text = log_file.read_text()
+    line = "--http-thread-count has no effect here: one event loop serves every connection"
+    assert text.count(line) == 1
+    assert text.count("--cuda-memory-pool-byte-size has no effect here") == 1
+    assert "--grpc-infer-allocation-pool-size" not in text  # not given: not named
 
 
 def test_verbose_reaches_core_and_plugins_not_libraries(logged: tuple) -> None:

@@ -109,8 +109,16 @@ def test_a_failed_load_is_retried_model_load_retry_count_times(server: tuple) ->
     assert "failed to load 'flaky_4' version 1 (attempt 2 of 3), trying again" in process.log()
 
 
-def test_bad_model_config_name_is_refused(tmp_path: Path) -> None:
-    process = ServerProcess([tmp_path], "--model-config-name", "../x")
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--model-config-name", "../x"], "argument --model-config-name: must be a file name"),
+        (["--model-load-retry-count", "-1"], "argument --model-load-retry-count: must be at"),
+        (["--model-namespacing", "true"], "--model-namespacing=true is not supported"),
+    ],
+)
+def test_what_cannot_be_honoured_is_refused(tmp_path: Path, flags: list[str], message: str) -> None:
+    process = ServerProcess([tmp_path], *flags)
     assert process.process.wait(timeout=60) == 2
     process.stop()
-    assert "argument --model-config-name: must be a file name" in process.log()
+    assert message in process.log()
