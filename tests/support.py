@@ -75,6 +75,15 @@ class ServerProcess(testing.ServerProcess):
         super().__init__(repos, *args, env=env, cwd=ROOT)
 
 
+def refused_start_log(repos: list[Path], *args: str) -> str:
+    """The output of a ``serve`` that must refuse its flags: it exits with code 2 at once."""
+    process = ServerProcess(repos, *args)
+    code = process.process.wait(timeout=60)
+    process.stop()
+    assert code == 2, process.log()[-4000:]
+    return process.log()
+
+
 def serve_until_done(process: ServerProcess) -> Iterator[ServerProcess]:
     """For fixtures: ``process`` once ready, then stopped, checking that it stopped cleanly."""
     try:

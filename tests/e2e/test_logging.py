@@ -18,7 +18,7 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from tests.plugins import log_plugin
-from tests.support import ServerProcess, serve_until_done
+from tests.support import ServerProcess, refused_start_log, serve_until_done
 
 onnx_builders = pytest.importorskip("triton_core_onnx.model_builders")
 
@@ -221,7 +221,4 @@ def test_json_log_format(repository: Path, tmp_path: Path) -> None:
     ],
 )
 def test_malformed_log_flags_are_refused(repository: Path, flags: list[str], message: str) -> None:
-    process = ServerProcess([repository], *flags)
-    assert process.process.wait(timeout=60) == 2
-    process.stop()
-    assert message in process.log()
+    assert message in refused_start_log([repository], *flags)

@@ -10,7 +10,7 @@ import pytest
 import tritonclient.http as httpclient
 
 from tests.e2e.test_statistics import NUMPY_PLUGIN, add_sub_inputs, metric, scrape
-from tests.support import ServerProcess, write_numpy_model
+from tests.support import ServerProcess, refused_start_log, write_numpy_model
 
 SUMMARIES = (
     "nv_inference_request_summary_us",
@@ -97,10 +97,7 @@ def test_metrics_interval_ms_sets_how_often_cpu_gauges_refresh(repository: Path)
 def test_malformed_metrics_flags_are_refused(
     repository: Path, flags: list[str], message: str
 ) -> None:
-    process = ServerProcess([repository], *flags)
-    assert process.process.wait(timeout=60) == 2
-    process.stop()
-    assert message in process.log()
+    assert message in refused_start_log([repository], *flags)
 
 
 def test_summaries_before_any_request(repository: Path) -> None:

@@ -10,7 +10,12 @@ import numpy as np
 import pytest
 import tritonclient.http as httpclient
 
-from tests.support import ServerProcess, serve_until_done, write_numpy_model
+from tests.support import (
+    ServerProcess,
+    refused_start_log,
+    serve_until_done,
+    write_numpy_model,
+)
 
 #: a plugin module that is the numpy test backend under another name (a module of the folder)
 BACKEND_MODULE = "from tests.plugins.numpy_backend import triton_register_backends  # noqa\n"
@@ -79,10 +84,8 @@ def test_a_module_that_fails_to_import_is_named(server: ServerProcess) -> None:
 
 
 def test_a_missing_folder_given_is_refused(tmp_path: Path) -> None:
-    process = ServerProcess([tmp_path], "--cache-directory", str(tmp_path / "absent"))
-    assert process.process.wait(timeout=60) == 2
-    process.stop()
-    assert f"--cache-directory: '{tmp_path / 'absent'}' is not a directory" in process.log()
+    log = refused_start_log([tmp_path], "--cache-directory", str(tmp_path / "absent"))
+    assert f"--cache-directory: '{tmp_path / 'absent'}' is not a directory" in log
 
 
 def test_tritons_default_folders_are_skipped_when_absent(tmp_path: Path) -> None:
