@@ -29,6 +29,7 @@ from triton_core.triton_flags import (
     log_flags_without_effect,
     plugin_directories,
     refuse_unsupported_values,
+    verbose_level,
 )
 
 if TYPE_CHECKING:
@@ -229,7 +230,11 @@ def build_parser() -> argparse.ArgumentParser:
     _add_bool(serve_cmd, "--allow-cpu-metrics", True, "report CPU utilisation and memory")
     _add_bool(serve_cmd, "--allow-gpu-metrics", None, "no effect here (no GPU metrics)")
     serve_cmd.add_argument(
-        "--log-verbose", type=int, default=0, metavar="LEVEL", help="verbose logging when > 0"
+        "--log-verbose",
+        type=verbose_level,
+        default=0,
+        metavar="LEVEL",
+        help="verbose logging when > 0 (true/false stand for 1/0, as in Triton)",
     )
     _add_bool(serve_cmd, "--log-info", True, "log informational messages")
     add_triton_flags(serve_cmd, _bool)
@@ -313,9 +318,6 @@ def _log_settings(args: argparse.Namespace) -> LogSettings:
 
 
 def _run_serve(args: argparse.Namespace) -> int:
-    if args.log_verbose < 0:
-        print("error: --log-verbose must be 0 or more", file=sys.stderr)
-        return 2
     try:
         LOG.configure(_log_settings(args))
     except OSError as exc:

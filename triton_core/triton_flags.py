@@ -109,6 +109,15 @@ def _pair(flag: str, first: type, second: type) -> Callable[[str], tuple[Any, An
     return parse
 
 
+def verbose_level(text: str) -> int:
+    """``--log-verbose``: a level of 0 or more; ``true``/``false`` are 1/0 (Triton's
+    ParseIntBoolOption)."""
+    lowered = text.strip().lower()
+    if lowered in ("true", "false"):
+        return int(lowered == "true")
+    return _integer("--log-verbose", 0)(text)
+
+
 def _config_name(text: str) -> str:
     # a file name inside the model's configs/ folder, never a path out of it
     if any(c.isspace() for c in text) or "/" in text or text in (".", ".."):
@@ -183,6 +192,7 @@ def _add_logging(parser: argparse.ArgumentParser, parse_bool: Callable[[str], bo
         "--log-format",
         type=_choice("--log-format", LOG_FORMATS),
         default="default",
+        metavar="FORMAT",
         help="default (Triton's 'I1201 21:51:19.123456 PID file:line] msg'), ISO8601, or json "
         "(one object per line)",
     )
@@ -275,6 +285,7 @@ def _add_devices(parser: argparse.ArgumentParser, parse_bool: Callable[[str], bo
         "--min-supported-compute-capability",
         type=_number("--min-supported-compute-capability"),
         default=None,
+        metavar="CC",
     )
     parser.add_argument(
         "--model-load-gpu-limit",
