@@ -172,31 +172,51 @@ def test_logging_extension_over_grpc(logged: tuple) -> None:
         client.close()
 
 
-def test_log_switches_and_iso8601_on_the_console(repository: Path) -> None:
+def test_log_switches_iso8601_and_restriction_on_the_console(repository: Path) -> None:
     process = ServerProcess(
         [repository],
         "--log-format", "ISO8601",
-        "--log-info", "false",
         "--log-warning=false",
         "--log-error", "true",
+        "--http-restricted-api", "logging:admin-key=secret",
+        "--grpc-restricted-protocol", "logging:admin-key=secret",
         env=PLUGIN_ENV,
     )  # fmt: skip
     try:
         process.wait_ready()
-        client = httpclient.InferenceServerClient(process.http_url)
+        http = httpclient.InferenceServerClient(process.http_url)
+        grpc = grpcclient.InferenceServerClient(process.grpc_url)
         try:
-            settings = client.get_log_settings()
-            assert (settings["log_info"], settings["log_warning"]) == (False, False)
-            client.update_log_settings({"log_warning": True})
+            with pytest.raises(InferenceServerException, match="This API is restricted"):
+                http.get_log_settings()
+            with pytest.raises(InferenceServerException, match="This protocol is restricted"):
+                grpc.get_log_settings()
+            settings = http.get_log_settings(headers={"admin-key": "secret"})
+            assert (settings["log_info"], settings["log_warning"]) == (True, False)
+            metadata = {"triton-grpc-protocol-admin-key": "secret"}
+            assert grpc.get_log_settings(headers=metadata, as_json=True)["settings"][
+                "log_format"
+            ] == {"string_param": "ISO8601"}
         finally:
-            client.close()
+            http.close()
+            grpc.close()
     finally:
         code = process.stop()
     log = process.log()
     assert code == 0, log[-4000:]
-    assert "Started HTTPService" not in log
-    assert log_plugin.WARNING_LINE not in log  # warnings were off at start
+    (started,) = [line for line in log.splitlines() if "Started HTTPService" in line]
+    assert ISO8601_LINE.fullmatch(started), started
+    assert log_plugin.WARNING_LINE not in log  # warnings were off
     assert log_plugin.PLUGIN_LINE not in log  # not verbose
+
+
+def test_log_info_false_hides_info_lines_only(repository: Path) -> None:
+    with ServerProcess([repository], "--log-info", "false", env=PLUGIN_ENV) as process:
+        process.wait_ready()
+        _wait_for(process.log_path, log_plugin.WARNING_LINE)
+    log = process.log()
+    assert "Started HTTPService" not in log
+    assert re.search(r"^W\d{4} .*log_plugin: a warning", log, re.MULTILINE), log[-2000:]
 
 
 def test_json_log_format(repository: Path, tmp_path: Path) -> None:
