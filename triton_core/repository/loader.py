@@ -401,6 +401,11 @@ def config_path_of(model_dir: Path, config_name: str = "") -> Path:
     if config_name:
         custom = model_dir / CUSTOM_CONFIG_FOLDER / f"{config_name}.pbtxt"
         if custom.is_file():
+            if not is_within(custom, model_dir):
+                raise invalid_arg(
+                    f"config '{CUSTOM_CONFIG_FOLDER}/{config_name}.pbtxt' of model "
+                    f"'{model_dir.name}' resolves outside the model folder"
+                )
             return custom
     return model_dir / CONFIG_FILENAME
 
