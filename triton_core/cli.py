@@ -28,7 +28,6 @@ from triton_core.triton_flags import add_arguments as add_triton_flags
 from triton_core.triton_flags import (
     log_flags_without_effect,
     plugin_directories,
-    refuse_unsupported_values,
     verbose_level,
 )
 
@@ -328,7 +327,6 @@ def _run_serve(args: argparse.Namespace) -> int:
     for backend, key, value in args.backend_config:
         backend_options.setdefault(backend, {})[key] = value
     try:
-        refuse_unsupported_values(args)
         plugins = create_plugin_manager(args.disable_plugin, directories=plugin_directories(args))
         LOG.scope(plugin_logger_names(plugins.pm.get_plugins()))
         metrics = MetricsOptions.parse(
@@ -364,6 +362,7 @@ def _run_serve(args: argparse.Namespace) -> int:
         repository_poll_secs=args.repository_poll_secs,
         model_config_name=args.model_config_name,
         model_load_retry_count=args.model_load_retry_count,
+        model_namespacing=args.model_namespacing,
     )
     http_limits, json_limits = _http_limits(args)
     frontends = FrontendOptions(

@@ -217,6 +217,8 @@ class TritonCollector(Collector):
         for model in models:
             stats: ModelStatistics = model.statistics
             labels = {"model": stats.name, "version": str(stats.version)}
+            if stats.namespace:  # Triton's label when model namespacing is on
+                labels["namespace"] = stats.namespace
             families["nv_inference_request_success"].add_sample(
                 "nv_inference_request_success", labels, stats.success.count
             )

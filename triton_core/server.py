@@ -86,6 +86,8 @@ class ServerOptions:
     model_config_name: str = ""
     #: ``--model-load-retry-count``: more tries of a version load that fails
     model_load_retry_count: int = 0
+    #: ``--model-namespacing``: a model name may be in several repositories
+    model_namespacing: bool = False
 
 
 class Server:
@@ -157,6 +159,7 @@ class Server:
             self._loader,
             self.options.model_load_thread_count,
             self.plugins.register_repository_agents(),
+            namespacing=self.options.model_namespacing,
         )
         self._live = True
         errors = await self._models.start(mode, list(self.options.load_models))

@@ -134,6 +134,8 @@ class ModelStatistics:
     ):
         self.name = name
         self.version = version
+        #: with ``--model-namespacing``: the model's repository (a metrics label)
+        self.namespace = ""
         self.last_inference_ms = 0
         self.inference_count = 0
         self.execution_count = 0

@@ -324,16 +324,6 @@ def plugin_directories(args: argparse.Namespace) -> list[tuple[str, Path]]:
     return found
 
 
-def refuse_unsupported_values(args: argparse.Namespace) -> None:
-    """ValueError naming a flag whose value asks for what this server does not do."""
-    if args.model_namespacing:
-        raise ValueError(
-            "--model-namespacing=true is not supported: models are found by name across "
-            "the repositories (a name in two repositories fails its load, as Triton does "
-            "without namespacing)"
-        )
-
-
 def log_flags_without_effect(args: argparse.Namespace) -> None:
     """One INFO line per flag given that does nothing here, saying why."""
     for flag, why in NO_EFFECT.items():

@@ -114,7 +114,6 @@ def test_a_failed_load_is_retried_model_load_retry_count_times(server: tuple) ->
     [
         (["--model-config-name", "../x"], "argument --model-config-name: must be a file name"),
         (["--model-load-retry-count", "-1"], "argument --model-load-retry-count: must be at"),
-        (["--model-namespacing", "true"], "--model-namespacing=true is not supported"),
     ],
 )
 def test_what_cannot_be_honoured_is_refused(tmp_path: Path, flags: list[str], message: str) -> None:

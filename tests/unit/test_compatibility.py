@@ -39,7 +39,6 @@ SAMPLE_BY_FLAG = {
     "--grpc-infer-response-compression-level": "high",
     "--host-policy": "policy,numa-node=0",
     "--model-load-gpu-limit": "0:0.5",
-    "--model-namespacing": "false",
     "--sagemaker-safe-port-range": "8000-9000",
     "--rate-limit-resource": "R1:1:0",
     "--trace-config": "rate=10",
