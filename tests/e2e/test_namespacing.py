@@ -5,6 +5,8 @@ ambiguous name refused."""
 from __future__ import annotations
 
 import re
+import shutil
+import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -168,5 +170,59 @@ def test_explicit_mode_loads_and_unloads_by_name_in_every_namespace(
             np.testing.assert_array_equal(_infer(client, "ensemble_identity"), a)
             client.unload_model("composing_model")
             assert "READY" not in ready_composing()
+        finally:
+            client.close()
+
+
+def _wait_for_answer(
+    client: httpclient.InferenceServerClient,
+    model: str,
+    expected: np.ndarray,
+    names: tuple[str, str] = ("A", "B"),
+) -> None:
+    """Poll mode applies changes on its own schedule: ask until the answer is ``expected``."""
+    deadline = time.monotonic() + 60
+    last: object = None
+    while time.monotonic() < deadline:
+        try:
+            last = _infer(client, model, names)
+            if np.array_equal(last, expected):
+                return
+        except InferenceServerException as error:
+            last = error
+        time.sleep(0.2)
+    raise AssertionError(f"{model} did not answer {expected} within 60 s; last: {last}")
+
+
+def test_poll_mode_resolves_ensemble_steps_again_when_a_name_moves(tmp_path: Path) -> None:
+    """Triton's test_dynamic_resolution: take one repository's composing model away, then
+    bring it back."""
+    addsub, identity = tmp_path / "addsub_repo", tmp_path / "identity_repo"
+    write_numpy_model(addsub, "composing_model", kind="add_sub")
+    write_numpy_model(identity, "composing_model", kind="identity")
+    _ensemble(addsub, "ensemble_addsub")
+    _ensemble(identity, "ensemble_identity")
+    a = np.arange(4, dtype=np.int32).reshape(1, 4)
+    with ServerProcess(
+        [addsub, identity],
+        "--model-namespacing", "true",
+        "--model-control-mode", "poll",
+        "--repository-poll-secs", "0.5",
+        env=NUMPY_PLUGIN,
+    ) as process:  # fmt: skip
+        process.wait_ready()
+        client = httpclient.InferenceServerClient(process.http_url)
+        try:
+            np.testing.assert_array_equal(_infer(client, "ensemble_addsub"), a + a * 10)
+            shutil.move(addsub / "composing_model", tmp_path / "moved_away")
+            # both ensembles now call the only composing model left
+            _wait_for_answer(client, "ensemble_addsub", a)
+            _wait_for_answer(client, "composing_model", a, names=("INPUT0", "INPUT1"))
+            np.testing.assert_array_equal(_infer(client, "ensemble_identity"), a)
+            shutil.move(tmp_path / "moved_away", addsub / "composing_model")
+            _wait_for_answer(client, "ensemble_addsub", a + a * 10)
+            with pytest.raises(InferenceServerException, match="resolve ambiguity"):
+                _infer(client, "composing_model", names=("INPUT0", "INPUT1"))
+            np.testing.assert_array_equal(_infer(client, "ensemble_identity"), a)
         finally:
             client.close()

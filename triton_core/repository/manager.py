@@ -778,6 +778,7 @@ class ModelRepositoryManager:
         except TritonError as error:
             logger.error("%s", error.message)
             return
+        present = {key for key, record in self._models.items() if record.source is not None}
         for name in sorted(set(self._models) - set(found)):
             record = self._models[name]
             if record.serving or record.wanted:
@@ -786,11 +787,20 @@ class ModelRepositoryManager:
                     await self._unload_record(record)
             record.source = None
         changed = []
+        if self._namespacing and set(found) != present:
+            # a name gained or lost a repository: ensembles resolve their steps again
+            changed += [
+                record
+                for key, record in found.items()
+                if record.wanted and record.dependencies and key in self._models
+            ]
         for name, record in found.items():
             self._models.setdefault(name, record)
             record = self._models[name]
             if not record.wanted:
                 changed.append(record)
+                continue
+            if record in changed:
                 continue
             if record.source is None:
                 continue
@@ -855,6 +865,8 @@ class ModelRepositoryManager:
         if version < 0:
             if record.latest is not None:
                 return record.latest
+            if self._gone(record):
+                raise self._unknown(name)
             raise unavailable(f"Request for unknown model: '{name}' has no available versions")
         state = record.versions.get(version)
         if state is None:
@@ -867,9 +879,18 @@ class ModelRepositoryManager:
 
     def record(self, name: str) -> ModelRecord:
         record = self._models.get(name)
-        if record is None:
+        if record is None or (self._gone(record) and not record.serving):
             raise self._unknown(name)
         return record
+
+    def _gone(self, record: ModelRecord) -> bool:
+        """With namespacing: a record whose name now lives only under namespaced keys."""
+        return (
+            self._namespacing
+            and record.source is None
+            and record.key == record.name
+            and len(self._records_named(record.name)) > 1
+        )
 
     def _unknown(self, name: str) -> TritonError:
         """Triton's error for a name with no model, or (namespacing) with several."""
@@ -886,14 +907,19 @@ class ModelRepositoryManager:
         if not self._namespacing:
             record = self._models.get(name)
             return [record] if record is not None else []
-        return [self._models[key] for key in sorted(self._models) if self._models[key].name == name]
+        return [
+            record
+            for _, record in sorted(self._models.items())
+            if record.name == name and (record.source is not None or record.serving)
+        ]
 
     def _member_key(self, record: ModelRecord, member: str) -> str:
         """The key of a model an ensemble calls: the one of the ensemble's own repository
         when the name is in several, else the name (Triton's namespacing)."""
         if self._namespacing and record.source is not None:
             key = qualified_key(record.source, member)
-            if key in self._models:
+            found = self._models.get(key)
+            if found is not None and found.source is not None:
                 return key
         return member
 
