@@ -53,10 +53,13 @@ def repositories(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     return addsub, identity
 
 
+def _namespaced(repositories: tuple[Path, ...], *flags: str) -> ServerProcess:
+    return ServerProcess(list(repositories), "--model-namespacing=true", *flags, env=NUMPY_PLUGIN)
+
+
 @pytest.fixture(scope="module")
 def server(repositories: tuple[Path, Path]) -> Iterator[ServerProcess]:
-    process = ServerProcess(list(repositories), "--model-namespacing=true", env=NUMPY_PLUGIN)
-    yield from serve_until_done(process)
+    yield from serve_until_done(_namespaced(repositories))
 
 
 def _infer(client: httpclient.InferenceServerClient, model: str, names=("A", "B")) -> np.ndarray:
@@ -140,13 +143,8 @@ def test_without_namespacing_a_name_in_two_repositories_fails_its_load(
 def test_explicit_mode_loads_and_unloads_by_name_in_every_namespace(
     repositories: tuple[Path, Path],
 ) -> None:
-    with ServerProcess(
-        list(repositories),
-        "--model-namespacing", "true",
-        "--model-control-mode", "explicit",
-        "--load-model", "only_here",
-        env=NUMPY_PLUGIN,
-    ) as process:  # fmt: skip
+    flags = ("--model-control-mode", "explicit", "--load-model", "only_here")
+    with _namespaced(repositories, *flags) as process:
         process.wait_ready()
         client = httpclient.InferenceServerClient(process.http_url)
         try:
@@ -203,13 +201,8 @@ def test_poll_mode_resolves_ensemble_steps_again_when_a_name_moves(tmp_path: Pat
     _ensemble(addsub, "ensemble_addsub")
     _ensemble(identity, "ensemble_identity")
     a = np.arange(4, dtype=np.int32).reshape(1, 4)
-    with ServerProcess(
-        [addsub, identity],
-        "--model-namespacing", "true",
-        "--model-control-mode", "poll",
-        "--repository-poll-secs", "0.5",
-        env=NUMPY_PLUGIN,
-    ) as process:  # fmt: skip
+    flags = ("--model-control-mode", "poll", "--repository-poll-secs", "0.5")
+    with _namespaced((addsub, identity), *flags) as process:
         process.wait_ready()
         client = httpclient.InferenceServerClient(process.http_url)
         try:
