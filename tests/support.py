@@ -9,6 +9,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 from triton_core import testing
@@ -72,6 +73,25 @@ class ServerProcess(testing.ServerProcess):
 
     def __init__(self, repos: list[Path], *args: str, env: dict[str, str] | None = None):
         super().__init__(repos, *args, env=env, cwd=ROOT)
+
+
+def refused_start_log(repos: list[Path], *args: str) -> str:
+    """The output of a ``serve`` that must refuse its flags: it exits with code 2 at once."""
+    process = ServerProcess(repos, *args)
+    code = process.process.wait(timeout=60)
+    process.stop()
+    assert code == 2, process.log()[-4000:]
+    return process.log()
+
+
+def serve_until_done(process: ServerProcess) -> Iterator[ServerProcess]:
+    """For fixtures: ``process`` once ready, then stopped, checking that it stopped cleanly."""
+    try:
+        process.wait_ready()
+        yield process
+    finally:
+        code = process.stop()
+        assert code == 0, process.log()[-4000:]
 
 
 def write_stream_model(

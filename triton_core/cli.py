@@ -20,12 +20,19 @@ from triton_core.frontends.grpc import limits as grpc_limits
 from triton_core.frontends.restricted import API_GROUPS, GRPC_HEADER_PREFIX, parse_restrictions
 from triton_core.frontends.runner import FrontendOptions, serve
 from triton_core.frontends.tls import TlsOptions
+from triton_core.logsettings import LOG, LogSettings, plugin_logger_names
 from triton_core.metrics import MetricsOptions
 from triton_core.plugins import create_plugin_manager
 from triton_core.server import Server, ServerOptions
 from triton_core.shared_memory import registry as shm_registry
 from triton_core.statistics import DEFAULT_LATENCY_BUCKETS_MS
 from triton_core.tracing import settings as trace_settings
+from triton_core.triton_flags import add_arguments as add_triton_flags
+from triton_core.triton_flags import (
+    log_flags_without_effect,
+    plugin_directories,
+    verbose_level,
+)
 
 if TYPE_CHECKING:
     from triton_core.frontends.http.codec import JsonLimits
@@ -44,7 +51,7 @@ def _bool(text: str) -> bool:
     raise argparse.ArgumentTypeError(f"expected true or false, got '{text}'")
 
 
-def _add_bool(parser: argparse.ArgumentParser, flag: str, default: bool, help: str) -> None:
+def _add_bool(parser: argparse.ArgumentParser, flag: str, default: bool | None, help: str) -> None:
     parser.add_argument(
         flag, type=_bool, nargs="?", const=True, default=default, metavar="BOOL", help=help
     )
@@ -237,15 +244,21 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="counter_latencies=<bool> (true), histogram_latencies=<bool> (false)",
+        help="counter_latencies=<bool> (true), histogram_latencies=<bool> (false), "
+        "summary_latencies=<bool> (false), summary_quantiles=<q>:<error>,...",
     )
     _add_bool(serve_cmd, "--allow-cpu-metrics", True, "report CPU utilisation and memory")
     _add_bool(serve_cmd, "--allow-gpu-metrics", True, "report GPU metrics through NVML")
     serve_cmd.add_argument(
-        "--log-verbose", type=int, default=0, metavar="LEVEL", help="verbose logging when > 0"
+        "--log-verbose",
+        type=verbose_level,
+        default=0,
+        metavar="LEVEL",
+        help="verbose logging when > 0 (true/false stand for 1/0, as in Triton)",
     )
     _add_bool(serve_cmd, "--log-info", True, "log informational messages")
     cloud.add_arguments(serve_cmd, _bool)
+    add_triton_flags(serve_cmd, _bool)
     serve_cmd.add_argument(
         "--ports-file",
         default=None,
@@ -316,24 +329,33 @@ def _tls_options(args: argparse.Namespace, prefix: str) -> TlsOptions:
     )
 
 
-def _configure_logging(verbose: int, info: bool) -> None:
-    level = logging.DEBUG if verbose > 0 else logging.INFO if info else logging.WARNING
-    logging.basicConfig(
-        level=level,
-        format="%(levelname).1s%(asctime)s.%(msecs)03d %(process)d %(name)s] %(message)s",
-        datefmt="%m%d %H:%M:%S",
-        stream=sys.stderr,
+def _log_settings(args: argparse.Namespace) -> LogSettings:
+    return LogSettings(
+        file=args.log_file,
+        info=args.log_info,
+        warning=args.log_warning,
+        error=args.log_error,
+        verbose=args.log_verbose,
+        format=args.log_format,
     )
 
 
 def _run_serve(args: argparse.Namespace) -> int:
-    _configure_logging(args.log_verbose, args.log_info)
+    try:
+        LOG.configure(_log_settings(args))
+    except OSError as exc:
+        print(f"error: --log-file: cannot open '{args.log_file}': {exc}", file=sys.stderr)
+        return 2
+    log_flags_without_effect(args)
     backend_options: dict[str, dict[str, str]] = {}
     for backend, key, value in args.backend_config:
         backend_options.setdefault(backend, {})[key] = value
     try:
-        plugins = create_plugin_manager(args.disable_plugin)
-        metrics = MetricsOptions.parse(args.metrics_config, args.allow_cpu_metrics)
+        plugins = create_plugin_manager(args.disable_plugin, directories=plugin_directories(args))
+        LOG.scope(plugin_logger_names(plugins.pm.get_plugins()))
+        metrics = MetricsOptions.parse(
+            args.metrics_config, args.allow_cpu_metrics, args.metrics_interval_ms
+        )
         metrics.allow_gpu_metrics = args.allow_gpu_metrics
         http_restrictions = parse_restrictions(args.http_restricted_api, "--http-restricted-api")
         grpc_restrictions = parse_restrictions(
@@ -364,12 +386,16 @@ def _run_serve(args: argparse.Namespace) -> int:
         backend_options=backend_options,
         model_load_thread_count=args.model_load_thread_count,
         latency_buckets_ms=DEFAULT_LATENCY_BUCKETS_MS if metrics.histogram_latencies else None,
+        latency_summaries=metrics.summary_latencies,
         cache=cache,
         model_control_mode=args.model_control_mode,
         load_models=args.load_model,
         repository_poll_secs=args.repository_poll_secs,
         trace=trace,
         shared_memory=shared_memory,
+        model_config_name=args.model_config_name,
+        model_load_retry_count=args.model_load_retry_count,
+        model_namespacing=args.model_namespacing,
     )
     http_limits, json_limits = _http_limits(args)
     frontends = FrontendOptions(
@@ -396,6 +422,11 @@ def _run_serve(args: argparse.Namespace) -> int:
         ports_file=args.ports_file,
         sagemaker=sagemaker,
         vertex_ai=vertex_ai,
+        reuse_http_port=args.reuse_http_port,
+        reuse_grpc_port=args.reuse_grpc_port,
+        grpc_compression_level=args.grpc_infer_response_compression_level,
+        http_header_forward_pattern=args.http_header_forward_pattern,
+        grpc_header_forward_pattern=args.grpc_header_forward_pattern,
     )
     server = Server(options, plugins)
     try:

@@ -16,13 +16,15 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
+from triton_core.statistics import DEFAULT_SUMMARY_QUANTILES
+
 if TYPE_CHECKING:
     import falcon.asgi
 
     from triton_core.cache.base import CacheStatistics
     from triton_core.model import LoadedModel
     from triton_core.server import Server
-    from triton_core.statistics import Duration, ModelStatistics
+    from triton_core.statistics import Duration, ModelStatistics, Summary
 
 #: Prometheus text exposition format
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -30,29 +32,65 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 @dataclass(slots=True)
 class MetricsOptions:
-    """``--metrics-config`` settings and ``--allow-cpu-metrics``."""
+    """``--metrics-config`` settings, ``--allow-cpu-metrics`` and ``--metrics-interval-ms``."""
 
     counter_latencies: bool = True
     histogram_latencies: bool = False
+    summary_latencies: bool = False
+    #: ``summary_quantiles``: (quantile, allowed error) pairs
+    summary_quantiles: tuple[tuple[float, float], ...] = DEFAULT_SUMMARY_QUANTILES
     allow_cpu_metrics: bool = True
     #: ``--allow-gpu-metrics``: NVML's GPU families (see triton_core.gpu_metrics)
     allow_gpu_metrics: bool = True
+    #: how often the sampled gauges (CPU utilisation and memory) refresh, in milliseconds
+    interval_ms: float = 2000.0
 
     @classmethod
-    def parse(cls, settings: list[str], allow_cpu_metrics: bool = True) -> MetricsOptions:
+    def parse(
+        cls, settings: list[str], allow_cpu_metrics: bool = True, interval_ms: float = 2000.0
+    ) -> MetricsOptions:
         """From ``key=value`` strings; raises ValueError naming an unknown key or bad value."""
-        options = cls(allow_cpu_metrics=allow_cpu_metrics)
+        options = cls(allow_cpu_metrics=allow_cpu_metrics, interval_ms=interval_ms)
         for setting in settings:
             key, sep, value = setting.partition("=")
-            if not sep or key not in ("counter_latencies", "histogram_latencies"):
+            if sep and key == "summary_quantiles":
+                options.summary_quantiles = _quantiles(value)
+                continue
+            if not sep or key not in _BOOL_SETTINGS:
                 raise ValueError(
-                    f"--metrics-config: unknown setting '{setting}' (known: "
-                    "counter_latencies=<bool>, histogram_latencies=<bool>)"
+                    f"--metrics-config: unknown setting '{setting}' (known: counter_latencies="
+                    "<bool>, histogram_latencies=<bool>, summary_latencies=<bool>, "
+                    "summary_quantiles=<quantile>:<error>,...)"
                 )
             if value.lower() not in ("true", "false", "1", "0"):
                 raise ValueError(f"--metrics-config: {key} must be true or false, got '{value}'")
             setattr(options, key, value.lower() in ("true", "1"))
         return options
+
+
+_BOOL_SETTINGS = ("counter_latencies", "histogram_latencies", "summary_latencies")
+#: a bound on the quantiles one summary reports
+_MAX_QUANTILES = 32
+
+
+def _quantiles(text: str) -> tuple[tuple[float, float], ...]:
+    """``<quantile>:<error>,...`` as Triton's summary_quantiles; each within [0, 1]."""
+    pairs = []
+    for item in text.strip('"').split(","):
+        quantile, sep, error = item.strip().partition(":")
+        try:
+            pair = (float(quantile), float(error))
+        except ValueError:
+            pair = (-1.0, -1.0)
+        if not sep or not all(0.0 <= value <= 1.0 for value in pair):
+            raise ValueError(
+                f"--metrics-config: summary_quantiles expects <quantile>:<error>,... with "
+                f"values within [0, 1], got '{item}'"
+            )
+        pairs.append(pair)
+    if not 0 < len(pairs) <= _MAX_QUANTILES:
+        raise ValueError(f"--metrics-config: summary_quantiles takes 1 to {_MAX_QUANTILES} pairs")
+    return tuple(sorted(pairs))
 
 
 _COUNTERS = {
@@ -81,6 +119,29 @@ _DURATIONS = {
         "(does not include cached requests)"
     ),
 }
+_SUMMARIES = {
+    "nv_inference_request_summary_us": (
+        "request",
+        "Summary of inference request duration in microseconds (includes cached requests)",
+    ),
+    "nv_inference_queue_summary_us": (
+        "queue",
+        "Summary of inference queuing duration in microseconds (includes cached requests)",
+    ),
+    "nv_inference_compute_input_summary_us": (
+        "compute_input",
+        "Summary of compute input duration in microseconds (does not include cached requests)",
+    ),
+    "nv_inference_compute_infer_summary_us": (
+        "compute_infer",
+        "Summary of compute inference duration in microseconds (does not include cached requests)",
+    ),
+    "nv_inference_compute_output_summary_us": (
+        "compute_output",
+        "Summary of inference compute output duration in microseconds "
+        "(does not include cached requests)",
+    ),
+}
 _CACHE = {
     "nv_cache_num_hits_per_model": "Number of cache hits per model",
     "nv_cache_num_misses_per_model": "Number of cache misses per model",
@@ -103,7 +164,7 @@ class TritonCollector(Collector):
     def __init__(self, server: Server, options: MetricsOptions) -> None:
         self._server = server
         self._options = options
-        self._cpu = _CpuSampler()
+        self._cpu = _CpuSampler(options.interval_ms / 1000)
 
     def collect(self) -> Iterator[Metric]:
         try:
@@ -132,6 +193,7 @@ class TritonCollector(Collector):
         duration_families = {n: _family(n, d, "counter") for n, d in durations.items()}
         cache = _CACHE
         cache_families = {n: _family(n, d, "counter") for n, d in cache.items()}
+        summaries = {n: _family(n, d, "summary") for n, (_, d) in _SUMMARIES.items()}
         histogram = _family(
             "nv_inference_first_response_histogram_ms",
             "Duration from request to first response in milliseconds",
@@ -160,6 +222,8 @@ class TritonCollector(Collector):
         for model in models:
             stats: ModelStatistics = model.statistics
             labels = {"model": stats.name, "version": str(stats.version)}
+            if stats.namespace:  # Triton's label when model namespacing is on
+                labels["namespace"] = stats.namespace
             families["nv_inference_request_success"].add_sample(
                 "nv_inference_request_success", labels, stats.success.count
             )
@@ -196,6 +260,14 @@ class TritonCollector(Collector):
                     cache_families[name].add_sample(name, labels, value)
             if self._options.histogram_latencies and stats.request_latency_ms is not None:
                 _add_histogram(histogram, "nv_inference_first_response_histogram_ms", labels, stats)
+            if stats.summaries is not None:
+                for name, (field, _) in _SUMMARIES.items():
+                    _add_summary(
+                        summaries[name],
+                        labels,
+                        getattr(stats.summaries, field),
+                        self._options.summary_quantiles,
+                    )
             _add_batch_sizes(batch_sizes, labels, stats.batch_size_histogram)
             for reason, count in sorted(stats.dispatch_reasons.items()):
                 dispatch.add_sample(
@@ -213,6 +285,8 @@ class TritonCollector(Collector):
             yield from cache_families.values()
         if self._options.histogram_latencies:
             yield histogram
+        if self._options.summary_latencies:
+            yield from summaries.values()
         yield batch_sizes
         yield dispatch
         if unhealthy.samples:
@@ -246,6 +320,20 @@ def _cache_families(stats: CacheStatistics) -> Iterator[Metric]:
         yield family
 
 
+def _add_summary(
+    family: Metric,
+    labels: dict[str, str],
+    summary: Summary,
+    quantiles: tuple[tuple[float, float], ...],
+) -> None:
+    name = family.name
+    values = summary.quantiles([quantile for quantile, _ in quantiles])
+    for (quantile, _), value in zip(quantiles, values, strict=True):
+        family.add_sample(name, {**labels, "quantile": repr(quantile)}, value)
+    family.add_sample(f"{name}_sum", labels, summary.sum)
+    family.add_sample(f"{name}_count", labels, summary.count)
+
+
 def _micros(duration: Duration) -> int:
     return duration.ns // 1000
 
@@ -276,11 +364,15 @@ def _add_batch_sizes(family: Metric, labels: dict[str, str], sizes: dict[int, in
 
 
 class _CpuSampler:
-    """nv_cpu_utilization and memory from /proc, utilisation over the time between scrapes."""
+    """nv_cpu_utilization and memory from /proc, sampled at most once per interval (Triton's
+    ``--metrics-interval-ms``): scrapes within an interval see the same values, and the
+    utilisation covers the time since the sample before."""
 
-    def __init__(self) -> None:
+    def __init__(self, interval_s: float = 2.0) -> None:
+        self._interval = interval_s
         self._last = self._read_stat()
-        self._last_time = time.monotonic()
+        self._sampled_at: float | None = None
+        self._families: list[Metric] = []
 
     @staticmethod
     def _read_stat() -> tuple[int, int] | None:
@@ -293,6 +385,13 @@ class _CpuSampler:
         return sum(fields), idle
 
     def families(self) -> Iterator[Metric]:
+        now = time.monotonic()
+        if self._sampled_at is None or now - self._sampled_at >= self._interval:
+            self._families = list(self._sample())
+            self._sampled_at = now
+        yield from self._families
+
+    def _sample(self) -> Iterator[Metric]:
         current = self._read_stat()
         utilization = 0.0
         if current and self._last:

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import importlib
 import importlib.metadata
+import importlib.util
 import inspect
 import logging
 import os
 import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
-from types import CodeType, FrameType
+from pathlib import Path
+from types import CodeType, FrameType, ModuleType
 from typing import TYPE_CHECKING, Any
 
 import pluggy
@@ -81,6 +83,7 @@ def create_plugin_manager(
     *,
     autoload: bool | None = None,
     extra_plugins: Iterable[tuple[str, object]] = (),
+    directories: Iterable[tuple[str, Path]] = (),
 ) -> PluginManager:
     """Build a plugin manager: hookspecs, built-ins, ``extra_plugins``, then entry points.
 
@@ -89,6 +92,9 @@ def create_plugin_manager(
     ``TRITON_CORE_DISABLE_PLUGIN_AUTOLOAD``. Modules listed in ``TRITON_CORE_PLUGINS`` are
     registered after ``extra_plugins``, under their path, or under the entry point's name
     when an installed plugin is that module (so it is registered once).
+
+    ``directories``: (flag, folder) pairs (``--backend-directory`` ...) whose Python modules
+    and packages are registered too, under their module names, after ``TRITON_CORE_PLUGINS``.
 
     A plugin that fails to import is logged by name with the ``--disable-plugin`` hint and
     left out: only the models that need it fail, and :attr:`PluginManager.broken` says why.
@@ -113,11 +119,14 @@ def create_plugin_manager(
     entry_points = _entry_points() if autoload else {}
     broken: dict[str, str] = {}
     env_names = _register_env_modules(pm, entry_points, broken)
+    from_folders: dict[str, str] = {}
+    for flag, folder in directories:
+        from_folders.update(_register_directory(pm, flag, folder, broken))
     if autoload:
         _import_entry_points(pm, entry_points, broken)
         pm.load_setuptools_entrypoints(NAME)
     pm.check_pending()
-    return PluginManager(pm, broken, env_names)
+    return PluginManager(pm, broken, env_names, from_folders)
 
 
 def _entry_points() -> dict[str, tuple[EntryPoint, Distribution]]:
@@ -151,6 +160,62 @@ def _register_env_modules(
             pm.register(module, name=name)
             names.add(name)
     return names
+
+
+def directory_modules(folder: Path) -> list[tuple[str, Path]]:
+    """(module name, path) of each module (``name.py``) and package (``name/__init__.py``)
+    in ``folder``, by name; names starting with ``_`` or ``.`` are left out."""
+    found = []
+    for entry in sorted(folder.iterdir()):
+        if entry.name.startswith(("_", ".")):
+            continue
+        if entry.is_file() and entry.suffix == ".py" and entry.stem.isidentifier():
+            found.append((entry.stem, entry))
+        elif entry.is_dir() and entry.name.isidentifier() and (entry / "__init__.py").is_file():
+            found.append((entry.name, entry / "__init__.py"))
+    return found
+
+
+def _register_directory(
+    pm: pluggy.PluginManager, flag: str, folder: Path, broken: dict[str, str]
+) -> dict[str, str]:
+    """Import and register the modules of a plugin folder; {registered name: the flag}."""
+    names = {}
+    for name, path in directory_modules(folder):
+        if pm.is_blocked(name) or pm.get_plugin(name) is not None:
+            continue
+        where = f"{flag} {folder}, {path.relative_to(folder)}"
+        try:
+            module = _import_file(name, path)
+        except Exception as exc:
+            _report_broken(broken, name, where, exc)
+            continue
+        pm.register(module, name=name)
+        names[name] = f"{flag} {folder}"
+        logger.info("registered plugin '%s' from %s", name, where)
+    return names
+
+
+def _import_file(name: str, path: Path) -> ModuleType:
+    """Import ``path`` as the top-level module ``name`` (a package keeps its submodules)."""
+    loaded = sys.modules.get(name)
+    if loaded is not None:
+        raise ImportError(f"a module '{name}' is already imported from {loaded.__file__}")
+    spec = importlib.util.spec_from_file_location(
+        name,
+        path,
+        submodule_search_locations=[str(path.parent)] if path.stem == "__init__" else None,
+    )
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot import {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[name]
+        raise
+    return module
 
 
 def _import_entry_points(
@@ -191,12 +256,15 @@ class PluginManager:
         pm: pluggy.PluginManager,
         broken: dict[str, str] | None = None,
         env_plugins: Iterable[str] = (),
+        folder_plugins: dict[str, str] | None = None,
     ) -> None:
         self.pm = pm
         #: plugins that failed to import, by plugin name: why
         self.broken: dict[str, str] = dict(broken or {})
         #: plugins registered from ``TRITON_CORE_PLUGINS``
         self.env_plugins = frozenset(env_plugins)
+        #: plugins imported from ``--backend-directory`` and the like: the flag and folder
+        self.folder_plugins = dict(folder_plugins or {})
 
     def _fill(self, hook_name: str, registry: Registry[Any]) -> None:
         # One call through pluggy, so wrappers and tryfirst/trylast apply as documented; the
@@ -218,6 +286,8 @@ class PluginManager:
         }
         for name in self.env_plugins:
             found.setdefault(name, (PLUGINS_ENV, ""))
+        for name, where in self.folder_plugins.items():
+            found.setdefault(name, (where, ""))
         return found
 
     def register_backends(self) -> BackendRegistry:

@@ -61,6 +61,7 @@ EXTENSIONS = (
     "parameters",
     "statistics",
     "trace",
+    "logging",
 )
 
 
@@ -93,6 +94,15 @@ class ServerOptions:
     trace: TraceConfig | None = None
     #: ``--allow-client-shm`` and the bounds on registered shared-memory regions
     shared_memory: SharedMemoryOptions = field(default_factory=SharedMemoryOptions)
+
+    #: ``summary_latencies`` in ``--metrics-config``: per-model latency summaries
+    latency_summaries: bool = False
+    #: ``--model-config-name``: load ``<model>/configs/<name>.pbtxt`` where it exists
+    model_config_name: str = ""
+    #: ``--model-load-retry-count``: more tries of a version load that fails
+    model_load_retry_count: int = 0
+    #: ``--model-namespacing``: a model name may be in several repositories
+    model_namespacing: bool = False
 
 
 def _extensions() -> tuple[str, ...]:
@@ -154,6 +164,9 @@ class Server:
                 backend_options=self.options.backend_options,
                 gpu_count=gpu_count(),
                 latency_buckets_ms=self.options.latency_buckets_ms,
+                latency_summaries=self.options.latency_summaries,
+                model_config_name=self.options.model_config_name,
+                model_load_retry_count=self.options.model_load_retry_count,
             ),
             loop,
             batch_strategies=self.plugins.register_batch_strategies(),
@@ -180,6 +193,7 @@ class Server:
             self._loader,
             self.options.model_load_thread_count,
             self.plugins.register_repository_agents(),
+            namespacing=self.options.model_namespacing,
         )
         self._live = True
         errors = await self._models.start(mode, list(self.options.load_models))

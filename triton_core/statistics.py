@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from bisect import bisect_left
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -16,6 +17,12 @@ from dataclasses import dataclass, field
 FAILURE_REASONS = ("REJECTED", "CANCELED", "BACKEND", "OTHER")
 #: default buckets (ms) of the latency histograms, as Triton's ``histogram_latencies``
 DEFAULT_LATENCY_BUCKETS_MS = (100.0, 500.0, 2000.0, 5000.0)
+#: Triton's default ``summary_quantiles``: (quantile, allowed error) pairs
+DEFAULT_SUMMARY_QUANTILES = ((0.5, 0.05), (0.9, 0.01), (0.95, 0.001), (0.99, 0.001), (0.999, 0.001))
+#: the window a summary's quantiles cover, as prometheus-cpp's default max_age
+SUMMARY_MAX_AGE_S = 60.0
+#: observations a summary keeps per window (the oldest go first beyond it)
+SUMMARY_MAX_OBSERVATIONS = 8192
 
 
 @dataclass(slots=True)
@@ -73,12 +80,62 @@ class Histogram:
         return result
 
 
+class Summary:
+    """A Prometheus summary: quantiles over the observations of the last
+    :data:`SUMMARY_MAX_AGE_S` seconds (at most :data:`SUMMARY_MAX_OBSERVATIONS`, computed
+    exactly, so within any allowed error), and the count and sum of all observations."""
+
+    __slots__ = ("count", "observations", "sum")
+
+    def __init__(self) -> None:
+        self.observations: deque[tuple[float, float]] = deque(maxlen=SUMMARY_MAX_OBSERVATIONS)
+        self.count = 0
+        self.sum = 0.0
+
+    def observe(self, value: float) -> None:
+        self.observations.append((time.monotonic(), value))
+        self.count += 1
+        self.sum += value
+
+    def quantiles(self, quantiles: Sequence[float]) -> list[float]:
+        """The values at ``quantiles`` (NaN when nothing was observed in the window)."""
+        oldest = time.monotonic() - SUMMARY_MAX_AGE_S
+        while self.observations and self.observations[0][0] < oldest:
+            self.observations.popleft()
+        values = sorted(value for _, value in self.observations)
+        if not values:
+            return [float("nan")] * len(quantiles)
+        last = len(values) - 1
+        return [values[min(last, max(0, round(q * last)))] for q in quantiles]
+
+
+class LatencySummaries:
+    """Triton's ``summary_latencies``: per request, in microseconds."""
+
+    __slots__ = ("compute_infer", "compute_input", "compute_output", "queue", "request")
+
+    def __init__(self) -> None:
+        self.request = Summary()
+        self.queue = Summary()
+        self.compute_input = Summary()
+        self.compute_infer = Summary()
+        self.compute_output = Summary()
+
+
 class ModelStatistics:
     """Counters of one loaded model version."""
 
-    def __init__(self, name: str, version: int, latency_buckets_ms: Sequence[float] | None = None):
+    def __init__(
+        self,
+        name: str,
+        version: int,
+        latency_buckets_ms: Sequence[float] | None = None,
+        latency_summaries: bool = False,
+    ):
         self.name = name
         self.version = version
+        #: with ``--model-namespacing``: the model's repository (a metrics label)
+        self.namespace = ""
         self.last_inference_ms = 0
         self.inference_count = 0
         self.execution_count = 0
@@ -98,6 +155,8 @@ class ModelStatistics:
         self.batch_size_histogram: dict[int, int] = {}
         buckets = latency_buckets_ms
         self.request_latency_ms = Histogram(buckets) if buckets else None
+        #: ``summary_latencies``: None (nothing recorded) unless turned on
+        self.summaries = LatencySummaries() if latency_summaries else None
 
     # -- recording (event loop only) -----------------------------------------------------------
 
@@ -113,6 +172,8 @@ class ModelStatistics:
         self.compute_input.add(times.input_ns * requests, requests)
         self.compute_infer.add(times.infer_ns * requests, requests)
         self.compute_output.add(times.output_ns * requests, requests)
+        if self.summaries is not None:
+            self._summarize(queued_ns, times)
         batch = self.batches.get(batch_size)
         if batch is None:
             batch = self.batches[batch_size] = BatchStatistics()
@@ -121,11 +182,22 @@ class ModelStatistics:
         batch.compute_output.add(times.output_ns)
         self.batch_size_histogram[batch_size] = self.batch_size_histogram.get(batch_size, 0) + 1
 
+    def _summarize(self, queued_ns: Sequence[int], times: ExecutionTimes) -> None:
+        summaries = self.summaries
+        assert summaries is not None
+        for enqueued in queued_ns:
+            summaries.queue.observe(max(0, times.start_ns - enqueued) / 1000)
+            summaries.compute_input.observe(times.input_ns / 1000)
+            summaries.compute_infer.observe(times.infer_ns / 1000)
+            summaries.compute_output.observe(times.output_ns / 1000)
+
     def record_success(self, duration_ns: int) -> None:
         self.success.add(duration_ns)
         self.last_inference_ms = time.time_ns() // 1_000_000
         if self.request_latency_ms is not None:
             self.request_latency_ms.observe(duration_ns / 1e6)
+        if self.summaries is not None:
+            self.summaries.request.observe(duration_ns / 1000)
 
     def record_failure(self, duration_ns: int, reason: str) -> None:
         self.fail.add(duration_ns)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import ServerProcess
+from tests.support import ServerProcess, serve_until_done
 
 onnx_builders = pytest.importorskip("triton_core_onnx.model_builders")
 
@@ -58,9 +58,4 @@ def onnx_repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def server(onnx_repository: Path):
     process = ServerProcess([onnx_repository], "--http-max-input-size", str(1 << 20))
-    try:
-        process.wait_ready()
-        yield process
-    finally:
-        code = process.stop()
-        assert code == 0, process.log()[-4000:]
+    yield from serve_until_done(process)

@@ -23,7 +23,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
-from tests.support import ServerProcess
+from tests.support import ServerProcess, serve_until_done
 
 HEADER_TIMEOUT = 2.0
 BODY_TIMEOUT = 2.0
@@ -40,12 +40,7 @@ def server(onnx_repository: Path) -> Iterator[ServerProcess]:
         "--http-body-timeout-secs", str(BODY_TIMEOUT),
         "--http-max-connections", str(MAX_CONNECTIONS),
     )  # fmt: skip
-    try:
-        process.wait_ready()
-        yield process
-    finally:
-        code = process.stop()
-        assert code == 0, process.log()[-4000:]
+    yield from serve_until_done(process)
 
 
 # ------------------------------------------------------------------------------------------

@@ -6,6 +6,7 @@ import asyncio
 import json
 import logging
 import os
+import re
 import signal
 import socket
 import ssl
@@ -24,6 +25,7 @@ from triton_core.frontends.cloud import (
 )
 from triton_core.frontends.common import listen_socket
 from triton_core.frontends.grpc.limits import DEFAULT_LIMITS, GrpcLimits
+from triton_core.frontends.header_forwarding import HeaderForwarder
 from triton_core.frontends.restricted import Restrictions
 from triton_core.frontends.tls import TlsOptions
 from triton_core.metrics import MetricsOptions
@@ -75,6 +77,15 @@ class FrontendOptions:
     #: ``--allow-sagemaker`` / ``--allow-vertex-ai`` and their settings (off by default)
     sagemaker: SageMakerOptions = field(default_factory=SageMakerOptions)
     vertex_ai: VertexAiOptions = field(default_factory=VertexAiOptions)
+    #: ``--reuse-http-port`` / ``--reuse-grpc-port``: SO_REUSEPORT on the listening sockets
+    reuse_http_port: bool = False
+    reuse_grpc_port: bool = False
+    #: ``--grpc-infer-response-compression-level``: none, low, medium or high
+    grpc_compression_level: str = "none"
+    #: ``--http-header-forward-pattern`` / ``--grpc-header-forward-pattern``: matching
+    #: request headers become request parameters; None: none are
+    http_header_forward_pattern: re.Pattern[str] | None = None
+    grpc_header_forward_pattern: re.Pattern[str] | None = None
 
 
 def _check_ports(options: FrontendOptions) -> None:
@@ -147,7 +158,9 @@ async def serve(server: Server, options: FrontendOptions) -> int:
         loop.add_signal_handler(signum, stop.set)
     sockets = {}
     if options.allow_http:
-        sockets["HTTP"] = listen_socket(options.http_address, options.http_port, "HTTP")
+        sockets["HTTP"] = listen_socket(
+            options.http_address, options.http_port, "HTTP", options.reuse_http_port
+        )
     metrics_address = options.metrics_address or options.http_address
     if options.allow_metrics:
         sockets["metrics"] = listen_socket(metrics_address, options.metrics_port, "metrics")
@@ -177,6 +190,7 @@ async def serve(server: Server, options: FrontendOptions) -> int:
             max_input_size=http_limits.max_body_size,
             restrictions=options.http_restrictions,
             json_limits=options.http_json_limits or DEFAULT_JSON_LIMITS,
+            header_forwarder=_forwarder(options.http_header_forward_pattern),
         )
         uvicorn_servers.append(_start_uvicorn(app, sockets["HTTP"], options, http_ssl))
         logger.info(
@@ -203,6 +217,9 @@ async def serve(server: Server, options: FrontendOptions) -> int:
             server,
             options.grpc_address,
             options.grpc_port,
+            reuse_port=options.reuse_grpc_port,
+            compression_level=options.grpc_compression_level,
+            header_forwarder=_forwarder(options.grpc_header_forward_pattern),
             transport=options.grpc_transport,  # type: ignore[arg-type]
             restrictions=options.grpc_restrictions,
             tls=options.grpc_tls,
@@ -332,6 +349,10 @@ def _start_cloud(
             _port_of(sockets["vertex_ai"]),
         )
     return started
+
+
+def _forwarder(pattern: re.Pattern[str] | None) -> HeaderForwarder | None:
+    return None if pattern is None else HeaderForwarder(pattern)
 
 
 def _port_of(sock: socket.socket) -> int:

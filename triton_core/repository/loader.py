@@ -48,6 +48,12 @@ class LoaderOptions:
     gpu_count: int = 0
     #: histogram buckets (ms) for request latencies; None records no histogram
     latency_buckets_ms: tuple[float, ...] | None = None
+    #: ``summary_latencies`` in ``--metrics-config``: record latency summaries
+    latency_summaries: bool = False
+    #: ``--model-config-name``: load ``configs/<name>.pbtxt`` where a model has it
+    model_config_name: str = ""
+    #: ``--model-load-retry-count``: how many more times a failed version load is tried
+    model_load_retry_count: int = 0
 
 
 @dataclass(slots=True)
@@ -61,6 +67,10 @@ class PreparedModel:
     versions: dict[int, Path]
     #: the repository agents that saw this load's LOAD (the manager fills it in)
     agents: AgentSet = field(default_factory=AgentSet)
+
+
+#: the folder of a model's alternative configs (``--model-config-name``)
+CUSTOM_CONFIG_FOLDER = "configs"
 
 
 class ModelLoader:
@@ -83,6 +93,10 @@ class ModelLoader:
         self._loop = loop
         self._backend_objects: dict[str, Backend] = {}
 
+    @property
+    def options(self) -> LoaderOptions:
+        return self._options
+
     # -- config --------------------------------------------------------------------------------
 
     def prepare(
@@ -96,7 +110,7 @@ class ModelLoader:
         if not is_within(model_dir, root):
             raise invalid_arg(f"model '{name}' resolves outside the model repository {root}")
         if config is None:
-            config = read_model_config(name, model_dir)
+            config = read_model_config(name, model_dir, self._options.model_config_name)
         else:
             copy = ModelConfig()
             copy.CopyFrom(config)
@@ -255,7 +269,12 @@ class ModelLoader:
         def finish(requests, responses, instance):
             return signature.finish(requests, responses, version, instance)
 
-        statistics = ModelStatistics(config.name, version, self._options.latency_buckets_ms)
+        statistics = ModelStatistics(
+            config.name,
+            version,
+            self._options.latency_buckets_ms,
+            self._options.latency_summaries,
+        )
         pool = InstancePool(
             instances,
             names,
@@ -310,7 +329,12 @@ class ModelLoader:
             )
         signature = ModelSignature(config)
         signature.labels = self._read_labels(config, prepared.model_dir)
-        statistics = ModelStatistics(config.name, version, self._options.latency_buckets_ms)
+        statistics = ModelStatistics(
+            config.name,
+            version,
+            self._options.latency_buckets_ms,
+            self._options.latency_summaries,
+        )
 
         # untyped: ResponseFinisher does not say yet that a decoupled batch resolves to None
         def finish(requests, responses, instance):
@@ -371,13 +395,30 @@ class ModelLoader:
         return labels
 
 
-def read_model_config(name: str, model_dir: Path, mapped: bool = False) -> ModelConfig:
-    """The config as written in ``config.pbtxt`` (an empty one when there is none).
+def config_path_of(model_dir: Path, config_name: str = "") -> Path:
+    """``configs/<config_name>.pbtxt`` when ``--model-config-name`` is set and the model has
+    that file, else ``config.pbtxt`` (Triton's rule)."""
+    if config_name:
+        custom = model_dir / CUSTOM_CONFIG_FOLDER / f"{config_name}.pbtxt"
+        if custom.is_file():
+            if not is_within(custom, model_dir):
+                raise invalid_arg(
+                    f"config '{CUSTOM_CONFIG_FOLDER}/{config_name}.pbtxt' of model "
+                    f"'{model_dir.name}' resolves outside the model folder"
+                )
+            return custom
+    return model_dir / CONFIG_FILENAME
+
+
+def read_model_config(
+    name: str, model_dir: Path, config_name: str = "", mapped: bool = False
+) -> ModelConfig:
+    """The config as written in its file (an empty one when there is none).
 
     ``mapped``: the folder is served under the name a registered repository maps to it,
     which replaces the config's (as Triton does); otherwise the two must match.
     """
-    config_path = model_dir / CONFIG_FILENAME
+    config_path = config_path_of(model_dir, config_name)
     config = read_config_file(config_path) if config_path.is_file() else ModelConfig()
     if mapped:
         config.name = name

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import hashlib
 import logging
 import shutil
 import tempfile
@@ -61,6 +62,11 @@ UNHEALTHY_REASON = (
 )
 
 
+def qualified_key(source: ModelSource, name: str) -> str:
+    """A namespaced record key: ``<repository>/<name>`` (a client's name has no ``/``)."""
+    return f"{source.location.rstrip('/')}/{name}"
+
+
 class ControlMode(enum.Enum):
     """``--model-control-mode``."""
 
@@ -92,6 +98,9 @@ class ModelRecord:
     name: str
     source: ModelSource | None
     versions: dict[int, VersionState] = field(default_factory=dict)
+    #: the record's key in the manager: the name, or with ``--model-namespacing`` and a name
+    #: in several repositories, ``<repository>/<name>`` (never a name a client can load)
+    key: str = ""
     #: why the model as a whole could not load (bad config, unknown backend ...)
     error: TritonError | None = None
     #: the ready model serving version-less requests (the highest ready version)
@@ -110,6 +119,11 @@ class ModelRecord:
     #: the agents that saw the serving version set's LOAD, for its UNLOAD later
     agents: AgentSet = field(default_factory=AgentSet)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    #: the folder the model was last read from
+    folder: Path | None = None
+
+    def __post_init__(self) -> None:
+        self.key = self.key or self.name
 
     def refresh_latest(self) -> None:
         ready = [v for v, s in self.versions.items() if s.model is not None and s.state == READY]
@@ -129,8 +143,12 @@ class ModelRepositoryManager:
         loader: ModelLoader,
         load_threads: int = 4,
         agents: RepositoryAgentRegistry | None = None,
+        namespacing: bool = False,
     ) -> None:
         self.sources = sources
+        #: ``--model-namespacing``: a name may be in several repositories; each ensemble
+        #: calls the models of its own repository first
+        self._namespacing = namespacing
         self._loader = loader
         self._agents = agents or RepositoryAgentRegistry()
         self._agent_objects: dict[str, RepositoryAgent] = {}
@@ -144,26 +162,29 @@ class ModelRepositoryManager:
     # -- discovery -----------------------------------------------------------------------------
 
     def discover(self) -> dict[str, ModelRecord]:
-        """Model names across the repositories; a name in two repositories cannot be served.
+        """Models across the repositories, by key; a name in two repositories cannot be
+        served, unless namespacing is on: then each is a model of its own.
 
         Blocking I/O. Records that exist keep their state; new names get new records.
         """
-        found: dict[str, ModelSource] = {}
-        duplicates: dict[str, list[str]] = {}
+        found: dict[str, list[ModelSource]] = {}
         for source in self.sources:
             for name in source.model_names():
-                if name in found:
-                    duplicates.setdefault(name, [found[name].location]).append(source.location)
-                    continue
-                found[name] = source
+                found.setdefault(name, []).append(source)
         records = {}
-        for name, source in found.items():
-            record = self._models.get(name) or ModelRecord(name, source)
-            record.source = source
-            if name in duplicates:
+        for name, sources in found.items():
+            if len(sources) > 1 and self._namespacing:
+                for source in sources:
+                    key = qualified_key(source, name)
+                    records[key] = self._models.get(key) or ModelRecord(name, source, key=key)
+                    records[key].source = source
+                continue
+            record = self._models.get(name) or ModelRecord(name, sources[0])
+            record.source = sources[0]
+            if len(sources) > 1:
                 record.error = invalid_arg(
                     f"model '{name}' appears in more than one model repository: "
-                    f"{', '.join(duplicates[name])}"
+                    f"{', '.join(source.location for source in sources)}"
                 )
             records[name] = record
         return records
@@ -175,14 +196,21 @@ class ModelRepositoryManager:
             names = load_models
         else:
             names = list(self._models)
+        records: list[ModelRecord] = []
         for name in names:
+            if name in self._models:
+                records.append(self._models[name])
+                continue
             check_name(name, self._describe_sources())
-            if name not in self._models:
-                self._models[name] = ModelRecord(name, None)
-                self._models[name].error = invalid_arg(
+            named = self._records_named(name)
+            if not named:
+                named = [ModelRecord(name, None)]
+                self._models[name] = named[0]
+                named[0].error = invalid_arg(
                     f"failed to load '{name}': no model named '{name}' in the model repository"
                 )
-        return await self._load_many([self._models[name] for name in names])
+            records += named
+        return await self._load_many(records)
 
     def _describe_sources(self) -> str:
         return ", ".join(source.location for source in self.sources)
@@ -208,7 +236,7 @@ class ModelRepositoryManager:
             if isinstance(ready, TritonError):
                 errors.append(ready)
             elif is_ensemble(ready.config):
-                ensembles[record.name] = (record, ready)
+                ensembles[record.key] = (record, ready)
             else:
                 plain.append(self._swap_in(record, ready))
         errors += await asyncio.gather(*plain)
@@ -256,11 +284,15 @@ class ModelRepositoryManager:
             assert record.source is not None
             folder, root = record.source.materialize(name)
             record.fingerprint = record.source.fingerprint(name)
+        record.folder = folder
         raw = (
             record.override.config
             if record.override is not None
             else read_model_config(
-                name, folder, mapped=record.source is not None and record.source.maps(name)
+                name,
+                folder,
+                self._loader.options.model_config_name,
+                mapped=record.source is not None and record.source.maps(name),
             )
         )
         return folder, root, raw
@@ -347,6 +379,8 @@ class ModelRepositoryManager:
                 state = VersionState(LOADING)
                 try:
                     state.model = await self._load_version(prepared, version)
+                    if self._namespacing and record.source is not None:
+                        state.model.statistics.namespace = record.source.location
                     self._live.add(state.model)
                     state.state = READY
                     logger.info("successfully loaded '%s' version %d", record.name, version)
@@ -386,14 +420,30 @@ class ModelRepositoryManager:
         return errors[0] if errors else None
 
     async def _load_version(self, prepared: PreparedModel, version: int) -> LoadedModel:
-        """One version, within the config's ``load_timeout_secs`` if it sets one."""
+        """One version, within the config's ``load_timeout_secs`` if it sets one; a failed
+        load is tried again up to ``--model-load-retry-count`` times, as Triton does."""
         name = prepared.config.name
-        return await self._bounded(
-            lambda: self._loader.load_version(prepared, version),
-            timeout_parameter(prepared.config, LOAD_TIMEOUT_PARAMETER),
-            f"failed to load '{name}' version {version}: the load",
-            self._release_late_load,
-        )
+        retries = self._loader.options.model_load_retry_count
+        for attempt in range(retries + 1):
+            try:
+                return await self._bounded(
+                    lambda: self._loader.load_version(prepared, version),
+                    timeout_parameter(prepared.config, LOAD_TIMEOUT_PARAMETER),
+                    f"failed to load '{name}' version {version}: the load",
+                    self._release_late_load,
+                )
+            except Exception as exc:
+                if attempt == retries:
+                    raise
+                logger.warning(
+                    "failed to load '%s' version %d (attempt %d of %d), trying again: %s",
+                    name,
+                    version,
+                    attempt + 1,
+                    retries + 1,
+                    load_error(exc, name).message,
+                )
+        raise AssertionError("unreachable: the last attempt returns or raises")
 
     @staticmethod
     async def _bounded(
@@ -449,17 +499,20 @@ class ModelRepositoryManager:
         self, ensembles: dict[str, tuple[ModelRecord, PreparedModel]]
     ) -> list[TritonError | None]:
         order, cycles = ensemble_load_order(
-            {name: record.dependencies for name, (record, _) in ensembles.items()}
+            {
+                key: {self._member_key(record, member) for member in record.dependencies}
+                for key, (record, _) in ensembles.items()
+            }
         )
         errors: list[TritonError | None] = []
-        for name, error in cycles.items():
-            record, prepared = ensembles[name]
+        for key, error in cycles.items():
+            record, prepared = ensembles[key]
             await self._agents_send(prepared.agents, AgentAction.LOAD_FAIL)
             record.error = error
-            logger.error("failed to load '%s': %s", name, error.message)
+            logger.error("failed to load '%s': %s", record.name, error.message)
             errors.append(error)
-        for name in order:  # one at a time: an ensemble may use the ones before it
-            errors.append(await self._load_checked(*ensembles[name]))
+        for key in order:  # one at a time: an ensemble may use the ones before it
+            errors.append(await self._load_checked(*ensembles[key]))
         return errors
 
     async def _load_checked(
@@ -479,7 +532,12 @@ class ModelRepositoryManager:
         """Why an ensemble cannot load now: a composing model missing or not loaded."""
         name = record.name
         for member, versions in sorted(record.dependencies.items()):
-            found = self._models.get(member)
+            found = self._models.get(self._member_key(record, member))
+            if found is None and len(self._records_named(member)) > 1:
+                return invalid_arg(
+                    f"ensemble '{name}' contains models that are not available or ambiguous: "
+                    f"{member}"
+                )
             if found is None or found.source is None:
                 return invalid_arg(
                     f"ensemble '{name}' step 'model_name' names '{member}', which is not in "
@@ -503,7 +561,7 @@ class ModelRepositoryManager:
     def unready_member(self, record: ModelRecord, _seen: tuple[str, ...] = ()) -> str | None:
         """The first model an ensemble's steps call that is not ready (None: all are)."""
         for member, versions in record.dependencies.items():
-            found = self._models.get(member)
+            found = self._models.get(self._member_key(record, member))
             if found is None or member in _seen:
                 return member
             if not all(self._version_ready(found, version) for version in versions):
@@ -528,28 +586,45 @@ class ModelRepositoryManager:
     # -- the repository API: load, unload, poll ------------------------------------------------
 
     async def load(
-        self,
-        name: str,
-        config: str | None = None,
-        files: dict[str, bytes] | None = None,
-        _loaded_by: str = "",
-        _visiting: frozenset[str] = frozenset(),
+        self, name: str, config: str | None = None, files: dict[str, bytes] | None = None
     ) -> None:
         """Load or reload a model (and, for an ensemble, the models it uses).
 
         ``config`` (JSON) replaces the repository's config; ``files`` (``<version>/<path>`` ->
         bytes) build the model from uploaded files and need ``config``. Raises the load error;
-        a failed reload leaves the serving versions serving.
+        a failed reload leaves the serving versions serving. With namespacing, a name in
+        several repositories loads the model of that name in each.
         """
         check_name(name, self._describe_sources())
         if files and config is None:
             raise invalid_arg(
                 f"failed to load '{name}': file overrides need a 'config' parameter as well"
             )
-        record = await self._record_for_load(name, uploaded=bool(files))
+        for key in await self._keys_for_load(name):
+            await self._load_key(key, config, files, "", frozenset())
+
+    async def _keys_for_load(self, name: str) -> list[str]:
+        if name in self._models or not self._namespacing:
+            return [name]
+        records = await asyncio.to_thread(self.discover)
+        for key, found in records.items():
+            self._models.setdefault(key, found)
+        named = self._records_named(name)
+        return [record.key for record in named] if len(named) > 1 else [name]
+
+    async def _load_key(
+        self,
+        key: str,
+        config: str | None,
+        files: dict[str, bytes] | None,
+        loaded_by: str,
+        visiting: frozenset[str],
+    ) -> None:
+        """Load the record ``key`` (a model name, or a namespaced key for members)."""
+        record = await self._record_for_load(key, uploaded=bool(files))
         record.loading = True
         try:
-            await self._load_record(record, config, files, _loaded_by, _visiting)
+            await self._load_record(record, config, files, loaded_by, visiting)
         finally:
             record.loading = False
 
@@ -564,7 +639,9 @@ class ModelRepositoryManager:
         name = record.name
         async with record.lock:
             record.override = (
-                self._build_override(name, config, files or {}) if config is not None else None
+                self._build_override(name, config, files or {}, record.key)
+                if config is not None
+                else None
             )
             record.wanted = True
             record.loaded_by.add(loaded_by)
@@ -589,13 +666,14 @@ class ModelRepositoryManager:
         """Load the models an ensemble's steps call that are not loaded yet."""
         name = record.name
         for member in sorted(record.dependencies):
-            if member in visiting or member == name:
+            key = self._member_key(record, member)
+            if key in visiting or key == record.key:
                 raise invalid_arg(f"circular dependency between ensembles: {name} -> {member}")
-            member_record = self._models.get(member)
+            member_record = self._models.get(key)
             if member_record is None or member_record.latest is None:
-                await self.load(member, _loaded_by=name, _visiting=visiting | {name})
+                await self._load_key(key, None, None, record.key, visiting | {record.key})
             else:
-                member_record.loaded_by.add(name)
+                member_record.loaded_by.add(record.key)
 
     async def _record_for_load(self, name: str, uploaded: bool) -> ModelRecord:
         """The model's record; a model built from uploaded files needs no repository folder."""
@@ -613,13 +691,18 @@ class ModelRepositoryManager:
             )
         return record
 
-    def _build_override(self, name: str, config: str, files: dict[str, bytes]) -> LoadOverride:
+    def _build_override(
+        self, name: str, config: str, files: dict[str, bytes], key: str = ""
+    ) -> LoadOverride:
         parsed = config_from_json(
             config, f"the 'config' parameter of the load request for '{name}'"
         )
         if not files:
             return LoadOverride(parsed)
+        # one folder per model name; a namespaced model of that name gets one of its own
         folder = self._override_root / name
+        if key and key != name:
+            folder = self._override_root / f"{name}-{hashlib.sha256(key.encode()).hexdigest()[:12]}"
         shutil.rmtree(folder, ignore_errors=True)
         folder.mkdir(parents=True)
         for key, content in files.items():
@@ -674,20 +757,25 @@ class ModelRepositoryManager:
         """Stop serving a model: requests it accepted finish first. Unloading a model that is
         not loaded does nothing. ``unload_dependents`` also unloads the models that an
         ensemble loaded along with it."""
-        check_name(name, self._describe_sources())
-        record = self._models.get(name)
-        if record is None:
+        if name not in self._models:
+            check_name(name, self._describe_sources())
+        named = [self._models[name]] if name in self._models else self._records_named(name)
+        if not named:
             raise invalid_arg(f"failed to unload '{name}': no model named '{name}' is known")
+        for record in named:
+            await self._unload_with_dependents(record, unload_dependents)
+
+    async def _unload_with_dependents(self, record: ModelRecord, dependents: bool) -> None:
         async with record.lock:
             await self._unload_record(record)
-        if unload_dependents:
+        if dependents:
             for member in sorted(record.dependencies):
-                member_record = self._models.get(member)
+                member_record = self._models.get(self._member_key(record, member))
                 if member_record is None:
                     continue
-                member_record.loaded_by.discard(name)
+                member_record.loaded_by.discard(record.key)
                 if not member_record.loaded_by:
-                    await self.unload(member, unload_dependents=True)
+                    await self._unload_with_dependents(member_record, True)
 
     async def _unload_record(self, record: ModelRecord) -> None:
         record.wanted = False
@@ -732,29 +820,39 @@ class ModelRepositoryManager:
         except TritonError as error:
             logger.error("%s", error.message)
             return
+        present = {key for key, record in self._models.items() if record.source is not None}
         for name in sorted(set(self._models) - set(found)):
             record = self._models[name]
             if record.serving or record.wanted:
-                logger.info("model '%s' was removed from the repository: unloading it", name)
+                logger.info("model '%s' was removed from the repository: unloading it", record.name)
                 async with record.lock:
                     await self._unload_record(record)
             record.source = None
         changed = []
+        if self._namespacing and set(found) != present:
+            # a name gained or lost a repository: ensembles resolve their steps again
+            changed += [
+                record
+                for key, record in found.items()
+                if record.wanted and record.dependencies and key in self._models
+            ]
         for name, record in found.items():
             self._models.setdefault(name, record)
             record = self._models[name]
             if not record.wanted:
                 changed.append(record)
                 continue
+            if record in changed:
+                continue
             if record.source is None:
                 continue
             try:
-                fingerprint = await asyncio.to_thread(record.source.fingerprint, name)
+                fingerprint = await asyncio.to_thread(record.source.fingerprint, record.name)
             except Exception as exc:
-                logger.error("failed to poll model '%s': %s", name, exc)
+                logger.error("failed to poll model '%s': %s", record.name, exc)
                 continue
             if fingerprint != record.fingerprint:
-                logger.info("model '%s' changed in the repository: reloading it", name)
+                logger.info("model '%s' changed in the repository: reloading it", record.name)
                 changed.append(record)
         if changed:
             await self._load_many(changed)
@@ -805,10 +903,12 @@ class ModelRepositoryManager:
         """The ready model version for a request; raises Triton's errors otherwise."""
         record = self._models.get(name)
         if record is None:
-            raise invalid_arg(f"Request for unknown model: '{name}' is not found")
+            raise self._unknown(name)
         if version < 0:
             if record.latest is not None:
                 return record.latest
+            if self._gone(record):
+                raise self._unknown(name)
             raise unavailable(f"Request for unknown model: '{name}' has no available versions")
         state = record.versions.get(version)
         if state is None:
@@ -821,9 +921,58 @@ class ModelRepositoryManager:
 
     def record(self, name: str) -> ModelRecord:
         record = self._models.get(name)
-        if record is None:
-            raise invalid_arg(f"Request for unknown model: '{name}' is not found")
+        if record is None or (self._gone(record) and not record.serving):
+            raise self._unknown(name)
         return record
+
+    def _gone(self, record: ModelRecord) -> bool:
+        """With namespacing: a record whose name now lives only under namespaced keys."""
+        return (
+            self._namespacing
+            and record.source is None
+            and record.key == record.name
+            and len(self._records_named(record.name)) > 1
+        )
+
+    def _unknown(self, name: str) -> TritonError:
+        """Triton's error for a name with no model, or (namespacing) with several."""
+        named = self._records_named(name) if self._namespacing else []
+        if len(named) > 1:
+            return invalid_arg(
+                f"There are {len(named)} identifiers of model '{name}' in global map, model "
+                "namespace must be provided to resolve ambiguity."
+            )
+        return invalid_arg(f"Request for unknown model: '{name}' is not found")
+
+    def _records_named(self, name: str) -> list[ModelRecord]:
+        """The records of one model name (several only with namespacing), by key."""
+        if not self._namespacing:
+            record = self._models.get(name)
+            return [record] if record is not None else []
+        return [
+            record
+            for _, record in sorted(self._models.items())
+            if record.name == name and (record.source is not None or record.serving)
+        ]
+
+    def _member_key(self, record: ModelRecord, member: str) -> str:
+        """The key of a model an ensemble calls: the one of the ensemble's own repository
+        when the name is in several, else the name (Triton's namespacing)."""
+        if self._namespacing and record.source is not None:
+            key = qualified_key(record.source, member)
+            found = self._models.get(key)
+            if found is not None and found.source is not None:
+                return key
+        return member
+
+    def step_model_key(self, ensemble: str, ensemble_dir: Path | None, member: str) -> str:
+        """For an ensemble's scheduler: the key its step ``member`` is called by."""
+        if not self._namespacing:
+            return member
+        for record in self._records_named(ensemble):
+            if ensemble_dir is None or record.folder == ensemble_dir:
+                return self._member_key(record, member)
+        return member
 
     def is_ready(self, name: str, version: int = -1) -> bool:
         """Ready to serve; an ensemble also needs every model its steps call to be ready."""
@@ -873,8 +1022,9 @@ class ModelRepositoryManager:
     def index(self, ready_only: bool = False) -> list[ModelIndexEntry]:
         """Repository index rows: one per version, or one per model that has none."""
         entries: list[ModelIndexEntry] = []
-        for name in sorted(self._models):
-            record = self._models[name]
+        for key in sorted(self._models):
+            record = self._models[key]
+            name = record.name
             if record.source is None and not record.serving and record.override is None:
                 continue
             if record.error is not None and not record.versions:

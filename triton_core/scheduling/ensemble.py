@@ -432,10 +432,16 @@ class EnsembleScheduler(Scheduler):
         self._version = context.model_version
         self._signature = ModelSignature(context.config)
 
+        def key_of(model: str) -> str:
+            # with --model-namespacing: the model of this ensemble's own repository first
+            return server.models.step_model_key(context.model_name, context.model_dir, model)
+
         def lookup(model: str, version: int) -> ModelConfig:
-            return server.models.get(model, version).config
+            return server.models.get(key_of(model), version).config
 
         self.plan = build_plan(context.config, lookup)
+        #: what each step's requests name: the step's model, or its namespaced key
+        self._step_models = tuple(key_of(step.model_name) for step in self.plan.steps)
         limit = context.config.ensemble_scheduling.max_inflight_requests
         self._slots: tuple[asyncio.Semaphore | None, ...] = tuple(
             asyncio.Semaphore(limit) if limit else None for _ in self.plan.steps
@@ -467,7 +473,7 @@ class EnsembleScheduler(Scheduler):
                 # a new Tensor around the same array: the step's model may rename or reshape
                 inputs[input_name] = Tensor(input_name, tensor.datatype, tensor.data)
         step_request = InferenceRequest(
-            step.model_name,
+            self._step_models[step.index],
             inputs,
             step.model_version,
             id=request.id,

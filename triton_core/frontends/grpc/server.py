@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from typing import Final, Literal
 
 import grpc
@@ -11,6 +12,7 @@ from triton_core.frontends.common import listen_socket
 from triton_core.frontends.grpc.limits import DEFAULT_LIMITS, GrpcLimits, grpcio_options
 from triton_core.frontends.grpc.servicer import GRPCInferenceServicer, HealthServicer, ServerAPI
 from triton_core.frontends.grpc.transport import GrpcServer, method_table
+from triton_core.frontends.header_forwarding import HeaderForwarder
 from triton_core.frontends.restricted import Restrictions
 from triton_core.frontends.tls import TlsOptions
 from triton_core.protos import grpc_service_pb2, grpc_service_pb2_grpc, health_pb2, health_pb2_grpc
@@ -19,6 +21,14 @@ log = logging.getLogger(__name__)
 
 #: Triton's message size limit in both directions (INT32_MAX)
 MAX_MESSAGE_LENGTH: Final = 2**31 - 1
+
+#: the inference RPCs whose answers ``--grpc-infer-response-compression-level`` compresses
+INFER_PATHS: Final = (
+    "/inference.GRPCInferenceService/ModelInfer",
+    "/inference.GRPCInferenceService/ModelStreamInfer",
+)
+#: gRPC core's compression levels, as Triton passes them (none: not compressed)
+GRPC_CORE_LEVELS: Final = {"low": 1, "medium": 2, "high": 3}
 
 #: ``http2``: this project's HTTP/2 transport (the default, and the faster one);
 #: ``grpcio``: grpc.aio, gRPC's own server
@@ -36,6 +46,8 @@ def create_grpc_server(
     restrictions: Restrictions | None = None,
     tls: TlsOptions | None = None,
     limits: GrpcLimits = DEFAULT_LIMITS,
+    compression_level: str = "none",
+    header_forwarder: HeaderForwarder | None = None,
 ) -> GrpcServer | grpc.aio.Server:
     """A gRPC server with the inference and health services, bound but not started.
 
@@ -47,11 +59,16 @@ def create_grpc_server(
     error. Both transports run the same servicers, within the same ``limits``.
     ``restrictions``: the RPC groups that need a metadata header
     (``--grpc-restricted-protocol``); ``tls``: the ``--grpc-use-ssl*`` flags.
+    ``compression_level`` (``--grpc-infer-response-compression-level``): none, or how hard
+    to compress inference answers (gRPC core picks gzip or deflate from the level and what
+    the client accepts, as in Triton; grpcio: every answer).
+    ``header_forwarder``: metadata that infer requests carry as parameters
+    (``--grpc-header-forward-pattern``).
 
     Raises ``RuntimeError`` when the address cannot be bound, ``ValueError`` for TLS flags or
     files that cannot be used.
     """
-    inference = GRPCInferenceServicer(server, restrictions)
+    inference = GRPCInferenceServicer(server, restrictions, header_forwarder)
     health = HealthServicer(server, restrictions)
     tls = tls or TlsOptions("--grpc")
     ssl_context = tls.server_context(["h2"])  # on both transports: the same checks of the files
@@ -61,10 +78,15 @@ def create_grpc_server(
                 (grpc_service_pb2.DESCRIPTOR.services_by_name["GRPCInferenceService"], inference),
                 (health_pb2.DESCRIPTOR.services_by_name["Health"], health),
             ],
-            callbacks={
-                "/inference.GRPCInferenceService/ModelInfer": inference.model_infer_callback
-            },
+            # the callback handler does not forward headers: the coroutine one does
+            callbacks={}
+            if header_forwarder is not None
+            else {"/inference.GRPCInferenceService/ModelInfer": inference.model_infer_callback},
         )
+        level = GRPC_CORE_LEVELS.get(compression_level)
+        if level is not None:
+            for path in INFER_PATHS:
+                methods[path] = replace(methods[path], compress_level=level)
         try:
             sock = listen_socket(address, port, "gRPC", reuse_port)
         except OSError as exc:
@@ -80,7 +102,9 @@ def create_grpc_server(
         return grpc_server
     if transport != "grpcio":
         raise ValueError(f"unknown gRPC transport '{transport}'; choose one of {TRANSPORTS}")
-    return _create_grpcio_server(inference, health, address, port, reuse_port, tls, limits)
+    return _create_grpcio_server(
+        inference, health, address, port, reuse_port, tls, limits, compression_level
+    )
 
 
 def _create_grpcio_server(
@@ -91,12 +115,16 @@ def _create_grpcio_server(
     reuse_port: bool,
     tls: TlsOptions,
     limits: GrpcLimits,
+    compression_level: str = "none",
 ) -> grpc.aio.Server:
     options = [
         ("grpc.max_send_message_length", MAX_MESSAGE_LENGTH),
         ("grpc.so_reuseport", 1 if reuse_port else 0),
         *grpcio_options(limits),
     ]
+    if compression_level != "none":
+        # gRPC core's levels (1 low, 2 medium, 3 high), as Triton sets them
+        options.append(("grpc.default_compression_level", GRPC_CORE_LEVELS[compression_level]))
     if tls.enabled:
         timeout_ms = int(tls.handshake_timeout_secs * 1000)
         options.append(("grpc.server_handshake_timeout_ms", timeout_ms))

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Final, NoReturn, Protocol
 import grpc
 
 from triton_core.errors import Status, TritonError, internal, invalid_arg, unsupported
+from triton_core.frontends import logging_extension
 from triton_core.frontends.common import parse_version
 from triton_core.frontends.grpc.codec import (
     decode_infer_request,
@@ -26,6 +27,7 @@ from triton_core.frontends.grpc.codec import (
     encode_stream_error,
     encode_stream_response,
 )
+from triton_core.frontends.header_forwarding import HeaderForwarder
 from triton_core.frontends.restricted import Restriction, Restrictions, first_value
 from triton_core.frontends.tracing import sent, start_trace, trace_setting, tracer_of
 from triton_core.protos import grpc_service_pb2 as pb
@@ -113,6 +115,29 @@ def _unimplemented(rpc: str, feature: str) -> Callable[..., Coroutine[Any, Any, 
     return handler
 
 
+def _forward_headers(
+    forwarder: HeaderForwarder, request: InferenceRequest, context: grpc.aio.ServicerContext
+) -> None:
+    """The call's metadata that matches ``--grpc-header-forward-pattern``, as parameters."""
+    metadata = context.invocation_metadata() or ()
+    pairs = [(key, value) for key, value in metadata if isinstance(value, str)]
+    request.parameters.update(forwarder.parameters(pairs))
+
+
+def _setting_value(value: pb.LogSettingsRequest.SettingValue) -> Any:
+    kind = value.WhichOneof("parameter_choice")
+    return None if kind is None else getattr(value, kind)
+
+
+def _set_setting_value(target: pb.LogSettingsResponse.SettingValue, value: Any) -> None:
+    if isinstance(value, bool):
+        target.bool_param = value
+    elif isinstance(value, int):
+        target.uint32_param = value
+    else:
+        target.string_param = value
+
+
 class CallbackCall(Protocol):
     """How a callback handler answers its call (see ``transport.RpcMethod``)."""
 
@@ -194,9 +219,17 @@ class GRPCInferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     and every RPC when nothing is restricted, run as they are.
     """
 
-    def __init__(self, server: ServerAPI, restrictions: Restrictions | None = None) -> None:
+    def __init__(
+        self,
+        server: ServerAPI,
+        restrictions: Restrictions | None = None,
+        header_forwarder: HeaderForwarder | None = None,
+    ) -> None:
         self._server = server
         self._tracer = tracer_of(server)
+        #: ``--grpc-header-forward-pattern``; with it, ModelInfer runs as a coroutine (the
+        #: transport gets no callback handler), so the callback path never checks for it
+        self.header_forwarder = header_forwarder
         for rpc, group in RPC_GROUPS.items():
             restriction = (restrictions or {}).get(group)
             if restriction is None:
@@ -399,6 +432,8 @@ class GRPCInferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         trace = None
         try:
             infer_request = decode_infer_request(request)
+            if self.header_forwarder is not None:
+                _forward_headers(self.header_forwarder, infer_request, context)
             server = self._server
             if server.model_is_decoupled(infer_request.model_name, infer_request.model_version):
                 raise unsupported(DECOUPLED_MESSAGE)
@@ -499,6 +534,7 @@ class GRPCInferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         """
         server = self._server
         raise_errors = _wants_grpc_errors(context)
+        forwarder = self.header_forwarder
         # this coroutine is the only writer: grpc.aio allows one write at a time per call
         queue: asyncio.Queue[_StreamItem] = asyncio.Queue()
         put = queue.put_nowait
@@ -510,6 +546,8 @@ class GRPCInferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
             trace = None
             try:
                 infer_request, empty_final = decode_stream_request(message)
+                if forwarder is not None:
+                    _forward_headers(forwarder, infer_request, context)
                 if tracing_since:
                     trace = infer_request.trace = self._start_trace(
                         infer_request, context.invocation_metadata(), tracing_since
@@ -671,7 +709,27 @@ class GRPCInferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
 
     # -- everything else: not supported, with a message naming the feature ----------------
 
-    LogSettings = _unimplemented("LogSettings", "the logging extension")
+    # -- logging extension ---------------------------------------------------------------
+
+    async def LogSettings(
+        self, request: pb.LogSettingsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.LogSettingsResponse:
+        """The log settings, after applying the ones the request sets."""
+        try:
+            given = {
+                key: (value.WhichOneof("parameter_choice"), _setting_value(value))
+                for key, value in request.settings.items()
+            }
+            settings = logging_extension.update(logging_extension.changes_from_grpc(given))
+            response = pb.LogSettingsResponse()
+            for key, value in settings.items():
+                _set_setting_value(response.settings[key], value)
+            return response
+        except TritonError as exc:
+            error = exc
+        except Exception as exc:
+            error = _unexpected(exc)
+        await _abort(context, error)
 
 
 class HealthServicer(health_pb2_grpc.HealthServicer):

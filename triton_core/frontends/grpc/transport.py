@@ -8,7 +8,9 @@ protobuf descriptors. The context offers what grpc.aio's does for such handlers:
 
 Per call, the work in Python is small and fixed: a cached header block, one task, the
 message parsed by protobuf, and the answer written as three frames in one system call.
-Messages compressed with ``gzip`` or ``deflate`` are accepted; answers are not compressed.
+Messages compressed with ``gzip`` or ``deflate`` are accepted; answers of the methods given a
+``compress_level`` (``--grpc-infer-response-compression-level``) are compressed as gRPC core
+(so Triton) compresses them, others are not.
 A request message is bounded by ``--grpc-max-message-size`` before it is buffered (from its
 5-byte prefix) and while it is inflated, and a client stream's messages wait in a bounded
 queue: past it, the stream's flow-control window stays shut until the handler catches up.
@@ -103,6 +105,8 @@ class RpcMethod:
     client_streaming: bool
     server_streaming: bool
     callback: bool = False
+    #: gRPC core's compression level of the answers (1 low, 2 medium, 3 high); None: none
+    compress_level: int | None = None
 
 
 def method_table(
@@ -496,7 +500,27 @@ class _Call:
         headers = None if self._headers_sent else _ANSWER_HEADERS
         self._headers_sent = True
         trailers = encode_status(self._code or _OK, self._details, self._trailing)
-        self._conn.send_message(self._id, headers, _prefix(0, len(data)), data, trailers)
+        if self._method.compress_level is not None:
+            headers, prefix, data = self._compressed_message(headers, data)
+        else:
+            prefix = _prefix(0, len(data))
+        self._conn.send_message(self._id, headers, prefix, data, trailers)
+
+    def _compressed_message(
+        self, headers: bytes | None, data: bytes
+    ) -> tuple[bytes | None, bytes, bytes]:
+        """The answer's headers, prefix and message, compressed as gRPC core picks for the
+        level and what the client accepts (see :func:`algorithm_for_level`)."""
+        algorithm = algorithm_for_level(self._method.compress_level or 0, self._headers)
+        if algorithm is None:
+            return headers, _prefix(0, len(data)), data
+        if headers is not None:
+            headers += _COMPRESSORS[algorithm][1]
+        packer = zlib.compressobj(-1, zlib.DEFLATED, _COMPRESSORS[algorithm][0])
+        packed = packer.compress(data) + packer.flush()
+        if len(packed) >= len(data):  # as gRPC core: a message compression would grow goes as is
+            return headers, _prefix(0, len(data)), data
+        return headers, _prefix(1, len(packed)), packed
 
     def _finish(self, code: grpc.StatusCode, details: str) -> None:
         """End the call with a status: trailers, or a trailers-only answer."""
@@ -594,7 +618,11 @@ class _Call:
         data = message.SerializeToString()
         headers = None if self._headers_sent else _ANSWER_HEADERS
         self._headers_sent = True
-        self._conn.send_message(self._id, headers, _prefix(0, len(data)), data, None)
+        if self._method.compress_level is not None:
+            headers, prefix, data = self._compressed_message(headers, data)
+        else:
+            prefix = _prefix(0, len(data))
+        self._conn.send_message(self._id, headers, prefix, data, None)
         drained = self._conn.drained(self._id)
         if drained is not None:
             await drained
@@ -794,6 +822,32 @@ class GrpcServer:
     @staticmethod
     def _refuse(conn: Http2Connection, stream_id: int, code: grpc.StatusCode, message: str):
         conn.send_headers(stream_id, _ANSWER_HEADERS + encode_status(code, message), True)
+
+
+#: algorithm -> (zlib wbits, the grpc-encoding header)
+_COMPRESSORS: Final = {
+    "gzip": (16 + zlib.MAX_WBITS, encode_literal("grpc-encoding", "gzip")),
+    "deflate": (zlib.MAX_WBITS, encode_literal("grpc-encoding", "deflate")),
+}
+
+
+def algorithm_for_level(level: int, headers: Headers) -> str | None:
+    """gRPC core's choice for a compression level (1 low, 2 medium, 3 high): of the
+    algorithms the client accepts, ranked gzip then deflate, the first for low, the middle
+    one for medium, the last for high; None when it accepts neither."""
+    accepted: tuple[str, ...] = ()
+    for name, value in headers:
+        if name == "grpc-accept-encoding":
+            accepted = tuple(part.strip() for part in value.split(","))
+            break
+    ranked = [algorithm for algorithm in ("gzip", "deflate") if algorithm in accepted]
+    if not ranked or level <= 0:
+        return None
+    if level == 1:
+        return ranked[0]
+    if level == 2:
+        return ranked[len(ranked) // 2]
+    return ranked[-1]
 
 
 def _call_fields(headers: Headers) -> tuple[str | None, ...]:

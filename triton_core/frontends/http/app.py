@@ -25,7 +25,9 @@ from falcon.routing import CompiledRouter
 from falcon.routing.converters import BaseConverter
 
 from triton_core.errors import TritonError, internal, invalid_arg, unsupported
+from triton_core.frontends import logging_extension
 from triton_core.frontends.common import parse_version
+from triton_core.frontends.header_forwarding import HeaderForwarder
 from triton_core.frontends.http import compression
 from triton_core.frontends.http.codec import (
     DEFAULT_JSON_LIMITS,
@@ -115,6 +117,7 @@ def create_app(
     max_input_size: int = 1 << 26,
     restrictions: Restrictions | None = None,
     json_limits: JsonLimits = DEFAULT_JSON_LIMITS,
+    header_forwarder: HeaderForwarder | None = None,
 ) -> falcon.asgi.App:
     """Build the ASGI app serving ``server`` over Triton's HTTP/REST protocol.
 
@@ -136,7 +139,7 @@ def create_app(
     app.add_route("/v2/health/live", health, suffix="live")
     app.add_route("/v2/health/ready", health, suffix="ready")
 
-    model = _ModelResource(server, max_input_size, json_limits)
+    model = _ModelResource(server, max_input_size, json_limits, header_forwarder)
     generate_routes = {
         kind: GenerateResource(
             server, max_input_size, streaming=kind.endswith("stream"), json_limits=json_limits
@@ -157,7 +160,7 @@ def create_app(
     trace = TraceSettingResource(server, _read_body)
     app.add_route("/v2/trace/setting", trace)
     app.add_route("/v2/models/{model_name}/trace/setting", trace)  # no version form (404)
-    app.add_route("/v2/logging", _Unsupported("logging", "GET", "POST"))
+    app.add_route("/v2/logging", _LoggingResource(max_input_size, json_limits))
 
     repository = _RepositoryResource(server, max_input_size, json_limits)
     named_repository = _Unsupported("'repository_name' specification", "POST")
@@ -224,11 +227,16 @@ class _ModelResource:
     """``/v2/models/{m}[/versions/{v}][/ready|/config|/infer]``."""
 
     def __init__(
-        self, server: InferenceServerAPI, max_input_size: int, json_limits: JsonLimits
+        self,
+        server: InferenceServerAPI,
+        max_input_size: int,
+        json_limits: JsonLimits,
+        header_forwarder: HeaderForwarder | None = None,
     ) -> None:
         self._server = server
         self._max_input_size = max_input_size
         self._json_limits = json_limits
+        self._header_forwarder = header_forwarder
 
     async def on_get(
         self,
@@ -317,6 +325,12 @@ class _ModelResource:
         trace = None
         if tracing_since:
             trace = start_http_trace(tracer, model_name, _header_pairs(req), tracing_since)
+        forwarded = None
+        if self._header_forwarder is not None:
+            # names as the client sent them, lowercased by the ASGI server
+            raw = req.scope["headers"]
+            pairs = ((name.decode("latin-1"), value.decode("latin-1")) for name, value in raw)
+            forwarded = self._header_forwarder.parameters(pairs)
         data, headers = await infer_body(
             server,
             model_name,
@@ -325,6 +339,7 @@ class _ModelResource:
             req.get_header(HEADER_LENGTH),
             self._json_limits,
             trace,
+            forwarded,
         )
 
         accept_encoding = req.get_header("Accept-Encoding")
@@ -441,11 +456,13 @@ async def infer_body(
     header_length: str | None,
     json_limits: JsonLimits = DEFAULT_JSON_LIMITS,
     trace: Trace | None = None,
+    forwarded_headers: dict[str, str] | None = None,
 ) -> tuple[bytes, dict[str, str]]:
     """Decode an (uncompressed) infer body, run it, and encode the answer as (body, headers).
 
     A large body is decoded in a thread (:func:`decodes_off_loop`). ``trace``: the
-    request's trace, when it is sampled.
+    request's trace, when it is sampled. ``forwarded_headers``
+    join the request's parameters (``--http-header-forward-pattern``).
     """
     args = (server, model_name, model_version, body, header_length, json_limits)
     if decodes_off_loop(body, header_length):
@@ -453,6 +470,8 @@ async def infer_body(
     else:
         decoded = decode_infer_body(*args)
     decoded.request.trace = trace
+    if forwarded_headers:
+        decoded.request.parameters.update(forwarded_headers)
     response = await server.infer(decoded.request)
     if trace is not None:
         trace.timestamp("INFER_RESPONSE_COMPLETE")
@@ -681,6 +700,25 @@ def _register_uint(value: Any, field: str) -> int:
     if type(value) is not int or not 0 <= value < 1 << 64:
         raise invalid_arg(f"Unable to parse '{field}' of the shared memory register request")
     return value
+
+
+class _LoggingResource:
+    """The logging extension: GET the log settings, POST changes to some of them."""
+
+    def __init__(self, max_input_size: int, json_limits: JsonLimits) -> None:
+        self._max_input_size = max_input_size
+        self._json_limits = json_limits
+
+    async def on_get(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
+        resp.content_type = _JSON
+        resp.data = orjson.dumps(logging_extension.current())
+
+    async def on_post(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
+        body = await _read_body(req, self._max_input_size)
+        parsed = parse_json(body, self._json_limits, "dynamic logging") if body.strip() else {}
+        settings = logging_extension.update(logging_extension.changes_from_json(parsed))
+        resp.content_type = _JSON
+        resp.data = orjson.dumps(settings)
 
 
 class _AllStatisticsResource:

@@ -16,6 +16,7 @@ from time import monotonic_ns
 from typing import Any, Final
 
 from triton_core.errors import TritonError
+from triton_core.frontends.header_forwarding import HeaderForwarder
 from triton_core.frontends.http import compression
 from triton_core.frontends.http.app import (
     InferenceServerAPI,
@@ -253,13 +254,24 @@ def create_asgi_app(
     max_input_size: int = 1 << 26,
     restrictions: Restrictions | None = None,
     json_limits: JsonLimits = DEFAULT_JSON_LIMITS,
-) -> InferFastPath:
-    """The HTTP frontend as served: the falcon app behind the infer fast path."""
+    header_forwarder: HeaderForwarder | None = None,
+) -> ASGIApp:
+    """The HTTP frontend as served: the falcon app behind the infer fast path.
+
+    With a ``header_forwarder`` (``--http-header-forward-pattern``) the falcon app answers
+    infer too: the fast paths never look at headers beyond the few that decide them.
+    """
     from triton_core.frontends.http.app import create_app
 
     app = create_app(
-        server, max_input_size=max_input_size, restrictions=restrictions, json_limits=json_limits
+        server,
+        max_input_size=max_input_size,
+        restrictions=restrictions,
+        json_limits=json_limits,
+        header_forwarder=header_forwarder,
     )
+    if header_forwarder is not None:
+        return app
     inference = (restrictions or {}).get("inference")
     check = None if inference is None else HeaderCheck(inference)
     return InferFastPath(
