@@ -32,6 +32,7 @@ from triton_core.scheduling.base import SchedulerContext
 from triton_core.scheduling.ensemble import EnsembleModel, is_ensemble, validate_ensemble_config
 from triton_core.scheduling.executor import InstancePool
 from triton_core.statistics import ModelStatistics
+from triton_core.warmup import Warmup, build_samples
 
 if TYPE_CHECKING:
     from triton_core.scheduling.strategy import BatchStrategy
@@ -235,6 +236,7 @@ class ModelLoader:
         signature.labels = self._read_labels(config, prepared.model_dir)
         backend_name = prepared.backend.name
         signature.origin = self.backend_origin(backend_name)
+        samples = build_samples(config, prepared.model_dir, signature)
         where = model_label(config.name, version)
         with self._plugin_call(where, backend_name, "load_model"):
             backend_model = prepared.backend.load_model(context)
@@ -265,8 +267,10 @@ class ModelLoader:
             statistics,
             origin=signature.origin,
             execute_timeout=timeout_parameter(config, EXECUTE_TIMEOUT_PARAMETER),
+            warmup=Warmup(config.name, samples, signature, statistics) if samples else None,
         )
         try:
+            pool.wait_warm()
             scheduler = factory.value(
                 SchedulerContext(
                     config.name,
@@ -281,7 +285,8 @@ class ModelLoader:
                 )
             )
         except Exception:
-            # a scheduler that rejects the config must not leak the threads and instances
+            # a failed warm-up or a scheduler that rejects the config must not leak the
+            # threads and instances
             pool.stop()
             backend_model.finalize()
             raise

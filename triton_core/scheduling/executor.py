@@ -19,6 +19,7 @@ import logging
 import threading
 from collections import deque
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future
 from queue import Empty, SimpleQueue
 from time import monotonic_ns
 from typing import TYPE_CHECKING
@@ -32,6 +33,7 @@ from triton_core.streaming import note_instance
 if TYPE_CHECKING:
     from triton_core.backend import ModelInstance
     from triton_core.types import InferenceRequest, InferenceResponse
+    from triton_core.warmup import Warmup
 
 logger = logging.getLogger(__name__)
 
@@ -62,6 +64,7 @@ class InstancePool:
         *,
         origin: str = "",
         execute_timeout: float | None = None,
+        warmup: Warmup | None = None,
     ) -> None:
         self.instances = list(instances)
         self.names = list(names)
@@ -97,6 +100,9 @@ class InstancePool:
             if execute_timeout and self.instances
             else None
         )
+        #: model_warmup: each instance runs the samples before its first batch
+        self._warmup = warmup
+        self._warmed: list[Future[None]] = [Future() for _ in self.instances] if warmup else []
         if self._event_driven:
             self._threads: list[threading.Thread] = []
             return
@@ -253,6 +259,32 @@ class InstancePool:
         except Exception as exc:  # reported through done, after this returns
             self._loop.call_soon(done, exc)
 
+    def wait_warm(self) -> None:
+        """Block until every instance ran the warm-up samples; raise the first failure.
+
+        Call off the event loop (the loader's thread), before the scheduler sends batches.
+        """
+        if self._warmup is None:
+            return
+        if self._event_driven:
+            asyncio.run_coroutine_threadsafe(self._warm_event_driven(), self._loop).result()
+        for future in self._warmed:
+            future.result()
+
+    async def _warm_event_driven(self) -> None:
+        assert self._warmup is not None
+        warmup = self._warmup
+        runs = [
+            warmup.run_async(instance, name)
+            for instance, name in zip(self.instances, self.names, strict=True)
+        ]
+        results = await asyncio.gather(*runs, return_exceptions=True)
+        for future, result in zip(self._warmed, results, strict=True):
+            if isinstance(result, BaseException):
+                future.set_exception(result)
+            else:
+                future.set_result(None)
+
     def _failed(
         self, exc: BaseException, count: int, instance: str
     ) -> list[InferenceResponse | TritonError]:
@@ -280,6 +312,9 @@ class InstancePool:
             instance.thread_started()
         except Exception:
             logger.exception("model '%s': an instance's thread set-up failed", self._model_name)
+        warmup = self._warmup
+        if warmup is not None:
+            _settle(self._warmed[index], lambda: warmup.run(instance, name))
         while True:
             batch = queue.get()
             if batch is None:
@@ -439,6 +474,15 @@ def _fail(futures: list[asyncio.Future[InferenceResponse]], error: TritonError) 
     for future in futures:
         if not future.done():
             future.set_exception(error)
+
+
+def _settle(future: Future[None], call: Callable[[], None]) -> None:
+    try:
+        call()
+    except BaseException as exc:
+        future.set_exception(exc)
+    else:
+        future.set_result(None)
 
 
 def _take_all(queue: SimpleQueue[Batch | None]) -> list[Batch]:
