@@ -22,6 +22,7 @@ from triton_core.config import (
     timeout_parameter,
     validate,
 )
+from triton_core.config.audit import audit
 from triton_core.errors import TritonError, internal, invalid_arg
 from triton_core.failures import exception_text, model_label, raised
 from triton_core.model import LoadedModel, ModelSignature
@@ -123,6 +124,7 @@ class ModelLoader:
             newest = available[selected[-1]] / config.default_model_filename
             with self._plugin_call(model_label(name), backend.name, "auto_complete_config"):
                 backend.auto_complete_config(config, newest)
+        audit(config, backend.config_fields, backend.name)
         normalize(
             config,
             default_cpu_instance_count=backend.default_cpu_instance_count,
@@ -298,6 +300,7 @@ class ModelLoader:
         self, config: ModelConfig, model_dir: Path, available: dict[int, Path]
     ) -> PreparedModel:
         selected = select_versions(config.version_policy, list(available), config.name)
+        audit(config)
         normalize(config, gpu_count=self._options.gpu_count)
         validate(config, gpu_count=self._options.gpu_count)
         validate_ensemble_config(config)

@@ -249,6 +249,9 @@ class OnnxRuntimeBackend(Backend):
     platforms = (PLATFORM,)
     default_model_filename = DEFAULT_MODEL_FILENAME
     default_cpu_instance_count = 2
+    #: ``optimization { graph { level } }`` and the execution accelerators (only "cuda" GPU
+    #: accelerators load; others are refused by name)
+    config_fields = frozenset({"optimization.graph", "optimization.execution_accelerators"})
 
     def auto_complete_config(self, config: ModelConfig, model_path: Path) -> None:
         """Fill platform, inputs, outputs, max_batch_size and dynamic batching from the model.
