@@ -25,6 +25,9 @@ from triton_core.plugins import PluginManager, create_plugin_manager
 from triton_core.repository.loader import LoaderOptions, ModelLoader
 from triton_core.repository.manager import ControlMode, ModelRepositoryManager
 from triton_core.repository.sources import open_source
+from triton_core.scheduling.rate_limiter import MODES as RATE_LIMIT_MODES
+from triton_core.scheduling.rate_limiter import OFF as RATE_LIMIT_OFF
+from triton_core.scheduling.rate_limiter import RateLimiter
 from triton_core.streaming import StreamSender
 from triton_core.types import (
     InferenceRequest,
@@ -79,6 +82,10 @@ class ServerOptions:
     repository_poll_secs: float = 15.0
     #: where cloud repositories' models are copied (default: a temporary folder)
     repository_cache_dir: Path | None = None
+    #: ``--rate-limit``: "off" or "execution_count"
+    rate_limit: str = "off"
+    #: ``--rate-limit-resource``: (name, count, device or -1 for every device)
+    rate_limit_resources: list[tuple[str, int, int]] = field(default_factory=list)
 
 
 class Server:
@@ -109,6 +116,14 @@ class Server:
 
     # -- lifecycle -----------------------------------------------------------------------------
 
+    def _create_rate_limiter(self) -> RateLimiter | None:
+        mode = self.options.rate_limit
+        if mode not in RATE_LIMIT_MODES:
+            raise invalid_arg(f"unknown --rate-limit '{mode}' (expected off or execution_count)")
+        if mode == RATE_LIMIT_OFF:
+            return None
+        return RateLimiter(self.options.rate_limit_resources)
+
     async def start(self) -> None:
         """Load the model repositories; raises if a model fails and ``exit_on_error`` is set."""
         loop = asyncio.get_running_loop()
@@ -121,6 +136,7 @@ class Server:
                 backend_options=self.options.backend_options,
                 gpu_count=gpu_count(),
                 latency_buckets_ms=self.options.latency_buckets_ms,
+                rate_limiter=self._create_rate_limiter(),
             ),
             loop,
             batch_strategies=self.plugins.register_batch_strategies(),

@@ -212,12 +212,15 @@ FIELDS: Final[dict[str, FieldPolicy]] = {
     "instance_group.name": _h("instance names"),
     "instance_group.kind": _h("KIND_GPU is refused without GPUs"),
     "instance_group.count": _h("instances per group"),
-    "instance_group.rate_limiter": _n("the rate limiter is not implemented yet"),
-    "instance_group.rate_limiter.resources": _n("the rate limiter is not implemented yet"),
-    "instance_group.rate_limiter.resources.name": _n("the rate limiter"),
-    "instance_group.rate_limiter.resources.global": _n("the rate limiter"),
-    "instance_group.rate_limiter.resources.count": _n("the rate limiter"),
-    "instance_group.rate_limiter.priority": _n("the rate limiter"),
+    "instance_group.rate_limiter": _h(
+        "with --rate-limit execution_count; with it off (the default) a warning at load says "
+        "it has no effect"
+    ),
+    "instance_group.rate_limiter.resources": _h("resources an instance holds while it runs"),
+    "instance_group.rate_limiter.resources.name": _h("the rate limiter"),
+    "instance_group.rate_limiter.resources.global": _h("one count for the server, not per device"),
+    "instance_group.rate_limiter.resources.count": _h("the rate limiter"),
+    "instance_group.rate_limiter.priority": _h("weights the turns of waiting instances"),
     "instance_group.gpus": _h("checked against the GPUs present"),
     "instance_group.secondary_devices": _r("NVDLA devices are not supported"),
     "instance_group.secondary_devices.kind": _r("NVDLA devices are not supported"),

@@ -32,6 +32,7 @@ from triton_core.repository.layout import is_within, select_versions, version_fo
 from triton_core.scheduling.base import SchedulerContext
 from triton_core.scheduling.ensemble import EnsembleModel, is_ensemble, validate_ensemble_config
 from triton_core.scheduling.executor import InstancePool
+from triton_core.scheduling.rate_limiter import RateLimiter, ResourceMap, slot_needs
 from triton_core.statistics import ModelStatistics
 from triton_core.warmup import Warmup, build_samples
 
@@ -50,6 +51,8 @@ class LoaderOptions:
     gpu_count: int = 0
     #: histogram buckets (ms) for request latencies; None records no histogram
     latency_buckets_ms: tuple[float, ...] | None = None
+    #: the server's rate limiter (``--rate-limit execution_count``); None when off
+    rate_limiter: RateLimiter | None = None
 
 
 @dataclass(slots=True)
@@ -125,6 +128,8 @@ class ModelLoader:
             with self._plugin_call(model_label(name), backend.name, "auto_complete_config"):
                 backend.auto_complete_config(config, newest)
         audit(config, backend.config_fields, backend.name)
+        if self._options.rate_limiter is None:
+            _warn_rate_limiter_off(config)
         normalize(
             config,
             default_cpu_instance_count=backend.default_cpu_instance_count,
@@ -244,8 +249,9 @@ class ModelLoader:
             backend_model = prepared.backend.load_model(context)
         instances = []
         names = []
+        specs = instance_specs(config)
         try:
-            for spec in instance_specs(config):
+            for spec in specs:
                 with self._plugin_call(where, backend_name, "create_instance"):
                     instances.append(backend_model.create_instance(spec))
                 names.append(spec.name)
@@ -260,17 +266,25 @@ class ModelLoader:
             return signature.finish(requests, responses, version, instance)
 
         statistics = ModelStatistics(config.name, version, self._options.latency_buckets_ms)
-        pool = InstancePool(
-            instances,
-            names,
-            self._loop,
-            finish,
-            config.name,
-            statistics,
-            origin=signature.origin,
-            execute_timeout=timeout_parameter(config, EXECUTE_TIMEOUT_PARAMETER),
-            warmup=Warmup(config.name, samples, signature, statistics) if samples else None,
-        )
+        try:
+            pool = InstancePool(
+                instances,
+                names,
+                self._loop,
+                finish,
+                config.name,
+                statistics,
+                origin=signature.origin,
+                execute_timeout=timeout_parameter(config, EXECUTE_TIMEOUT_PARAMETER),
+                warmup=Warmup(config.name, samples, signature, statistics) if samples else None,
+                limiter=self._options.rate_limiter,
+                limits=rate_limits(config, specs),
+            )
+        except Exception:  # the rate limiter refused the instances' resources
+            for instance in instances:
+                instance.finalize()
+            backend_model.finalize()
+            raise
         try:
             pool.wait_warm()
             scheduler = factory.value(
@@ -402,6 +416,24 @@ def instance_specs(config: ModelConfig) -> list[InstanceSpec]:
                 specs.append(InstanceSpec(f"{group.name}_{index}", kind, device, group.name))
                 index += 1
     return specs
+
+
+def rate_limits(config: ModelConfig, specs: list[InstanceSpec]) -> list[tuple[int, ResourceMap]]:
+    """Each instance's rate-limiter priority and resource needs, from its group."""
+    groups = {group.name: group.rate_limiter for group in config.instance_group}
+    return [
+        (groups[spec.group_name].priority, slot_needs(groups[spec.group_name], spec.device_id))
+        for spec in specs
+    ]
+
+
+def _warn_rate_limiter_off(config: ModelConfig) -> None:
+    if any(group.HasField("rate_limiter") for group in config.instance_group):
+        logger.warning(
+            "model '%s': config field 'instance_group.rate_limiter' has no effect: "
+            "--rate-limit is off",
+            config.name,
+        )
 
 
 def load_error(exc: BaseException, model: str) -> TritonError:

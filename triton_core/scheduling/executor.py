@@ -20,6 +20,7 @@ import threading
 from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
+from functools import partial
 from queue import Empty, SimpleQueue
 from time import monotonic_ns
 from typing import TYPE_CHECKING
@@ -32,6 +33,7 @@ from triton_core.streaming import note_instance
 
 if TYPE_CHECKING:
     from triton_core.backend import ModelInstance
+    from triton_core.scheduling.rate_limiter import InstanceSlot, RateLimiter, ResourceMap
     from triton_core.types import InferenceRequest, InferenceResponse
     from triton_core.warmup import Warmup
 
@@ -65,6 +67,8 @@ class InstancePool:
         origin: str = "",
         execute_timeout: float | None = None,
         warmup: Warmup | None = None,
+        limiter: RateLimiter | None = None,
+        limits: Sequence[tuple[int, ResourceMap]] = (),
     ) -> None:
         self.instances = list(instances)
         self.names = list(names)
@@ -103,6 +107,10 @@ class InstancePool:
         #: model_warmup: each instance runs the samples before its first batch
         self._warmup = warmup
         self._warmed: list[Future[None]] = [Future() for _ in self.instances] if warmup else []
+        #: --rate-limit execution_count: batches wait for an instance holding its resources
+        self._limiter = limiter
+        if limiter is not None:
+            self._limit(limiter, limits)
         if self._event_driven:
             self._threads: list[threading.Thread] = []
             return
@@ -139,6 +147,10 @@ class InstancePool:
             _fail(futures, watch.unhealthy_error())
             return
         self._outstanding += 1
+        if self._limiter is not None:
+            self._limited_waiting.append((requests, futures))
+            self._stage_free()
+            return
         if self._event_driven:
             index = self._least_busy()
             if index is None:
@@ -189,6 +201,11 @@ class InstancePool:
         watch = self.watch
         if watch is not None and watch.unhealthy[index]:
             _fail(futures, watch.unhealthy_error(index))
+            return
+        if self._limiter is not None:
+            self._outstanding += 1
+            self._limited_waiting_for[index].append((requests, futures))
+            self._limiter.stage(self._slots[index])
             return
         if self._waiting_for is not None:
             self._outstanding += 1
@@ -245,7 +262,9 @@ class InstancePool:
                 self._idle += 1
             # the instance takes its next batch before the futures' callbacks submit more;
             # a pinned instance (sequences) holds one batch at a time
-            if self._waiting_for is None:
+            if self._limiter is not None:
+                self._limited_done(index)
+            elif self._waiting_for is None:
                 if self._waiting and self._busy[index] < self._depth[index]:
                     self._begin(index, self._waiting.popleft())
             elif self._waiting_for[index] and not self._busy[index]:
@@ -258,6 +277,57 @@ class InstancePool:
             self.instances[index].begin_execute(requests, done)
         except Exception as exc:  # reported through done, after this returns
             self._loop.call_soon(done, exc)
+
+    # -- rate limiting (event loop, except _limit) ---------------------------------------------
+
+    def _limit(self, limiter: RateLimiter, limits: Sequence[tuple[int, ResourceMap]]) -> None:
+        """Register the instances' needs (refused needs fail the load) and give each
+        instance its own queue: the limiter, not the first free thread, picks who runs."""
+        from triton_core.scheduling.rate_limiter import InstanceSlot
+
+        self._slots = [
+            InstanceSlot(partial(self._granted, index), needs, priority)
+            for index, (priority, needs) in enumerate(limits)
+        ]
+        limiter.register(self._slots)
+        self._limited_waiting: deque[Batch] = deque()
+        self._limited_waiting_for: list[deque[Batch]] = [deque() for _ in self.instances]
+        if not self._event_driven:
+            self._pinned = [SimpleQueue() for _ in self.instances]
+
+    def _stage_free(self) -> None:
+        """Queue free instances for resources, as many as there are batches for any."""
+        assert self._limiter is not None
+        wanted = len(self._limited_waiting) - sum(1 for slot in self._slots if slot.staged)
+        for slot in sorted(self._slots, key=_turns):
+            if wanted <= 0:
+                break
+            if not slot.staged and not slot.holding:
+                self._limiter.stage(slot)
+                wanted -= 1
+
+    def _granted(self, index: int) -> None:
+        """Instance ``index`` holds its resources: it runs its own batch, else the next."""
+        assert self._limiter is not None
+        own = self._limited_waiting_for[index]
+        waiting = own or self._limited_waiting
+        if not waiting:
+            self._limiter.release(self._slots[index])
+            return
+        batch = waiting.popleft()
+        if self._event_driven:
+            self._begin(index, batch)
+        else:
+            assert self._pinned is not None
+            self._pinned[index].put(batch)
+
+    def _limited_done(self, index: int) -> None:
+        assert self._limiter is not None
+        self._limiter.release(self._slots[index])
+        if self._limited_waiting_for[index]:
+            self._limiter.stage(self._slots[index])
+        if self._limited_waiting:
+            self._stage_free()
 
     def wait_warm(self) -> None:
         """Block until every instance ran the warm-up samples; raise the first failure.
@@ -315,6 +385,8 @@ class InstancePool:
         warmup = self._warmup
         if warmup is not None:
             _settle(self._warmed[index], lambda: warmup.run(instance, name))
+        if self._pinned is not None and self._limiter is not None:
+            queue = self._pinned[index]
         while True:
             batch = queue.get()
             if batch is None:
@@ -348,6 +420,8 @@ class InstancePool:
             with self._lock:
                 self._idle += 1
             try:
+                if self._limiter is not None:
+                    call_soon(self._limited_done, index)
                 call_soon(resolve, requests, futures, results, times)
             except RuntimeError:  # loop closed during shutdown
                 return
@@ -454,6 +528,8 @@ class InstancePool:
 
     def stop(self) -> None:
         """Let queued batches finish, then end the threads and finalize the instances."""
+        if self._limiter is not None:
+            self._limiter.unregister(self._slots)
         queues = self._pinned or [self._queue] * len(self._threads)
         for queue in queues:
             queue.put(None)
@@ -474,6 +550,10 @@ def _fail(futures: list[asyncio.Future[InferenceResponse]], error: TritonError) 
     for future in futures:
         if not future.done():
             future.set_exception(error)
+
+
+def _turns(slot: InstanceSlot) -> int:
+    return max(slot.priority, 1) * slot.executions
 
 
 def _settle(future: Future[None], call: Callable[[], None]) -> None:

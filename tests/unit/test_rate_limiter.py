@@ -1,0 +1,154 @@
+"""The rate limiter: resource counts and Triton's messages, turns weighted by priority, and an
+instance pool whose instances run only while they hold their resources."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import numpy as np
+import pytest
+
+from triton_core.backend import ModelInstance
+from triton_core.errors import TritonError
+from triton_core.scheduling.executor import InstancePool
+from triton_core.scheduling.rate_limiter import (
+    GLOBAL,
+    PER_DEVICE,
+    InstanceSlot,
+    RateLimiter,
+    parse_resource,
+)
+from triton_core.types import InferenceRequest, InferenceResponse, Tensor
+
+
+def slot(needs: dict[int, dict[str, int]], priority: int = 1, log: list | None = None):
+    record = log if log is not None else []
+    holder: list[InstanceSlot] = []
+    made = InstanceSlot(lambda: record.append(holder[0]), needs, priority)
+    holder.append(made)
+    return made
+
+
+def test_parse_resource_flag():
+    assert parse_resource("R:3") == ("R", 3, PER_DEVICE)
+    assert parse_resource("R:3:1") == ("R", 3, 1)
+    for bad in ("R", "R:x", ":1", "R:1:2:3", "R:-1"):
+        with pytest.raises(ValueError, match="--rate-limit-resource"):
+            parse_resource(bad)
+
+
+def test_explicit_count_below_a_need_fails_with_tritons_message():
+    limiter = RateLimiter([("G", 2, 1), ("R", 2, PER_DEVICE)])
+    with pytest.raises(TritonError) as info:
+        limiter.register([slot({GLOBAL: {"G": 3}})])
+    assert info.value.message == (
+        'Resource count for "G" is limited to 2 which will prevent scheduling of one or more '
+        "model instances, the minimum required count is 3"
+    )
+    with pytest.raises(TritonError, match='"H" is limited to 0'):  # not listed: none exist
+        limiter.register([slot({GLOBAL: {"H": 1}})])
+    limiter.register([slot({0: {"R": 2}})])  # a per-device flag covers device 0
+
+
+def test_a_resource_both_global_and_per_device_is_refused():
+    limiter = RateLimiter()
+    limiter.register([slot({GLOBAL: {"R": 1}})])
+    with pytest.raises(TritonError, match="present as both global and device-specific"):
+        limiter.register([slot({0: {"R": 1}})])
+
+
+def test_only_the_resources_there_are_are_granted_and_release_grants_the_next():
+    granted: list[InstanceSlot] = []
+    limiter = RateLimiter()
+    first, second = slot({GLOBAL: {"R": 2}}, log=granted), slot({GLOBAL: {"R": 2}}, log=granted)
+    limiter.register([first, second])
+    limiter.stage(first)
+    limiter.stage(second)
+    assert granted == [first]  # two of R exist: the largest need
+    limiter.release(first)
+    assert granted == [first, second]
+
+
+def test_priority_two_gets_half_the_turns_of_priority_one():
+    granted: list[InstanceSlot] = []
+    limiter = RateLimiter()
+    first, second = (slot({GLOBAL: {"R": 1}}, priority=1, log=granted) for _ in range(2))
+    slow = slot({GLOBAL: {"R": 1}}, priority=2, log=granted)
+    limiter.register([first, second, slow])
+    for waiting in (first, second, slow):
+        limiter.stage(waiting)
+    for _ in range(600):  # one runs at a time; the other two always wait for their turn
+        holder = granted[-1]
+        limiter.release(holder)
+        limiter.stage(holder)
+    turns = [sum(1 for s in granted if s is each) for each in (first, second, slow)]
+    assert abs(turns[0] - turns[1]) <= 2, turns
+    assert abs(turns[0] - 2 * turns[2]) <= 4, turns
+
+
+def test_unregister_gives_the_counts_back_to_the_remaining_instances():
+    limiter = RateLimiter()
+    big, small = slot({GLOBAL: {"R": 4}}), slot({GLOBAL: {"R": 1}})
+    limiter.register([big, small])
+    limiter.unregister([big])
+    limiter.register([slot({GLOBAL: {"R": 1}})])
+    assert limiter._available == {GLOBAL: {"R": 1}}
+
+
+class Overlap(ModelInstance):
+    """Fails a batch that starts while another instance sharing the resource runs."""
+
+    running = 0
+    lock = threading.Lock()
+
+    def __init__(self, release: threading.Event) -> None:
+        self.release = release
+
+    def execute(self, requests: list[InferenceRequest]) -> list[InferenceResponse]:
+        with Overlap.lock:
+            Overlap.running += 1
+            overlapped = Overlap.running > 1
+        self.release.wait(timeout=0.05)  # widen the window in which an overlap would show
+        with Overlap.lock:
+            Overlap.running -= 1
+        if overlapped:
+            raise RuntimeError("two instances ran at once")
+        return [InferenceResponse(outputs=list(r.inputs.values())) for r in requests]
+
+
+def finish(requests, responses, instance):  # type: ignore[no-untyped-def]
+    return list(responses)
+
+
+async def test_pools_sharing_a_global_resource_never_run_at_once():
+    loop = asyncio.get_running_loop()
+    limiter = RateLimiter()
+    never = threading.Event()
+    needs = [(1, {GLOBAL: {"R": 1}})] * 2
+    pools = [
+        InstancePool(
+            [Overlap(never), Overlap(never)],
+            [f"{name}_0", f"{name}_1"],
+            loop,
+            finish,
+            name,
+            limiter=limiter,
+            limits=needs,
+        )
+        for name in ("a", "b")
+    ]
+    try:
+        futures = []
+        for index in range(12):
+            future = loop.create_future()
+            value = np.full((1, 1), index, np.float32)
+            pools[index % 2].submit(
+                [InferenceRequest("m", {"x": Tensor("x", "FP32", value)})], [future]
+            )
+            futures.append(future)
+        responses = await asyncio.wait_for(asyncio.gather(*futures), 30)
+        assert len(responses) == 12
+    finally:
+        for pool in pools:
+            pool.stop()
