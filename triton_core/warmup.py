@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from time import monotonic_ns
@@ -223,8 +223,10 @@ class Warmup:
         samples: Sequence[WarmupSample],
         signature: ModelSignature,
         statistics: ModelStatistics,
+        prepare: Callable[[list[InferenceRequest]], None] | None = None,
     ) -> None:
         self.model_name = model_name
+        self._complete = prepare
         self.samples = list(samples)
         self._signature = signature
         self._statistics = statistics
@@ -292,6 +294,8 @@ class Warmup:
                 sender = _WarmupSender(errors)
                 request.response_sender = sender
                 senders.append(sender)
+        if self._complete is not None:
+            self._complete(requests)
         return requests, senders, errors
 
     def _finish(

@@ -51,8 +51,8 @@ def test_set_fields_walks_repeated_messages_and_map_values():
 @pytest.mark.parametrize(
     ("extra", "field"),
     [
-        ('batch_input [ { kind: BATCH_ELEMENT_COUNT target_name: "N" data_type: TYPE_FP32 '
-         'source_input: "IN" } ]', "batch_input"),
+        ('ensemble_scheduling { step [ { model_name: "x" model_namespace: "ns" } ] }',
+         "ensemble_scheduling.step.model_namespace"),
         ("instance_group [ { count: 1 passive: true } ]", "instance_group.passive"),
         ('instance_group [ { count: 1 profile: "0" } ]', "instance_group.profile"),
         ('model_operations { op_library_filename: "libop.so" }', "model_operations"),

@@ -87,7 +87,10 @@ FIELDS: Final[dict[str, FieldPolicy]] = {
     "input.reshape": _h("requests are reshaped before the backend"),
     "input.reshape.shape": _h("requests are reshaped before the backend"),
     "input.is_shape_tensor": _r(_TENSORRT),
-    "input.allow_ragged_batch": _h("the dynamic batcher batches requests of different shapes"),
+    "input.allow_ragged_batch": _h(
+        "the dynamic batcher batches requests of different shapes; framework backends join "
+        "the input end to end into one 1-D tensor"
+    ),
     "input.optional": _h("requests may leave the input out"),
     "input.is_non_linear_format_io": _r(_TENSORRT),
     "output": _h("response checks"),
@@ -99,15 +102,21 @@ FIELDS: Final[dict[str, FieldPolicy]] = {
     "output.label_filename": _h("labels for the classification extension"),
     "output.is_shape_tensor": _r(_TENSORRT),
     "output.is_non_linear_format_io": _r(_TENSORRT),
-    "batch_input": _r("ragged-batch inputs are not filled yet"),
-    "batch_input.kind": _r("ragged-batch inputs are not filled yet"),
-    "batch_input.target_name": _r("ragged-batch inputs are not filled yet"),
-    "batch_input.data_type": _r("ragged-batch inputs are not filled yet"),
-    "batch_input.source_input": _r("ragged-batch inputs are not filled yet"),
-    "batch_output": _r("ragged-batch outputs are not scattered yet"),
-    "batch_output.target_name": _r("ragged-batch outputs are not scattered yet"),
-    "batch_output.kind": _r("ragged-batch outputs are not scattered yet"),
-    "batch_output.source_input": _r("ragged-batch outputs are not scattered yet"),
+    "batch_input": _h(
+        "filled by the server into every request of a formed batch; framework backends run "
+        "the batch as one call, Python models see each request's share"
+    ),
+    "batch_input.kind": _h("every kind Triton has"),
+    "batch_input.target_name": _h("the model input the server fills"),
+    "batch_input.data_type": _h("TYPE_INT32 or TYPE_FP32, as Triton"),
+    "batch_input.source_input": _h("the input whose shapes it describes"),
+    "batch_output": _h(
+        "framework backends cut the batch's output into pieces shaped like each request's "
+        "source input"
+    ),
+    "batch_output.target_name": _h("the output that is scattered"),
+    "batch_output.kind": _h("BATCH_SCATTER_WITH_INPUT_SHAPE"),
+    "batch_output.source_input": _h("the input whose shapes the pieces take"),
     "optimization": _h("the section itself; see its fields"),
     "optimization.graph": _b("graph optimization level", fallback=NO_EFFECT),
     "optimization.graph.level": _b("graph optimization level", fallback=NO_EFFECT),

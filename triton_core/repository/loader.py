@@ -26,6 +26,7 @@ from triton_core.config.audit import audit
 from triton_core.errors import TritonError, internal, invalid_arg
 from triton_core.failures import exception_text, model_label, raised
 from triton_core.model import LoadedModel, ModelSignature
+from triton_core.ragged import RaggedBatching, validate_batch_io
 from triton_core.registry import BackendRegistry, BatchStrategyRegistry, SchedulerRegistry
 from triton_core.repository.agent_set import AgentSet
 from triton_core.repository.layout import is_within, select_versions, version_folders
@@ -136,6 +137,7 @@ class ModelLoader:
             gpu_count=self._options.gpu_count,
         )
         validate(config, gpu_count=self._options.gpu_count)
+        validate_batch_io(config)
         return PreparedModel(config, backend, model_dir, {v: available[v] for v in selected})
 
     def _resolve_backend(self, config: ModelConfig, versions: dict[int, Path]) -> Backend:
@@ -244,6 +246,8 @@ class ModelLoader:
         backend_name = prepared.backend.name
         signature.origin = self.backend_origin(backend_name)
         samples = build_samples(config, prepared.model_dir, signature)
+        ragged = RaggedBatching.of(config)
+        prepare = ragged.add_batch_inputs if ragged is not None and ragged.batch_inputs else None
         where = model_label(config.name, version)
         with self._plugin_call(where, backend_name, "load_model"):
             backend_model = prepared.backend.load_model(context)
@@ -276,9 +280,14 @@ class ModelLoader:
                 statistics,
                 origin=signature.origin,
                 execute_timeout=timeout_parameter(config, EXECUTE_TIMEOUT_PARAMETER),
-                warmup=Warmup(config.name, samples, signature, statistics) if samples else None,
+                warmup=(
+                    Warmup(config.name, samples, signature, statistics, prepare)
+                    if samples
+                    else None
+                ),
                 limiter=self._options.rate_limiter,
                 limits=rate_limits(config, specs),
+                prepare=prepare,
             )
         except Exception:  # the rate limiter refused the instances' resources
             for instance in instances:

@@ -69,6 +69,7 @@ class InstancePool:
         warmup: Warmup | None = None,
         limiter: RateLimiter | None = None,
         limits: Sequence[tuple[int, ResourceMap]] = (),
+        prepare: Callable[[list[InferenceRequest]], None] | None = None,
     ) -> None:
         self.instances = list(instances)
         self.names = list(names)
@@ -107,6 +108,8 @@ class InstancePool:
         #: model_warmup: each instance runs the samples before its first batch
         self._warmup = warmup
         self._warmed: list[Future[None]] = [Future() for _ in self.instances] if warmup else []
+        #: completes each formed batch before it runs (batch_input); None: nothing to do
+        self._prepare = prepare
         #: --rate-limit execution_count: batches wait for an instance holding its resources
         self._limiter = limiter
         if limiter is not None:
@@ -274,6 +277,8 @@ class InstancePool:
             self._resolve(requests, futures, results, times)
 
         try:
+            if self._prepare is not None:
+                self._prepare(requests)
             self.instances[index].begin_execute(requests, done)
         except Exception as exc:  # reported through done, after this returns
             self._loop.call_soon(done, exc)
@@ -405,6 +410,8 @@ class InstancePool:
             if watch is not None:
                 watch.began(index, futures)
             try:
+                if self._prepare is not None:
+                    self._prepare(requests)
                 infer_start = monotonic_ns()
                 responses = instance.execute(requests)
                 infer_end = monotonic_ns()

@@ -30,6 +30,7 @@ from triton_core import (
     ModelInstance,
     ModelSequenceBatching,
     Parameters,
+    RaggedBatching,
     Status,
     TritonError,
     complete_batching,
@@ -197,6 +198,9 @@ def check_config(config: ModelConfig, signature: Signature, model: str, *, compl
     required model input to be fed by the config.
     """
     known_inputs = {**signature.overridable, **signature.inputs}
+    # ragged inputs and scattered outputs reach the model joined end to end: 1-D, any length
+    flat = {t.name for t in config.input if t.allow_ragged_batch}
+    flat.update(name for spec in config.batch_output for name in spec.target_name)
     sections = (
         ("input", config.input, known_inputs, signature.inputs),
         ("output", config.output, signature.outputs, signature.outputs),
@@ -223,7 +227,14 @@ def check_config(config: ModelConfig, signature: Signature, model: str, *, compl
                     f"model '{model}': {kind} '{tensor.name}' has data_type {configured} in the "
                     f"config but {info.config_type} in the model",
                 )
-            if complete or tensor.dims or tensor.HasField("reshape"):
+            if tensor.name in flat:
+                if len(info.shape) != 1:
+                    raise TritonError(
+                        Status.INVALID_ARG,
+                        f"model '{model}': {kind} '{tensor.name}' is joined end to end for a "
+                        f"ragged batch, so the model must take it 1-D, not {list(info.shape)}",
+                    )
+            elif complete or tensor.dims or tensor.HasField("reshape"):
                 error = dims_error(model, kind, tensor, info.shape, config.max_batch_size)
                 if error:
                     raise TritonError(Status.INVALID_ARG, error)
@@ -511,7 +522,12 @@ class OnnxRuntimeModel(BackendModel):
             )
         self.input_reshapes = input_reshapes(config)
         self.output_reshapes = output_reshapes(config)
-        self.plan = BatchPlan(self.name, self.output_datatypes, batching=self.max_batch_size > 0)
+        self.plan = BatchPlan(
+            self.name,
+            self.output_datatypes,
+            batching=self.max_batch_size > 0,
+            ragged=RaggedBatching.of(config),
+        )
         self._checked = False
 
     def session_providers(self, spec: InstanceSpec) -> list[str | tuple[str, dict[str, str]]]:
