@@ -61,6 +61,8 @@ class InstanceSpec:
     #: GPU ordinal for ``GPU`` instances, else 0
     device_id: int
     group_name: str
+    #: the group is ``passive``: the instance is loaded but gets no requests
+    passive: bool = False
 
 
 class ModelInstance(ABC):

@@ -53,7 +53,6 @@ def test_set_fields_walks_repeated_messages_and_map_values():
     [
         ('ensemble_scheduling { step [ { model_name: "x" model_namespace: "ns" } ] }',
          "ensemble_scheduling.step.model_namespace"),
-        ("instance_group [ { count: 1 passive: true } ]", "instance_group.passive"),
         ('instance_group [ { count: 1 profile: "0" } ]', "instance_group.profile"),
         ('model_operations { op_library_filename: "libop.so" }', "model_operations"),
         ('runtime: "libtriton_x.so"', "runtime"),

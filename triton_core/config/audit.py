@@ -235,7 +235,10 @@ FIELDS: Final[dict[str, FieldPolicy]] = {
     "instance_group.secondary_devices.kind": _r("NVDLA devices are not supported"),
     "instance_group.secondary_devices.device_id": _r("NVDLA devices are not supported"),
     "instance_group.profile": _r(_TENSORRT + " (optimization profiles)"),
-    "instance_group.passive": _r("passive instances are not supported"),
+    "instance_group.passive": _h(
+        "the group's instances are loaded and finalized but get no requests; a model whose "
+        "groups are all passive is refused"
+    ),
     "instance_group.host_policy": _n("NUMA host policies are not applied by this server"),
     "default_model_filename": _h("the file each version folder holds"),
     "cc_model_filenames": _n("files per GPU compute capability; " + _NO_GPU),

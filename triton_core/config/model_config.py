@@ -138,6 +138,11 @@ def validate(config: ModelConfig, *, gpu_count: int = 0) -> None:
             for dim in tensor.dims:
                 if dim < -1:
                     raise invalid_arg(f"{where} has invalid dimension {dim} in 'dims'")
+    if config.instance_group and all(group.passive for group in config.instance_group):
+        raise invalid_arg(
+            f"model '{model}': every instance group is 'passive', so no instance would serve "
+            "requests"
+        )
     for group in config.instance_group:
         if group.kind == ModelInstanceGroup.KIND_GPU:
             if not gpu_count:

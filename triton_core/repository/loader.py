@@ -270,10 +270,11 @@ class ModelLoader:
             return signature.finish(requests, responses, version, instance)
 
         statistics = ModelStatistics(config.name, version, self._options.latency_buckets_ms)
+        serving = [i for i, spec in enumerate(specs) if not spec.passive]
         try:
             pool = InstancePool(
-                instances,
-                names,
+                [instances[i] for i in serving],
+                [names[i] for i in serving],
                 self._loop,
                 finish,
                 config.name,
@@ -286,8 +287,9 @@ class ModelLoader:
                     else None
                 ),
                 limiter=self._options.rate_limiter,
-                limits=rate_limits(config, specs),
+                limits=rate_limits(config, [specs[i] for i in serving]),
                 prepare=prepare,
+                passive=[instance for i, instance in enumerate(instances) if i not in serving],
             )
         except Exception:  # the rate limiter refused the instances' resources
             for instance in instances:
@@ -422,7 +424,8 @@ def instance_specs(config: ModelConfig) -> list[InstanceSpec]:
         index = 0
         for device in devices:
             for _ in range(group.count):
-                specs.append(InstanceSpec(f"{group.name}_{index}", kind, device, group.name))
+                name = f"{group.name}_{index}"
+                specs.append(InstanceSpec(name, kind, device, group.name, group.passive))
                 index += 1
     return specs
 

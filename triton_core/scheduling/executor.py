@@ -70,8 +70,11 @@ class InstancePool:
         limiter: RateLimiter | None = None,
         limits: Sequence[tuple[int, ResourceMap]] = (),
         prepare: Callable[[list[InferenceRequest]], None] | None = None,
+        passive: Sequence[ModelInstance] = (),
     ) -> None:
         self.instances = list(instances)
+        #: instances of ``passive`` groups: loaded, given no batches, finalized at stop
+        self._passive = list(passive)
         self.names = list(names)
         self.statistics = statistics if statistics is not None else ModelStatistics(model_name, 0)
         self._loop = loop
@@ -511,7 +514,7 @@ class InstancePool:
 
     def abort(self) -> None:
         """The stop deadline passed: each instance ends what it runs now (any thread)."""
-        for instance in self.instances:
+        for instance in [*self.instances, *self._passive]:
             try:
                 instance.abort()
             except Exception:
@@ -544,7 +547,7 @@ class InstancePool:
         for index, thread in enumerate(self._threads):
             if index not in hung:
                 thread.join()
-        for index, instance in enumerate(self.instances):
+        for index, instance in enumerate([*self.instances, *self._passive]):
             if index in hung:
                 continue
             try:
