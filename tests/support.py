@@ -9,6 +9,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 from triton_core import testing
@@ -72,6 +73,17 @@ class ServerProcess(testing.ServerProcess):
 
     def __init__(self, repos: list[Path], *args: str, env: dict[str, str] | None = None):
         super().__init__(repos, *args, env=env, cwd=ROOT)
+
+
+def explicit_mode_server(repo: Path, *args: str) -> Iterator[ServerProcess]:
+    """A server in explicit model-control mode that loads nothing at start (tests load
+    their models through the client); it must exit cleanly when the test is done."""
+    process = ServerProcess([repo], "--model-control-mode=explicit", *args)
+    try:
+        process.wait_ready(timeout=120, path="/v2/health/live")
+        yield process
+    finally:
+        assert process.stop() == 0, process.log()[-4000:]
 
 
 def write_stream_model(

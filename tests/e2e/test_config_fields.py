@@ -13,7 +13,7 @@ import pytest
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from tests.support import ServerProcess
+from tests.support import explicit_mode_server
 
 pytest.importorskip("triton_core_python")
 
@@ -77,12 +77,7 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def server(repo: Path):
-    process = ServerProcess([repo], "--model-control-mode=explicit")
-    try:
-        process.wait_ready(timeout=120, path="/v2/health/live")
-        yield process
-    finally:
-        assert process.stop() == 0, process.log()[-4000:]
+    yield from explicit_mode_server(repo)
 
 
 def _who(client: httpclient.InferenceServerClient, model: str) -> str:

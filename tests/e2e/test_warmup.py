@@ -13,7 +13,7 @@ import pytest
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from tests.support import ServerProcess
+from tests.support import ServerProcess, explicit_mode_server
 
 pytest.importorskip("triton_core_python")
 torch = pytest.importorskip("torch")
@@ -182,12 +182,7 @@ def _build(repo: Path) -> None:
 def server(tmp_path_factory: pytest.TempPathFactory):
     repo = tmp_path_factory.mktemp("warmup_models")
     _build(repo)
-    process = ServerProcess([repo], "--model-control-mode=explicit", "--log-verbose=1")
-    try:
-        process.wait_ready(timeout=120, path="/v2/health/live")
-        yield process
-    finally:
-        assert process.stop() == 0, process.log()[-4000:]
+    yield from explicit_mode_server(repo, "--log-verbose=1")
 
 
 @pytest.fixture(scope="module")
