@@ -61,7 +61,7 @@ def _b(note: str, fallback: str = REFUSED) -> FieldPolicy:
     return FieldPolicy(BACKEND, note, fallback)
 
 
-_NO_GPU = "this server runs tensors on the CPU; GPU settings change nothing (as Triton's CPU build)"
+_NO_GPU = "a GPU setting this server's backends do not use (Triton's CPU build ignores it too)"
 _TENSORRT = "TensorRT-only; no backend here serves TensorRT engines"
 
 FIELDS: Final[dict[str, FieldPolicy]] = {
