@@ -152,3 +152,70 @@ async def test_pools_sharing_a_global_resource_never_run_at_once():
     finally:
         for pool in pools:
             pool.stop()
+
+
+class EventDriven(ModelInstance):
+    """Answers on the event loop, as a Python model's process does."""
+
+    event_driven = True
+
+    def __init__(self, started: list[str], name: str) -> None:
+        self.started = started
+        self.name = name
+
+    def execute(self, requests: list[InferenceRequest]) -> list[InferenceResponse]:
+        raise AssertionError("event-driven instances are not executed on threads")
+
+    running = 0
+
+    def begin_execute(self, requests, done):  # type: ignore[no-untyped-def]
+        self.started.append(self.name)
+        EventDriven.running += 1
+        if EventDriven.running > 1:
+            self.started.append("overlap")
+        responses = [InferenceResponse(outputs=list(r.inputs.values())) for r in requests]
+
+        def finished() -> None:
+            EventDriven.running -= 1
+            done(responses)
+
+        asyncio.get_running_loop().call_later(0.01, finished)
+
+
+@pytest.mark.parametrize("event_driven", [False, True])
+async def test_batches_for_a_chosen_instance_wait_for_its_resources(event_driven):
+    """The sequence batcher's submit_to: each batch runs on its instance, one at a time
+    across the pool since both instances need the only unit of R."""
+    loop = asyncio.get_running_loop()
+    started: list[str] = []
+    never = threading.Event()
+    instances = (
+        [EventDriven(started, "m_0"), EventDriven(started, "m_1")]
+        if event_driven
+        else [Overlap(never), Overlap(never)]
+    )
+    pool = InstancePool(
+        instances,
+        ["m_0", "m_1"],
+        loop,
+        finish,
+        "m",
+        limiter=RateLimiter(),
+        limits=[(1, {GLOBAL: {"R": 1}})] * 2,
+    )
+    pool.pin()
+    try:
+        futures = []
+        for index in range(6):
+            future = loop.create_future()
+            value = np.full((1, 1), index, np.float32)
+            request = InferenceRequest("m", {"x": Tensor("x", "FP32", value)})
+            pool.submit_to(index % 2, [request], [future])
+            futures.append(future)
+        responses = await asyncio.wait_for(asyncio.gather(*futures), 30)
+        values = [r.outputs[0].data.item() for r in responses]
+        assert values == list(range(6))
+        if event_driven:
+            assert sorted(started) == ["m_0"] * 3 + ["m_1"] * 3
+    finally:
+        pool.stop()
