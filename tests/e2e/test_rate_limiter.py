@@ -1,7 +1,7 @@
 """``--rate-limit execution_count`` on a real server: two Python models whose instances need
-the one global resource never execute at once; a model needing more than
-``--rate-limit-resource`` allows fails to load with Triton's message; with the limiter off,
-the same models do run at once (so the first test could fail)."""
+the one global resource never execute at once, nor do two instances warming up; a model
+needing more than ``--rate-limit-resource`` allows fails to load with Triton's message; with
+the limiter off, the same models do run at once (so the first test could fail)."""
 
 from __future__ import annotations
 
@@ -53,14 +53,22 @@ class TritonPythonModel:
 """
 
 
-def _config(markers: Path, resources: str) -> str:
+WARMUP = """
+model_warmup [ { name: "zeros" batch_size: 1
+  inputs { key: "X" value { data_type: TYPE_FP32 dims: [ 2 ] zero_data: true } } } ]
+"""
+
+
+def _config(markers: Path, resources: str, count: int = 1, extra: str = "") -> str:
     return f"""
 backend: "python"
 max_batch_size: 4
 input [ {{ name: "X" data_type: TYPE_FP32 dims: [ 2 ] }} ]
 output [ {{ name: "Y" data_type: TYPE_FP32 dims: [ 2 ] }} ]
-instance_group [ {{ kind: KIND_CPU count: 1 rate_limiter {{ resources [ {resources} ] }} }} ]
+instance_group [ {{ kind: KIND_CPU count: {count}
+                    rate_limiter {{ resources [ {resources} ] }} }} ]
 parameters {{ key: "marker_dir" value {{ string_value: "{markers}" }} }}
+{extra}
 """
 
 
@@ -70,14 +78,16 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     markers = root / "markers"
     markers.mkdir()
     shared = '{ name: "R" global: true count: 1 }'
-    for name, resources in (
-        ("rl_a", shared),
-        ("rl_b", shared),
-        ("rl_big", shared + ', { name: "G" global: true count: 3 }'),
+    for name, config in (
+        ("rl_a", _config(markers, shared)),
+        ("rl_b", _config(markers, shared)),
+        ("rl_big", _config(markers, shared + ', { name: "G" global: true count: 3 }')),
+        # two instances that warm up at once unless the limiter takes them in turn
+        ("rl_warm", _config(markers, shared, count=2, extra=WARMUP)),
     ):
         (root / name / "1").mkdir(parents=True)
         (root / name / "1" / "model.py").write_text(textwrap.dedent(MODEL))
-        (root / name / "config.pbtxt").write_text(_config(markers, resources))
+        (root / name / "config.pbtxt").write_text(config)
     return root
 
 
@@ -117,6 +127,8 @@ def test_instances_sharing_a_global_resource_never_run_at_once(repo):
             'Resource count for "G" is limited to 2 which will prevent scheduling of one or more '
             "model instances, the minimum required count is 3"
         ) in info.value.message()
+        client.load_model("rl_warm")  # warm-up goes through the limiter too, as in Triton
+        assert client.get_inference_statistics("rl_warm")["model_stats"][0]["execution_count"] == 2
 
 
 def test_with_the_limiter_off_the_same_models_run_at_once_and_a_warning_says_so(repo):
@@ -127,3 +139,7 @@ def test_with_the_limiter_off_the_same_models_run_at_once_and_a_warning_says_so(
             "model 'rl_a': config field 'instance_group.rate_limiter' has no effect: "
             "--rate-limit is off"
         ) in process.log()
+        client = httpclient.InferenceServerClient(process.http_url)
+        with pytest.raises(InferenceServerException) as info:
+            client.load_model("rl_warm")
+        assert "failed to run warmup sample 'zeros': ran at once" in info.value.message()

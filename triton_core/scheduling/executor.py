@@ -10,6 +10,10 @@ models) get no thread: the pool hands them batches on the event loop with
 thread hop and no GIL hand-over. Such an instance may hold a second batch while one runs
 (``max_batches_in_flight``): it goes on to the next without waiting for the loop. The
 dynamic and sequence batchers still hand over one batch per instance at a time.
+
+With ``--rate-limit execution_count`` each instance gets its own queue and a batch goes to
+an instance only once the server's rate limiter granted it its resources (warm-up too);
+with it off (the default) the pool has no limiter and none of that code runs.
 """
 
 from __future__ import annotations
@@ -298,6 +302,8 @@ class InstancePool:
             for index, (priority, needs) in enumerate(limits)
         ]
         limiter.register(self._slots)
+        #: instances waiting for their resources to warm up: called when granted
+        self._grant_waiters: dict[int, Callable[[], None]] = {}
         self._limited_waiting: deque[Batch] = deque()
         self._limited_waiting_for: list[deque[Batch]] = [deque() for _ in self.instances]
         if not self._event_driven:
@@ -317,6 +323,10 @@ class InstancePool:
     def _granted(self, index: int) -> None:
         """Instance ``index`` holds its resources: it runs its own batch, else the next."""
         assert self._limiter is not None
+        waiter = self._grant_waiters.pop(index, None)
+        if waiter is not None:  # a warm-up holds the resources until it ends
+            waiter()
+            return
         own = self._limited_waiting_for[index]
         waiting = own or self._limited_waiting
         if not waiting:
@@ -349,13 +359,43 @@ class InstancePool:
         for future in self._warmed:
             future.result()
 
+    def _warm_up(self, index: int, warmup: Warmup) -> None:
+        """Instance ``index``'s warm-up on its thread, holding its rate-limiter resources
+        (as Triton sends warm-up through the rate limiter)."""
+        instance, name = self.instances[index], self.names[index]
+        if self._limiter is None:
+            warmup.run(instance, name)
+            return
+        granted = threading.Event()
+        self._loop.call_soon_threadsafe(self._wait_for_grant, index, granted.set)
+        granted.wait()
+        try:
+            warmup.run(instance, name)
+        finally:
+            self._loop.call_soon_threadsafe(self._limited_done, index)
+
+    async def _warm_up_async(self, index: int, warmup: Warmup) -> None:
+        instance, name = self.instances[index], self.names[index]
+        if self._limiter is None:
+            await warmup.run_async(instance, name)
+            return
+        granted = self._loop.create_future()
+        self._wait_for_grant(index, lambda: granted.set_result(None))
+        await granted
+        try:
+            await warmup.run_async(instance, name)
+        finally:
+            self._limited_done(index)
+
+    def _wait_for_grant(self, index: int, granted: Callable[[], None]) -> None:
+        assert self._limiter is not None
+        self._grant_waiters[index] = granted
+        self._limiter.stage(self._slots[index])
+
     async def _warm_event_driven(self) -> None:
         assert self._warmup is not None
         warmup = self._warmup
-        runs = [
-            warmup.run_async(instance, name)
-            for instance, name in zip(self.instances, self.names, strict=True)
-        ]
+        runs = [self._warm_up_async(index, warmup) for index in range(len(self.instances))]
         results = await asyncio.gather(*runs, return_exceptions=True)
         for future, result in zip(self._warmed, results, strict=True):
             if isinstance(result, BaseException):
@@ -392,7 +432,7 @@ class InstancePool:
             logger.exception("model '%s': an instance's thread set-up failed", self._model_name)
         warmup = self._warmup
         if warmup is not None:
-            _settle(self._warmed[index], lambda: warmup.run(instance, name))
+            _settle(self._warmed[index], lambda: self._warm_up(index, warmup))
         if self._pinned is not None and self._limiter is not None:
             queue = self._pinned[index]
         while True:
