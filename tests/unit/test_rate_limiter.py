@@ -219,3 +219,20 @@ async def test_batches_for_a_chosen_instance_wait_for_its_resources(event_driven
             assert sorted(started) == ["m_0"] * 3 + ["m_1"] * 3
     finally:
         pool.stop()
+
+
+def test_the_flags_parse_and_bad_values_are_refused_naming_the_flag(capsys):
+    from triton_core.cli import build_parser
+
+    parser = build_parser()
+    resources = ["--rate-limit-resource", "R:2", "--rate-limit-resource", "G:1:0"]
+    args = parser.parse_args(
+        ["serve", "--model-repository", "r", "--rate-limit", "execution_count", *resources]
+    )
+    assert args.rate_limit == "execution_count"
+    assert args.rate_limit_resource == [("R", 2, PER_DEVICE), ("G", 1, 0)]
+    assert parser.parse_args(["serve", "--model-repository", "r"]).rate_limit == "off"
+    for flag, value in (("--rate-limit", "always"), ("--rate-limit-resource", "R")):
+        with pytest.raises(SystemExit):
+            parser.parse_args(["serve", "--model-repository", "r", flag, value])
+        assert flag in capsys.readouterr().err
