@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from triton_core.backend import Backend, InstanceSpec, ModelContext
+from triton_core.backend import Backend, BackendModel, InstanceSpec, ModelContext, ModelInstance
 from triton_core.config import (
     CONFIG_FILENAME,
     EXECUTE_TIMEOUT_PARAMETER,
@@ -32,10 +32,10 @@ from triton_core.repository.agent_set import AgentSet
 from triton_core.repository.layout import is_within, select_versions, version_folders
 from triton_core.scheduling.base import SchedulerContext
 from triton_core.scheduling.ensemble import EnsembleModel, is_ensemble, validate_ensemble_config
-from triton_core.scheduling.executor import InstancePool
+from triton_core.scheduling.executor import InstancePool, ResponseFinisher
 from triton_core.scheduling.rate_limiter import RateLimiter, ResourceMap, slot_needs
 from triton_core.statistics import ModelStatistics
-from triton_core.warmup import Warmup, build_samples
+from triton_core.warmup import Warmup, WarmupSample, build_samples
 
 if TYPE_CHECKING:
     from triton_core.scheduling.strategy import BatchStrategy
@@ -246,55 +246,23 @@ class ModelLoader:
         backend_name = prepared.backend.name
         signature.origin = self.backend_origin(backend_name)
         samples = build_samples(config, prepared.model_dir, signature)
-        ragged = RaggedBatching.of(config)
-        prepare = ragged.add_batch_inputs if ragged is not None and ragged.batch_inputs else None
         where = model_label(config.name, version)
         with self._plugin_call(where, backend_name, "load_model"):
             backend_model = prepared.backend.load_model(context)
-        instances = []
-        names = []
         specs = instance_specs(config)
-        try:
-            for spec in specs:
-                with self._plugin_call(where, backend_name, "create_instance"):
-                    instances.append(backend_model.create_instance(spec))
-                names.append(spec.name)
-        except Exception:
-            for instance in instances:
-                instance.finalize()
-            backend_model.finalize()
-            raise
+        instances = self._create_instances(backend_model, specs, backend_name, where)
 
         # untyped: ResponseFinisher does not say yet that a decoupled batch resolves to None
         def finish(requests, responses, instance):
             return signature.finish(requests, responses, version, instance)
 
         statistics = ModelStatistics(config.name, version, self._options.latency_buckets_ms)
-        serving = [i for i, spec in enumerate(specs) if not spec.passive]
         try:
-            pool = InstancePool(
-                [instances[i] for i in serving],
-                [names[i] for i in serving],
-                self._loop,
-                finish,
-                config.name,
-                statistics,
-                origin=signature.origin,
-                execute_timeout=timeout_parameter(config, EXECUTE_TIMEOUT_PARAMETER),
-                warmup=(
-                    Warmup(config.name, samples, signature, statistics, prepare)
-                    if samples
-                    else None
-                ),
-                limiter=self._options.rate_limiter,
-                limits=rate_limits(config, [specs[i] for i in serving]),
-                prepare=prepare,
-                passive=[instance for i, instance in enumerate(instances) if i not in serving],
+            pool = self._instance_pool(
+                config, specs, instances, finish, signature, statistics, samples
             )
         except Exception:  # the rate limiter refused the instances' resources
-            for instance in instances:
-                instance.finalize()
-            backend_model.finalize()
+            _discard(instances, backend_model)
             raise
         try:
             pool.wait_warm()
@@ -318,6 +286,52 @@ class ModelLoader:
             backend_model.finalize()
             raise
         return LoadedModel(config, version, signature, backend_model, pool, scheduler, statistics)
+
+    def _create_instances(
+        self, backend_model: BackendModel, specs: list[InstanceSpec], backend: str, where: str
+    ) -> list[ModelInstance]:
+        """Every instance the config asks for; on a failure the ones made are finalized."""
+        instances: list[ModelInstance] = []
+        try:
+            for spec in specs:
+                with self._plugin_call(where, backend, "create_instance"):
+                    instances.append(backend_model.create_instance(spec))
+        except Exception:
+            _discard(instances, backend_model)
+            raise
+        return instances
+
+    def _instance_pool(
+        self,
+        config: ModelConfig,
+        specs: list[InstanceSpec],
+        instances: list[ModelInstance],
+        finish: ResponseFinisher,
+        signature: ModelSignature,
+        statistics: ModelStatistics,
+        samples: list[WarmupSample],
+    ) -> InstancePool:
+        """The pool of the serving instances, with the warm-up, batch inputs and rate limits
+        the config asks for; instances of passive groups only ride along to be finalized."""
+        ragged = RaggedBatching.of(config)
+        prepare = ragged.add_batch_inputs if ragged is not None and ragged.batch_inputs else None
+        serving = [i for i, spec in enumerate(specs) if not spec.passive]
+        warmup = Warmup(config.name, samples, signature, statistics, prepare) if samples else None
+        return InstancePool(
+            [instances[i] for i in serving],
+            [specs[i].name for i in serving],
+            self._loop,
+            finish,
+            config.name,
+            statistics,
+            origin=signature.origin,
+            execute_timeout=timeout_parameter(config, EXECUTE_TIMEOUT_PARAMETER),
+            warmup=warmup,
+            limiter=self._options.rate_limiter,
+            limits=rate_limits(config, [specs[i] for i in serving]),
+            prepare=prepare,
+            passive=[instance for i, instance in enumerate(instances) if i not in serving],
+        )
 
     # -- ensembles: no backend and no instances; the scheduler calls the composing models ------
 
@@ -428,6 +442,13 @@ def instance_specs(config: ModelConfig) -> list[InstanceSpec]:
                 specs.append(InstanceSpec(name, kind, device, group.name, group.passive))
                 index += 1
     return specs
+
+
+def _discard(instances: list[ModelInstance], backend_model: BackendModel) -> None:
+    """Finalize what a load that failed half way created."""
+    for instance in instances:
+        instance.finalize()
+    backend_model.finalize()
 
 
 def rate_limits(config: ModelConfig, specs: list[InstanceSpec]) -> list[tuple[int, ResourceMap]]:
