@@ -236,3 +236,44 @@ def test_the_flags_parse_and_bad_values_are_refused_naming_the_flag(capsys):
         with pytest.raises(SystemExit):
             parser.parse_args(["serve", "--model-repository", "r", flag, value])
         assert flag in capsys.readouterr().err
+
+
+class Hanging(ModelInstance):
+    """Blocks in execute until released (a hung framework call)."""
+
+    def __init__(self, release: threading.Event) -> None:
+        self.release = release
+
+    def execute(self, requests: list[InferenceRequest]) -> list[InferenceResponse]:
+        self.release.wait(timeout=30)
+        return [InferenceResponse(outputs=list(r.inputs.values())) for r in requests]
+
+
+async def test_batches_waiting_for_resources_fail_once_no_instance_is_healthy():
+    """execute_timeout_secs with the limiter: the batch behind a hung one does not wait for
+    an instance that may never come back."""
+    loop = asyncio.get_running_loop()
+    release = threading.Event()
+    pool = InstancePool(
+        [Hanging(release)],
+        ["m_0"],
+        loop,
+        finish,
+        "m",
+        execute_timeout=0.2,
+        limiter=RateLimiter(),
+        limits=[(1, {GLOBAL: {"R": 1}})],
+    )
+    try:
+        futures = [loop.create_future() for _ in range(2)]
+        for future in futures:
+            value = np.zeros((1, 1), np.float32)
+            pool.submit([InferenceRequest("m", {"x": Tensor("x", "FP32", value)})], [future])
+        results = await asyncio.wait_for(
+            asyncio.gather(*futures, return_exceptions=True), timeout=20
+        )
+        assert all(isinstance(result, TritonError) for result in results), results
+        assert "execute_timeout_secs" in results[0].message
+    finally:
+        release.set()
+        pool.stop()

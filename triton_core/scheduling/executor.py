@@ -538,6 +538,8 @@ class InstancePool:
     def _take_waiting(self, index: int) -> list[Batch]:
         """Batches queued for instance ``index`` alone, or for any, when none is healthy."""
         assert self.watch is not None
+        if self._limiter is not None:
+            return self._take_limited(index)
         if self._pinned is not None:
             return _take_all(self._pinned[index])
         if self._waiting_for is not None:
@@ -551,6 +553,17 @@ class InstancePool:
             self._waiting.clear()
             return taken
         return _take_all(self._queue)
+
+    def _take_limited(self, index: int) -> list[Batch]:
+        """A rate-limited pool's batches for instance ``index``, and for any instance
+        when none is healthy (they wait for resources, not in an instance's queue)."""
+        assert self.watch is not None
+        taken = list(self._limited_waiting_for[index])
+        self._limited_waiting_for[index].clear()
+        if self.watch.unhealthy_count == len(self.instances):
+            taken += self._limited_waiting
+            self._limited_waiting.clear()
+        return taken
 
     def abort(self) -> None:
         """The stop deadline passed: each instance ends what it runs now (any thread)."""
