@@ -277,3 +277,44 @@ async def test_batches_waiting_for_resources_fail_once_no_instance_is_healthy():
     finally:
         release.set()
         pool.stop()
+
+
+async def test_a_dynamic_batching_model_runs_one_instance_at_a_time_under_the_limiter(tmp_path):
+    """In-process server: the dynamic batcher's batches wait for the instance holding R."""
+    from tests.support import numpy_server, write_numpy_model
+    from triton_core.testing import inference_request
+
+    repo = tmp_path / "models"
+    write_numpy_model(
+        repo,
+        "dyn",
+        extra="dynamic_batching { max_queue_delay_microseconds: 0 }\n"
+        'instance_group [ { count: 2 kind: KIND_CPU rate_limiter { resources [ { name: "R" '
+        "global: true count: 1 } ] } } ]",
+    )
+    server = numpy_server(repo, rate_limit="execution_count")
+    await server.start()
+    try:
+        instances = server.models.get("dyn").pool.instances
+        gate = threading.Event()
+        for instance in instances:
+            instance.gate = gate
+        data = np.ones((1, 4), dtype=np.int32)
+        calls = [
+            asyncio.ensure_future(
+                server.infer(inference_request("dyn", {"INPUT0": data, "INPUT1": data}))
+            )
+            for _ in range(6)
+        ]
+        loop_time = asyncio.get_running_loop().time
+        end = loop_time() + 20
+        while not any(i.entered.is_set() for i in instances) and loop_time() < end:
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.3)  # time for a second instance to start, were it allowed
+        assert sum(i.entered.is_set() for i in instances) == 1
+        gate.set()
+        responses = await asyncio.wait_for(asyncio.gather(*calls), 30)
+        assert len(responses) == 6
+    finally:
+        gate.set()
+        await server.stop()
