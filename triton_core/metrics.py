@@ -155,6 +155,8 @@ class TritonCollector(Collector):
         for model in models:
             stats: ModelStatistics = model.statistics
             labels = {"model": stats.name, "version": str(stats.version)}
+            for tag, tag_value in model.config.metric_tags.items():  # as Triton: "_<tag>"
+                labels["_" + tag] = tag_value
             families["nv_inference_request_success"].add_sample(
                 "nv_inference_request_success", labels, stats.success.count
             )

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import textwrap
 import time
+import urllib.request
 from pathlib import Path
 
 import numpy as np
@@ -60,6 +61,8 @@ MODELS = {
     "only_passive": 'instance_group [ { name: "standby" count: 1 kind: KIND_CPU passive: true } ]',
     "custom_ops": 'model_operations { op_library_filename: "libcustom_ops.so" }',
     "cuda_graphs": "optimization { cuda { graphs: true } }",
+    "tagged": 'metric_tags { key: "team" value: "search" }',
+    "bad_tag": 'metric_tags { key: "team-name" value: "search" }',
 }
 
 
@@ -123,3 +126,17 @@ def test_a_gpu_only_setting_loads_with_a_warning_naming_it(server):
     client.load_model("cuda_graphs")
     assert _who(client, "cuda_graphs") == "cuda_graphs_0_0"
     assert "model 'cuda_graphs': config field 'optimization.cuda' has no effect" in server.log()
+
+
+def test_metric_tags_label_the_models_metrics_as_triton(server):
+    client = httpclient.InferenceServerClient(server.http_url)
+    client.load_model("tagged")
+    _who(client, "tagged")
+    with urllib.request.urlopen(server.metrics_url, timeout=30) as answer:
+        text = answer.read().decode()
+    assert 'nv_inference_count{model="tagged",version="1",_team="search"} 1' in text
+    with pytest.raises(InferenceServerException) as info:
+        client.load_model("bad_tag")
+    assert "'metric_tags' key 'team-name' must be letters, digits and underscores" in (
+        info.value.message()
+    )

@@ -245,7 +245,7 @@ FIELDS: Final[dict[str, FieldPolicy]] = {
     "instance_group.host_policy": _n("NUMA host policies are not applied by this server"),
     "default_model_filename": _h("the file each version folder holds"),
     "cc_model_filenames": _n("files per GPU compute capability; " + _NO_GPU),
-    "metric_tags": _n("Triton reserves it and reports no such tags either"),
+    "metric_tags": _h("each tag labels the model's metrics as '_<key>', as Triton"),
     "parameters": _h("passed to the backend and the model (Python models read them)"),
     "parameters.string_value": _h("passed to the backend and the model"),
     "model_warmup": _h("warm-up samples run on every instance before the model is ready"),

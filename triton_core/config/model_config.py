@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,9 @@ CONFIG_FILENAME = "config.pbtxt"
 #: batch's execute, in seconds; unset means no bound
 LOAD_TIMEOUT_PARAMETER = "load_timeout_secs"
 EXECUTE_TIMEOUT_PARAMETER = "execute_timeout_secs"
+
+#: a metric_tags key: the label "_<key>" must be a Prometheus label name, and not reserved
+_METRIC_TAG = re.compile(r"[A-Za-z0-9][A-Za-z0-9_]*")
 
 _KIND_NAMES: dict[int, str] = {
     ModelInstanceGroup.KIND_CPU: "CPU",
@@ -162,6 +166,13 @@ def validate(config: ModelConfig, *, gpu_count: int = 0) -> None:
         _validate_sequence_batching(config)
     for key in (LOAD_TIMEOUT_PARAMETER, EXECUTE_TIMEOUT_PARAMETER):
         timeout_parameter(config, key)
+    for tag in config.metric_tags:
+        if not _METRIC_TAG.fullmatch(tag):
+            raise invalid_arg(
+                f"model '{model}': 'metric_tags' key '{tag}' must be letters, digits and "
+                "underscores, not starting with an underscore (it becomes the metric label "
+                f"'_{tag}')"
+            )
 
 
 def timeout_parameter(config: ModelConfig, key: str, model: str = "") -> float | None:
