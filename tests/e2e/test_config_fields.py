@@ -14,7 +14,7 @@ import pytest
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from tests.support import explicit_mode_server
+from tests.support import ServerProcess, explicit_mode_server
 
 pytest.importorskip("triton_core_python")
 
@@ -63,6 +63,11 @@ MODELS = {
     "cuda_graphs": "optimization { cuda { graphs: true } }",
     "tagged": 'metric_tags { key: "team" value: "search" }',
     "bad_tag": 'metric_tags { key: "team-name" value: "search" }',
+    "own_buckets": "model_metrics { metric_control [ { metric_identifier { family: "
+    '"nv_inference_first_response_histogram_ms" } histogram_options { buckets: [ 7, 70000 ] } '
+    "} ] }",
+    "no_buckets": "model_metrics { metric_control [ { metric_identifier { family: "
+    '"nv_inference_first_response_histogram_ms" } histogram_options { } } ] }',
 }
 
 
@@ -80,7 +85,7 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def server(repo: Path):
-    yield from explicit_mode_server(repo)
+    yield from explicit_mode_server(repo, "--metrics-config=histogram_latencies=true")
 
 
 def _who(client: httpclient.InferenceServerClient, model: str) -> str:
@@ -128,15 +133,33 @@ def test_a_gpu_only_setting_loads_with_a_warning_naming_it(server):
     assert "model 'cuda_graphs': config field 'optimization.cuda' has no effect" in server.log()
 
 
-def test_metric_tags_label_the_models_metrics_as_triton(server):
+def _metrics_after_one_request(
+    server: ServerProcess, model: str
+) -> tuple[httpclient.InferenceServerClient, str]:
+    """Load ``model``, infer once, and read the metrics page."""
     client = httpclient.InferenceServerClient(server.http_url)
-    client.load_model("tagged")
-    _who(client, "tagged")
+    client.load_model(model)
+    _who(client, model)
     with urllib.request.urlopen(server.metrics_url, timeout=30) as answer:
-        text = answer.read().decode()
+        return client, answer.read().decode()
+
+
+def test_metric_tags_label_the_models_metrics_as_triton(server):
+    client, text = _metrics_after_one_request(server, "tagged")
     assert 'nv_inference_count{model="tagged",version="1",_team="search"} 1' in text
     with pytest.raises(InferenceServerException) as info:
         client.load_model("bad_tag")
     assert "'metric_tags' key 'team-name' must be letters, digits and underscores" in (
         info.value.message()
     )
+
+
+def test_model_metrics_set_the_models_latency_buckets(server):
+    client, text = _metrics_after_one_request(server, "own_buckets")
+    histogram = "nv_inference_first_response_histogram_ms_bucket"
+    assert f'{histogram}{{model="own_buckets",version="1",le="70000.0"}} 1' in text
+    assert f'{histogram}{{model="own_buckets",version="1",le="7.0"}}' in text
+    assert f'{histogram}{{model="own_buckets",version="1",le="100.0"}}' not in text
+    with pytest.raises(InferenceServerException) as info:
+        client.load_model("no_buckets")
+    assert "histogram options must specify non-empty 'buckets'" in info.value.message()

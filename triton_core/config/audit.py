@@ -268,12 +268,15 @@ FIELDS: Final[dict[str, FieldPolicy]] = {
     "model_repository_agents.agents.parameters": _h("repository agents"),
     "response_cache": _h("the response cache"),
     "response_cache.enable": _h("the response cache (with --cache-config)"),
-    "model_metrics": _n("per-model histogram buckets are not configurable here yet"),
-    "model_metrics.metric_control": _n("per-model metric options are not configurable here"),
-    "model_metrics.metric_control.metric_identifier": _n("per-model metric options"),
-    "model_metrics.metric_control.metric_identifier.family": _n("per-model metric options"),
-    "model_metrics.metric_control.histogram_options": _n("per-model metric options"),
-    "model_metrics.metric_control.histogram_options.buckets": _n("per-model metric options"),
+    "model_metrics": _h(
+        "per-model buckets of nv_inference_first_response_histogram_ms, as Triton (a "
+        "warning says when latency histograms are off or the family is not customizable)"
+    ),
+    "model_metrics.metric_control": _h("per-model metric options"),
+    "model_metrics.metric_control.metric_identifier": _h("the metric family"),
+    "model_metrics.metric_control.metric_identifier.family": _h("the metric family"),
+    "model_metrics.metric_control.histogram_options": _h("histogram buckets"),
+    "model_metrics.metric_control.histogram_options.buckets": _h("histogram buckets"),
 }
 
 

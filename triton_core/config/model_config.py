@@ -166,12 +166,38 @@ def validate(config: ModelConfig, *, gpu_count: int = 0) -> None:
         _validate_sequence_batching(config)
     for key in (LOAD_TIMEOUT_PARAMETER, EXECUTE_TIMEOUT_PARAMETER):
         timeout_parameter(config, key)
+    if config.HasField("model_metrics"):
+        _validate_model_metrics(config)
     for tag in config.metric_tags:
         if not _METRIC_TAG.fullmatch(tag):
             raise invalid_arg(
                 f"model '{model}': 'metric_tags' key '{tag}' must be letters, digits and "
                 "underscores, not starting with an underscore (it becomes the metric label "
                 f"'_{tag}')"
+            )
+
+
+#: histogram buckets one metric_control may set (each costs memory per model and scrape)
+MAX_HISTOGRAM_BUCKETS = 256
+
+
+def _validate_model_metrics(config: ModelConfig) -> None:
+    """Triton's checks of ``model_metrics`` (its messages), and finite, bounded buckets."""
+    for control in config.model_metrics.metric_control:
+        if not control.HasField("metric_identifier"):
+            raise invalid_arg("metric control must specify 'metric_identifier'")
+        if not control.metric_identifier.family:
+            raise invalid_arg("metric identifier must specify non-empty 'family'")
+        if not control.HasField("histogram_options"):
+            raise invalid_arg("metric control must specify 'histogram_options'")
+        buckets = control.histogram_options.buckets
+        if not buckets:
+            raise invalid_arg("histogram options must specify non-empty 'buckets'")
+        if len(buckets) > MAX_HISTOGRAM_BUCKETS or not all(map(math.isfinite, buckets)):
+            raise invalid_arg(
+                f"model '{config.name}': model_metrics 'buckets' of "
+                f"'{control.metric_identifier.family}' must be at most "
+                f"{MAX_HISTOGRAM_BUCKETS} finite numbers"
             )
 
 

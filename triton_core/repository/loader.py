@@ -43,6 +43,9 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+#: the one metric family whose buckets a model's ``model_metrics`` may set (Triton's)
+LATENCY_HISTOGRAM = "nv_inference_first_response_histogram_ms"
+
 
 @dataclass(frozen=True, slots=True)
 class LoaderOptions:
@@ -256,7 +259,7 @@ class ModelLoader:
         def finish(requests, responses, instance):
             return signature.finish(requests, responses, version, instance)
 
-        statistics = ModelStatistics(config.name, version, self._options.latency_buckets_ms)
+        statistics = ModelStatistics(config.name, version, self._latency_buckets(config))
         try:
             pool = self._instance_pool(
                 config, specs, instances, finish, signature, statistics, samples
@@ -357,7 +360,7 @@ class ModelLoader:
             )
         signature = ModelSignature(config)
         signature.labels = self._read_labels(config, prepared.model_dir)
-        statistics = ModelStatistics(config.name, version, self._options.latency_buckets_ms)
+        statistics = ModelStatistics(config.name, version, self._latency_buckets(config))
 
         # untyped: ResponseFinisher does not say yet that a decoupled batch resolves to None
         def finish(requests, responses, instance):
@@ -377,6 +380,29 @@ class ModelLoader:
             )
         )
         return LoadedModel(config, version, signature, EnsembleModel(), pool, scheduler, statistics)
+
+    def _latency_buckets(self, config: ModelConfig) -> tuple[float, ...] | None:
+        """The request-latency histogram's buckets: the server's, or the model's own
+        ``model_metrics`` ones, as Triton; None when latency histograms are off."""
+        buckets = self._options.latency_buckets_ms
+        for control in config.model_metrics.metric_control:
+            family = control.metric_identifier.family
+            if family != LATENCY_HISTOGRAM:
+                logger.warning(
+                    "Metric family '%s' in 'metric_identifier' is not a customizable metric "
+                    "in Triton core.",
+                    family,
+                )
+            elif buckets is None:
+                logger.warning(
+                    "model '%s': model_metrics buckets of '%s' have no effect: latency "
+                    "histograms are off (--metrics-config histogram_latencies=true)",
+                    config.name,
+                    family,
+                )
+            else:
+                buckets = tuple(control.histogram_options.buckets)
+        return buckets
 
     def _batch_strategy(self, config: ModelConfig) -> BatchStrategy | None:
         parameters = config.parameters
