@@ -154,8 +154,8 @@ FIELDS: Final[dict[str, FieldPolicy]] = {
     "optimization.output_pinned_memory.enable": _n("pinned memory stages GPU copies; " + _NO_GPU),
     "optimization.gather_kernel_buffer_threshold": _n("a CUDA gather kernel; " + _NO_GPU),
     "optimization.eager_batching": _n(
-        "the dynamic batcher forms a batch when an instance is free; it does not queue "
-        "batches ahead of the instances"
+        "only TensorRT acts on it in Triton; the dynamic batcher forms a batch when an "
+        "instance is free"
     ),
     "dynamic_batching": _h("the dynamic batcher"),
     "dynamic_batching.preferred_batch_size": _h("the dynamic batcher"),
