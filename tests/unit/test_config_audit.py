@@ -9,7 +9,7 @@ import re
 import pytest
 
 from tests.support import ROOT
-from triton_core.config import parse_config_text
+from triton_core.config import parse_config_text, validate
 from triton_core.config.audit import FIELDS, audit, field_paths, markdown_table, set_fields
 from triton_core.errors import TritonError
 
@@ -67,7 +67,7 @@ def test_refused_fields_fail_the_load_naming_the_field(extra, field):
 
 def test_shape_tensors_are_refused():
     text = BASE.replace("dims: [ 4 ] }", "dims: [ 4 ] is_shape_tensor: true }", 1)
-    with pytest.raises(TritonError, match=r"'input\.is_shape_tensor' is not supported: TensorRT"):
+    with pytest.raises(TritonError, match=r"'input\.is_shape_tensor' is not supported: shape"):
         audit(parse_config_text(text, "test"))
 
 
@@ -99,3 +99,9 @@ def test_backend_fields_need_a_backend_that_lists_them(caplog):
     )
     with pytest.raises(TritonError, match=r"'optimization\.execution_accelerators' is not"):
         audit(parse_config_text(BASE + accelerator, "test"), frozenset(), "pytorch")
+
+
+def test_image_formats_need_three_dims_as_triton_checks():
+    text = BASE.replace("dims: [ 4 ] }", "dims: [ 4 ] format: FORMAT_NHWC }", 1)
+    with pytest.raises(TritonError, match="model input NHWC/NCHW require 3 dims for m"):
+        validate(parse_config_text(text, "test"))

@@ -63,6 +63,9 @@ def _b(note: str, fallback: str = REFUSED) -> FieldPolicy:
 
 _NO_GPU = "a GPU setting this server's backends do not use (Triton's CPU build ignores it too)"
 _TENSORRT = "TensorRT-only; no backend here serves TensorRT engines"
+_SHAPE_TENSORS = (
+    "shape tensors are only supported for TensorRT platform, which no backend here serves"
+)
 
 FIELDS: Final[dict[str, FieldPolicy]] = {
     "name": _h("must match the model's folder"),
@@ -86,7 +89,7 @@ FIELDS: Final[dict[str, FieldPolicy]] = {
     "input.dims": _h("request checks"),
     "input.reshape": _h("requests are reshaped before the backend"),
     "input.reshape.shape": _h("requests are reshaped before the backend"),
-    "input.is_shape_tensor": _r(_TENSORRT),
+    "input.is_shape_tensor": _r(_SHAPE_TENSORS),
     "input.allow_ragged_batch": _h(
         "the dynamic batcher batches requests of different shapes; framework backends join "
         "the input end to end into one 1-D tensor"
@@ -100,7 +103,7 @@ FIELDS: Final[dict[str, FieldPolicy]] = {
     "output.reshape": _h("backends reshape outputs back"),
     "output.reshape.shape": _h("backends reshape outputs back"),
     "output.label_filename": _h("labels for the classification extension"),
-    "output.is_shape_tensor": _r(_TENSORRT),
+    "output.is_shape_tensor": _r(_SHAPE_TENSORS),
     "output.is_non_linear_format_io": _r(_TENSORRT),
     "batch_input": _h(
         "filled by the server into every request of a formed batch; framework backends run "

@@ -15,6 +15,7 @@ from triton_core.protos.model_config_pb2 import (
     DataType,
     ModelConfig,
     ModelDynamicBatching,
+    ModelInput,
     ModelInstanceGroup,
     ModelQueuePolicy,
     ModelSequenceBatching,
@@ -29,6 +30,8 @@ EXECUTE_TIMEOUT_PARAMETER = "execute_timeout_secs"
 
 #: a metric_tags key: the label "_<key>" must be a Prometheus label name, and not reserved
 _METRIC_TAG = re.compile(r"[A-Za-z0-9][A-Za-z0-9_]*")
+
+_IMAGE_FORMATS = (ModelInput.FORMAT_NHWC, ModelInput.FORMAT_NCHW)
 
 _KIND_NAMES: dict[int, str] = {
     ModelInstanceGroup.KIND_CPU: "CPU",
@@ -142,6 +145,9 @@ def validate(config: ModelConfig, *, gpu_count: int = 0) -> None:
             for dim in tensor.dims:
                 if dim < -1:
                     raise invalid_arg(f"{where} has invalid dimension {dim} in 'dims'")
+    for tensor in config.input:
+        if tensor.format in _IMAGE_FORMATS and len(tensor.dims) != 3:
+            raise invalid_arg(f"model input NHWC/NCHW require 3 dims for {model}")
     if config.instance_group and all(group.passive for group in config.instance_group):
         raise invalid_arg(
             f"model '{model}': every instance group is 'passive', so no instance would serve "
