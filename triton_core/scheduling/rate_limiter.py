@@ -8,8 +8,9 @@ list has none, and a model needing more than there is fails to load with Triton'
 
 Instances with work wait in one server-wide queue ordered by ``priority`` (0 counts as 1)
 times the batches the instance has run, so that priority 2 gets half the turns of priority 1;
-only the head of the queue may take resources, as in Triton. Everything but registration
-runs on the event loop; with rate limiting off no pool has a limiter and nothing here runs.
+only the head of the queue may take resources, as in Triton. Staging and releasing run on
+the event loop, registration on loader threads, under one lock; with rate limiting off no
+pool has a limiter and nothing here runs.
 """
 
 from __future__ import annotations
@@ -80,7 +81,9 @@ class RateLimiter:
         self._explicit: ResourceMap = {}
         for name, count, device in explicit:
             self._explicit.setdefault(device, {})[name] = count
-        self._lock = threading.Lock()  # registration runs on loader threads
+        # registration runs on loader threads and unregistration on stopping ones, while the
+        # event loop stages and releases; grants call back into pools, which may release
+        self._lock = threading.RLock()
         self._slots: list[InstanceSlot] = []
         self._available: ResourceMap = {}
         self._allocated: ResourceMap = {}
@@ -135,21 +138,23 @@ class RateLimiter:
 
     def stage(self, slot: InstanceSlot) -> None:
         """``slot`` has work: queue it for resources, then grant what can be granted."""
-        if not slot.staged and not slot.holding:
-            slot.staged = True
-            score = max(slot.priority, 1) * slot.executions
-            heapq.heappush(self._staged, (score, next(self._order), slot))
-        self._grant()
+        with self._lock:
+            if not slot.staged and not slot.holding:
+                slot.staged = True
+                score = max(slot.priority, 1) * slot.executions
+                heapq.heappush(self._staged, (score, next(self._order), slot))
+            self._grant()
 
     def release(self, slot: InstanceSlot) -> None:
         """``slot`` finished its batch: its resources go back, waiting instances may run."""
-        if slot.holding:
-            slot.holding = False
-            for device, needs in slot.needs.items():
-                allocated = self._allocated[device]
-                for name, count in needs.items():
-                    allocated[name] -= count
-        self._grant()
+        with self._lock:
+            if slot.holding:
+                slot.holding = False
+                for device, needs in slot.needs.items():
+                    allocated = self._allocated[device]
+                    for name, count in needs.items():
+                        allocated[name] -= count
+            self._grant()
 
     def _grant(self) -> None:
         staged = self._staged
