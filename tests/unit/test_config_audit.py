@@ -105,3 +105,9 @@ def test_image_formats_need_three_dims_as_triton_checks():
     text = BASE.replace("dims: [ 4 ] }", "dims: [ 4 ] format: FORMAT_NHWC }", 1)
     with pytest.raises(TritonError, match="model input NHWC/NCHW require 3 dims for m"):
         validate(parse_config_text(text, "test"))
+
+
+def test_a_decoupled_model_with_the_response_cache_is_refused_as_triton():
+    text = BASE + "model_transaction_policy { decoupled: true }\nresponse_cache { enable: true }"
+    with pytest.raises(TritonError, match=r"with 'decoupled' transaction policy\. Please disable"):
+        validate(parse_config_text(text, "test"))

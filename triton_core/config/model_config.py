@@ -166,6 +166,11 @@ def validate(config: ModelConfig, *, gpu_count: int = 0) -> None:
                         f"instance group '{group.name}' of model '{model}' specifies invalid or "
                         f"unsupported gpu id {gpu}; {gpu_count} GPU(s) are available"
                     )
+    if config.response_cache.enable and config.model_transaction_policy.decoupled:
+        raise invalid_arg(
+            f"Response Cache does not currently support model {model} with 'decoupled' "
+            "transaction policy. Please disable the response cache."
+        )
     if config.HasField("dynamic_batching"):
         _validate_dynamic_batching(config)
     if config.HasField("sequence_batching"):
