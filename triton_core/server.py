@@ -137,6 +137,7 @@ class Server:
                 gpu_count=gpu_count(),
                 latency_buckets_ms=self.options.latency_buckets_ms,
                 rate_limiter=self._create_rate_limiter(),
+                response_cache=self.cache is not None,
             ),
             loop,
             batch_strategies=self.plugins.register_batch_strategies(),

@@ -61,6 +61,7 @@ MODELS = {
     "only_passive": 'instance_group [ { name: "standby" count: 1 kind: KIND_CPU passive: true } ]',
     "custom_ops": 'model_operations { op_library_filename: "libcustom_ops.so" }',
     "cuda_graphs": "optimization { cuda { graphs: true } }",
+    "cached": "response_cache { enable: true }",
     "tagged": 'metric_tags { key: "team" value: "search" }',
     "bad_tag": 'metric_tags { key: "team-name" value: "search" }',
     "own_buckets": "model_metrics { metric_control [ { metric_identifier { family: "
@@ -131,6 +132,15 @@ def test_a_gpu_only_setting_loads_with_a_warning_naming_it(server):
     client.load_model("cuda_graphs")
     assert _who(client, "cuda_graphs") == "cuda_graphs_0_0"
     assert "model 'cuda_graphs': config field 'optimization.cuda' has no effect" in server.log()
+
+
+def test_a_field_that_needs_a_server_setting_warns_while_it_is_off(server):
+    client = httpclient.InferenceServerClient(server.http_url)
+    client.load_model("cached")
+    assert (
+        "model 'cached': config field 'response_cache' has no effect: the server has no "
+        "--cache-config"
+    ) in server.log()
 
 
 def _metrics_after_one_request(

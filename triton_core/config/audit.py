@@ -270,7 +270,9 @@ FIELDS: Final[dict[str, FieldPolicy]] = {
     "model_repository_agents.agents.name": _h("repository agents"),
     "model_repository_agents.agents.parameters": _h("repository agents"),
     "response_cache": _h("the response cache"),
-    "response_cache.enable": _h("the response cache (with --cache-config)"),
+    "response_cache.enable": _h(
+        "the response cache; without --cache-config a warning at load says it has no effect"
+    ),
     "model_metrics": _h(
         "per-model buckets of nv_inference_first_response_histogram_ms, as Triton (a "
         "warning says when latency histograms are off or the family is not customizable)"

@@ -57,6 +57,8 @@ class LoaderOptions:
     latency_buckets_ms: tuple[float, ...] | None = None
     #: the server's rate limiter (``--rate-limit execution_count``); None when off
     rate_limiter: RateLimiter | None = None
+    #: a response cache is configured (``--cache-config``)
+    response_cache: bool = False
 
 
 @dataclass(slots=True)
@@ -132,8 +134,7 @@ class ModelLoader:
             with self._plugin_call(model_label(name), backend.name, "auto_complete_config"):
                 backend.auto_complete_config(config, newest)
         audit(config, backend.config_fields, backend.name)
-        if self._options.rate_limiter is None:
-            _warn_rate_limiter_off(config)
+        self._warn_server_side_off(config)
         normalize(
             config,
             default_cpu_instance_count=backend.default_cpu_instance_count,
@@ -343,6 +344,7 @@ class ModelLoader:
     ) -> PreparedModel:
         selected = select_versions(config.version_policy, list(available), config.name)
         audit(config)
+        self._warn_server_side_off(config)
         normalize(config, gpu_count=self._options.gpu_count)
         validate(config, gpu_count=self._options.gpu_count)
         validate_ensemble_config(config)
@@ -380,6 +382,19 @@ class ModelLoader:
             )
         )
         return LoadedModel(config, version, signature, EnsembleModel(), pool, scheduler, statistics)
+
+    def _warn_server_side_off(self, config: ModelConfig) -> None:
+        """Fields that need a server setting too, set while it is off: a warning each."""
+        off = []
+        rate_limited = any(group.HasField("rate_limiter") for group in config.instance_group)
+        if rate_limited and self._options.rate_limiter is None:
+            off.append(("instance_group.rate_limiter", "--rate-limit is off"))
+        if config.response_cache.enable and not self._options.response_cache:
+            off.append(("response_cache", "the server has no --cache-config"))
+        for field_path, why in off:
+            logger.warning(
+                "model '%s': config field '%s' has no effect: %s", config.name, field_path, why
+            )
 
     def _latency_buckets(self, config: ModelConfig) -> tuple[float, ...] | None:
         """The request-latency histogram's buckets: the server's, or the model's own
@@ -484,15 +499,6 @@ def rate_limits(config: ModelConfig, specs: list[InstanceSpec]) -> list[tuple[in
         (groups[spec.group_name].priority, slot_needs(groups[spec.group_name], spec.device_id))
         for spec in specs
     ]
-
-
-def _warn_rate_limiter_off(config: ModelConfig) -> None:
-    if any(group.HasField("rate_limiter") for group in config.instance_group):
-        logger.warning(
-            "model '%s': config field 'instance_group.rate_limiter' has no effect: "
-            "--rate-limit is off",
-            config.name,
-        )
 
 
 def load_error(exc: BaseException, model: str) -> TritonError:
