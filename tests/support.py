@@ -94,6 +94,17 @@ def serve_until_done(process: ServerProcess) -> Iterator[ServerProcess]:
         assert code == 0, process.log()[-4000:]
 
 
+def explicit_mode_server(repo: Path, *args: str) -> Iterator[ServerProcess]:
+    """A server in explicit model-control mode that loads nothing at start (tests load
+    their models through the client); it must exit cleanly when the test is done."""
+    process = ServerProcess([repo], "--model-control-mode=explicit", *args)
+    try:
+        process.wait_ready(timeout=120, path="/v2/health/live")
+        yield process
+    finally:
+        assert process.stop() == 0, process.log()[-4000:]
+
+
 def write_stream_model(
     repo: Path,
     name: str,

@@ -85,6 +85,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "triton_core.framework.parameters": ("Parameters",),
     "triton_core.hookspecs": ("hookimpl",),
     "triton_core.plugins": ("PluginManager", "create_plugin_manager"),
+    "triton_core.ragged": ("RaggedBatching",),
     "triton_core.protos.model_config_pb2": (
         "DataType",
         "ModelConfig",
@@ -201,6 +202,7 @@ if TYPE_CHECKING:
         ModelSequenceBatching,
         ModelTensorReshape,
     )
+    from triton_core.ragged import RaggedBatching
     from triton_core.registry import (
         BackendRegistry,
         BatchStrategyRegistry,
@@ -283,6 +285,7 @@ __all__ = [
     "ParameterValue",
     "Parameters",
     "PluginManager",
+    "RaggedBatching",
     "Registration",
     "ReportedTensor",
     "RepositoryAgent",

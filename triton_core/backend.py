@@ -61,6 +61,8 @@ class InstanceSpec:
     #: GPU ordinal for ``GPU`` instances, else 0
     device_id: int
     group_name: str
+    #: the group is ``passive``: the instance is loaded but gets no requests
+    passive: bool = False
 
 
 class ModelInstance(ABC):
@@ -158,6 +160,10 @@ class Backend(ABC):
     default_model_filename: ClassVar[str]
     #: instances per ``KIND_CPU`` group when the config gives no count (Triton uses 2 for ORT)
     default_cpu_instance_count: ClassVar[int] = 1
+    #: backend-specific config fields this backend honours, as paths of
+    #: docs/model_config.md (``"optimization.graph"`` covers its fields); the core refuses
+    #: (or warns about) such a field when the model's backend does not list it
+    config_fields: ClassVar[frozenset[str]] = frozenset()
 
     def __init__(self, options: dict[str, str] | None = None) -> None:
         self.options: dict[str, str] = dict(options or {})

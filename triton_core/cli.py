@@ -23,6 +23,8 @@ from triton_core.frontends.tls import TlsOptions
 from triton_core.logsettings import LOG, LogSettings, plugin_logger_names
 from triton_core.metrics import MetricsOptions
 from triton_core.plugins import create_plugin_manager
+from triton_core.scheduling.rate_limiter import MODES as RATE_LIMIT_MODES
+from triton_core.scheduling.rate_limiter import parse_resource
 from triton_core.server import Server, ServerOptions
 from triton_core.shared_memory import registry as shm_registry
 from triton_core.statistics import DEFAULT_LATENCY_BUCKETS_MS
@@ -199,6 +201,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="deprecated: same as --cache-config local,size=BYTES",
     )
     serve_cmd.add_argument("--model-load-thread-count", type=int, default=4)
+    _add_rate_limit_flags(serve_cmd)
     serve_cmd.add_argument("--exit-timeout-secs", type=float, default=30.0)
     _add_bool(
         serve_cmd,
@@ -271,6 +274,32 @@ def build_parser() -> argparse.ArgumentParser:
 
     commands.add_parser("plugins", help="list the installed plugins and what they provide")
     return parser
+
+
+def _rate_limit_resource(text: str) -> tuple[str, int, int]:
+    try:
+        return parse_resource(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _add_rate_limit_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--rate-limit",
+        choices=RATE_LIMIT_MODES,
+        default="off",
+        help="execution_count: an instance runs a batch only while it holds the resources of "
+        "its instance group's rate_limiter; off (default): instances run whenever free",
+    )
+    parser.add_argument(
+        "--rate-limit-resource",
+        type=_rate_limit_resource,
+        action="append",
+        default=[],
+        metavar="NAME:COUNT[:DEVICE]",
+        help="how many of a rate-limiter resource exist (per device, or on DEVICE); without "
+        "it, the largest count any instance asks for (repeatable)",
+    )
 
 
 def _add_tls_flags(parser: argparse.ArgumentParser, prefix: str, name: str) -> None:
@@ -396,7 +425,13 @@ def _run_serve(args: argparse.Namespace) -> int:
         model_config_name=args.model_config_name,
         model_load_retry_count=args.model_load_retry_count,
         model_namespacing=args.model_namespacing,
+        rate_limit=args.rate_limit,
+        rate_limit_resources=args.rate_limit_resource,
     )
+    if args.rate_limit_resource and args.rate_limit == "off":
+        logging.getLogger("triton_core").warning(
+            "--rate-limit-resource has no effect: --rate-limit is off"
+        )
     http_limits, json_limits = _http_limits(args)
     frontends = FrontendOptions(
         allow_http=args.allow_http,

@@ -224,6 +224,8 @@ class TritonCollector(Collector):
             labels = {"model": stats.name, "version": str(stats.version)}
             if stats.namespace:  # Triton's label when model namespacing is on
                 labels["namespace"] = stats.namespace
+            for tag, tag_value in model.config.metric_tags.items():  # as Triton: "_<tag>"
+                labels["_" + tag] = tag_value
             families["nv_inference_request_success"].add_sample(
                 "nv_inference_request_success", labels, stats.success.count
             )

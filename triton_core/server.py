@@ -27,6 +27,9 @@ from triton_core.plugins import PluginManager, create_plugin_manager
 from triton_core.repository.loader import LoaderOptions, ModelLoader
 from triton_core.repository.manager import ControlMode, ModelRepositoryManager
 from triton_core.repository.sources import open_source
+from triton_core.scheduling.rate_limiter import MODES as RATE_LIMIT_MODES
+from triton_core.scheduling.rate_limiter import OFF as RATE_LIMIT_OFF
+from triton_core.scheduling.rate_limiter import RateLimiter
 from triton_core.shared_memory import tensors as shm_tensors
 from triton_core.shared_memory.cuda import cuda_support
 from triton_core.shared_memory.region import CudaRegionStatus, RegionKind, SystemRegionStatus
@@ -104,6 +107,11 @@ class ServerOptions:
     #: ``--model-namespacing``: a model name may be in several repositories
     model_namespacing: bool = False
 
+    #: ``--rate-limit``: "off" or "execution_count"
+    rate_limit: str = "off"
+    #: ``--rate-limit-resource``: (name, count, device or -1 for every device)
+    rate_limit_resources: list[tuple[str, int, int]] = field(default_factory=list)
+
 
 def _extensions() -> tuple[str, ...]:
     """:data:`EXTENSIONS`, with ``cuda_shared_memory`` after the system one where this
@@ -148,6 +156,14 @@ class Server:
 
     # -- lifecycle -----------------------------------------------------------------------------
 
+    def _create_rate_limiter(self) -> RateLimiter | None:
+        mode = self.options.rate_limit
+        if mode not in RATE_LIMIT_MODES:
+            raise invalid_arg(f"unknown --rate-limit '{mode}' (expected off or execution_count)")
+        if mode == RATE_LIMIT_OFF:
+            return None
+        return RateLimiter(self.options.rate_limit_resources)
+
     async def start(self) -> None:
         """Load the model repositories; raises if a model fails and ``exit_on_error`` is set."""
         loop = asyncio.get_running_loop()
@@ -167,6 +183,8 @@ class Server:
                 latency_summaries=self.options.latency_summaries,
                 model_config_name=self.options.model_config_name,
                 model_load_retry_count=self.options.model_load_retry_count,
+                rate_limiter=self._create_rate_limiter(),
+                response_cache=self.cache is not None,
             ),
             loop,
             batch_strategies=self.plugins.register_batch_strategies(),

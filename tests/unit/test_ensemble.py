@@ -582,6 +582,11 @@ def step(model: str, ins: str, outs_: str) -> str:
             f"instance_group [{{ count: 1 }}]\nensemble_scheduling {{ {step('m', 'IN', 'OUT')} }}",
             "'instance_group' should not be specified for ensemble 'e'",
         ),
+        (
+            "optimization { graph { level: 1 } }\n"
+            f"ensemble_scheduling {{ {step('m', 'IN', 'OUT')} }}",
+            "'optimization' should not be specified for ensemble 'e'",
+        ),
     ],
 )
 def test_configs_that_cannot_work_are_rejected_naming_the_field(body, message):

@@ -455,27 +455,6 @@ async def test_typed_contents_over_the_wire(stub: pb_grpc.GRPCInferenceServiceSt
 
 
 # ---------------------------------------------------------------------------------------
-# everything not implemented
-
-
-@pytest.mark.parametrize(
-    ("call", "feature"),
-    [
-        (lambda c: c.get_log_settings(), "logging"),
-        (lambda c: c.update_log_settings({"log_info": True}), "logging"),
-    ],
-)
-async def test_unsupported_rpcs_are_unimplemented(
-    aio_client: tc_aio.InferenceServerClient, call: Callable[[Any], Any], feature: str
-) -> None:
-    with pytest.raises(InferenceServerException) as exc:
-        await call(aio_client)
-    assert status_of(exc) == "StatusCode.UNIMPLEMENTED"
-    assert feature in exc.value.message()
-    assert "not supported" in exc.value.message()
-
-
-# ---------------------------------------------------------------------------------------
 # ModelStreamInfer
 
 

@@ -273,8 +273,6 @@ def test_wrong_methods_are_405(client: falcon.testing.TestClient, method: str, p
     [
         ("POST", "/v2/repository/other/index", "'repository_name' specification"),
         ("POST", "/v2/repository/other/models/simple/load", "'repository_name' specification"),
-        ("GET", "/v2/logging", "logging"),
-        ("POST", "/v2/logging", "logging"),
     ],
 )
 def test_unimplemented_extensions_are_501(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ from triton_core.protos.model_config_pb2 import (
     DataType,
     ModelConfig,
     ModelDynamicBatching,
+    ModelInput,
     ModelInstanceGroup,
     ModelQueuePolicy,
     ModelSequenceBatching,
@@ -25,6 +27,11 @@ CONFIG_FILENAME = "config.pbtxt"
 #: batch's execute, in seconds; unset means no bound
 LOAD_TIMEOUT_PARAMETER = "load_timeout_secs"
 EXECUTE_TIMEOUT_PARAMETER = "execute_timeout_secs"
+
+#: a metric_tags key: the label "_<key>" must be a Prometheus label name, and not reserved
+_METRIC_TAG = re.compile(r"[A-Za-z0-9][A-Za-z0-9_]*")
+
+_IMAGE_FORMATS = (ModelInput.FORMAT_NHWC, ModelInput.FORMAT_NCHW)
 
 _KIND_NAMES: dict[int, str] = {
     ModelInstanceGroup.KIND_CPU: "CPU",
@@ -138,6 +145,14 @@ def validate(config: ModelConfig, *, gpu_count: int = 0) -> None:
             for dim in tensor.dims:
                 if dim < -1:
                     raise invalid_arg(f"{where} has invalid dimension {dim} in 'dims'")
+    for tensor in config.input:
+        if tensor.format in _IMAGE_FORMATS and len(tensor.dims) != 3:
+            raise invalid_arg(f"model input NHWC/NCHW require 3 dims for {model}")
+    if config.instance_group and all(group.passive for group in config.instance_group):
+        raise invalid_arg(
+            f"model '{model}': every instance group is 'passive', so no instance would serve "
+            "requests"
+        )
     for group in config.instance_group:
         if group.kind == ModelInstanceGroup.KIND_GPU:
             if not gpu_count:
@@ -151,12 +166,50 @@ def validate(config: ModelConfig, *, gpu_count: int = 0) -> None:
                         f"instance group '{group.name}' of model '{model}' specifies invalid or "
                         f"unsupported gpu id {gpu}; {gpu_count} GPU(s) are available"
                     )
+    if config.response_cache.enable and config.model_transaction_policy.decoupled:
+        raise invalid_arg(
+            f"Response Cache does not currently support model {model} with 'decoupled' "
+            "transaction policy. Please disable the response cache."
+        )
     if config.HasField("dynamic_batching"):
         _validate_dynamic_batching(config)
     if config.HasField("sequence_batching"):
         _validate_sequence_batching(config)
     for key in (LOAD_TIMEOUT_PARAMETER, EXECUTE_TIMEOUT_PARAMETER):
         timeout_parameter(config, key)
+    if config.HasField("model_metrics"):
+        _validate_model_metrics(config)
+    for tag in config.metric_tags:
+        if not _METRIC_TAG.fullmatch(tag):
+            raise invalid_arg(
+                f"model '{model}': 'metric_tags' key '{tag}' must be letters, digits and "
+                "underscores, not starting with an underscore (it becomes the metric label "
+                f"'_{tag}')"
+            )
+
+
+#: histogram buckets one metric_control may set (each costs memory per model and scrape)
+MAX_HISTOGRAM_BUCKETS = 256
+
+
+def _validate_model_metrics(config: ModelConfig) -> None:
+    """Triton's checks of ``model_metrics`` (its messages), and finite, bounded buckets."""
+    for control in config.model_metrics.metric_control:
+        if not control.HasField("metric_identifier"):
+            raise invalid_arg("metric control must specify 'metric_identifier'")
+        if not control.metric_identifier.family:
+            raise invalid_arg("metric identifier must specify non-empty 'family'")
+        if not control.HasField("histogram_options"):
+            raise invalid_arg("metric control must specify 'histogram_options'")
+        buckets = control.histogram_options.buckets
+        if not buckets:
+            raise invalid_arg("histogram options must specify non-empty 'buckets'")
+        if len(buckets) > MAX_HISTOGRAM_BUCKETS or not all(map(math.isfinite, buckets)):
+            raise invalid_arg(
+                f"model '{config.name}': model_metrics 'buckets' of "
+                f"'{control.metric_identifier.family}' must be at most "
+                f"{MAX_HISTOGRAM_BUCKETS} finite numbers"
+            )
 
 
 def timeout_parameter(config: ModelConfig, key: str, model: str = "") -> float | None:

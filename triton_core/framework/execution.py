@@ -18,6 +18,7 @@ time.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from itertools import pairwise
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -27,6 +28,7 @@ from triton_core.types import InferenceRequest, InferenceResponse, Tensor
 
 if TYPE_CHECKING:
     from triton_core.protos.model_config_pb2 import ModelConfig
+    from triton_core.ragged import RaggedBatching
 
 #: ``run(inputs, output_names)`` -> one array per name, batch dimension first. It may
 #: replace values in ``inputs`` (a dict of its own) while converting them for the framework.
@@ -39,12 +41,22 @@ Reshape = Callable[[np.ndarray], np.ndarray]
 class BatchPlan:
     """What executing a model needs from its config, computed once per model load."""
 
-    __slots__ = ("_all", "_known", "_wire", "batching", "model", "outputs")
+    __slots__ = ("_all", "_known", "_wire", "batching", "model", "outputs", "ragged")
 
-    def __init__(self, model: str, outputs: Mapping[str, str], *, batching: bool) -> None:
+    def __init__(
+        self,
+        model: str,
+        outputs: Mapping[str, str],
+        *,
+        batching: bool,
+        ragged: RaggedBatching | None = None,
+    ) -> None:
         """``outputs``: every output the model produces -> its wire datatype (``FP32``...);
-        ``batching``: max_batch_size > 0, so the requests of a batch can be concatenated."""
+        ``batching``: max_batch_size > 0, so the requests of a batch can be concatenated;
+        ``ragged``: the config's ragged inputs and batch outputs (``RaggedBatching.of``):
+        every batch, even of one request, then runs joined that way."""
         self.model = model
+        self.ragged = ragged
         self.outputs: tuple[str, ...] = tuple(outputs)
         self.batching = batching
         self._wire = dict(outputs)
@@ -74,6 +86,8 @@ class BatchPlan:
         An error raised for a single request (or by a concatenated ``run``) fails the batch;
         a request that runs on its own in a larger batch gets its error in its response.
         """
+        if self.ragged is not None and requests:
+            return self._execute_concatenated(requests, run)
         if len(requests) == 1:
             request = requests[0]
             names = self.select(request)
@@ -134,6 +148,8 @@ class BatchPlan:
         names: list[str],
         run: RunBatch,
     ) -> list[InferenceResponse]:
+        if self.ragged is not None:
+            return self._run_ragged(batch, wanted, names, run, self.ragged)
         inputs = _concatenate(batch)
         if inputs is None:
             return [self.execute_alone(request, run) for request in batch]
@@ -158,6 +174,35 @@ class BatchPlan:
             responses.append(InferenceResponse(outputs=outputs))
             start = stop
         return responses
+
+    def _run_ragged(
+        self,
+        batch: list[InferenceRequest],
+        wanted: list[list[str]],
+        names: list[str],
+        run: RunBatch,
+        ragged: RaggedBatching,
+    ) -> list[InferenceResponse]:
+        """One call with ragged inputs joined end to end; batch outputs scattered back."""
+        arrays = run(ragged.join(batch), names)
+        sizes = [request.batch_size for request in batch]
+        pieces: dict[str, list[np.ndarray]] = {}
+        for name, array in zip(names, arrays, strict=True):
+            if name in ragged.scattered:
+                pieces[name] = ragged.scatter(name, array, batch)
+            elif array.ndim == 0 or array.shape[0] != sum(sizes):
+                raise TritonError(
+                    Status.INTERNAL,
+                    f"model '{self.model}' returned output '{name}' with shape "
+                    f"{list(array.shape)} for a batch of {sum(sizes)}",
+                )
+            else:
+                bounds = np.cumsum([0, *sizes])
+                pieces[name] = [array[a:b] for a, b in pairwise(bounds)]
+        return [
+            InferenceResponse(outputs=[Tensor(n, self._wire[n], pieces[n][i]) for n in names_i])
+            for i, names_i in enumerate(wanted)
+        ]
 
 
 def _concatenate(batch: list[InferenceRequest]) -> dict[str, np.ndarray] | None:

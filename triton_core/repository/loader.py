@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from triton_core.backend import Backend, InstanceSpec, ModelContext
+from triton_core.backend import Backend, BackendModel, InstanceSpec, ModelContext, ModelInstance
 from triton_core.config import (
     CONFIG_FILENAME,
     EXECUTE_TIMEOUT_PARAMETER,
@@ -22,22 +22,29 @@ from triton_core.config import (
     timeout_parameter,
     validate,
 )
+from triton_core.config.audit import audit
 from triton_core.errors import TritonError, internal, invalid_arg
 from triton_core.failures import exception_text, model_label, raised
 from triton_core.model import LoadedModel, ModelSignature
+from triton_core.ragged import RaggedBatching, validate_batch_io
 from triton_core.registry import BackendRegistry, BatchStrategyRegistry, SchedulerRegistry
 from triton_core.repository.agent_set import AgentSet
 from triton_core.repository.layout import is_within, select_versions, version_folders
 from triton_core.scheduling.base import SchedulerContext
 from triton_core.scheduling.ensemble import EnsembleModel, is_ensemble, validate_ensemble_config
-from triton_core.scheduling.executor import InstancePool
+from triton_core.scheduling.executor import InstancePool, ResponseFinisher
+from triton_core.scheduling.rate_limiter import RateLimiter, ResourceMap, slot_needs
 from triton_core.statistics import ModelStatistics
+from triton_core.warmup import Warmup, WarmupSample, build_samples
 
 if TYPE_CHECKING:
     from triton_core.scheduling.strategy import BatchStrategy
     from triton_core.server import Server
 
 logger = logging.getLogger(__name__)
+
+#: the one metric family whose buckets a model's ``model_metrics`` may set (Triton's)
+LATENCY_HISTOGRAM = "nv_inference_first_response_histogram_ms"
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +61,10 @@ class LoaderOptions:
     model_config_name: str = ""
     #: ``--model-load-retry-count``: how many more times a failed version load is tried
     model_load_retry_count: int = 0
+    #: the server's rate limiter (``--rate-limit execution_count``); None when off
+    rate_limiter: RateLimiter | None = None
+    #: a response cache is configured (``--cache-config``)
+    response_cache: bool = False
 
 
 @dataclass(slots=True)
@@ -136,12 +147,15 @@ class ModelLoader:
             newest = available[selected[-1]] / config.default_model_filename
             with self._plugin_call(model_label(name), backend.name, "auto_complete_config"):
                 backend.auto_complete_config(config, newest)
+        audit(config, backend.config_fields, backend.name)
+        self._warn_server_side_off(config)
         normalize(
             config,
             default_cpu_instance_count=backend.default_cpu_instance_count,
             gpu_count=self._options.gpu_count,
         )
         validate(config, gpu_count=self._options.gpu_count)
+        validate_batch_io(config)
         return PreparedModel(config, backend, model_dir, {v: available[v] for v in selected})
 
     def _resolve_backend(self, config: ModelConfig, versions: dict[int, Path]) -> Backend:
@@ -249,43 +263,29 @@ class ModelLoader:
         signature.labels = self._read_labels(config, prepared.model_dir)
         backend_name = prepared.backend.name
         signature.origin = self.backend_origin(backend_name)
+        samples = build_samples(config, prepared.model_dir, signature)
         where = model_label(config.name, version)
         with self._plugin_call(where, backend_name, "load_model"):
             backend_model = prepared.backend.load_model(context)
-        instances = []
-        names = []
-        try:
-            for spec in instance_specs(config):
-                with self._plugin_call(where, backend_name, "create_instance"):
-                    instances.append(backend_model.create_instance(spec))
-                names.append(spec.name)
-        except Exception:
-            for instance in instances:
-                instance.finalize()
-            backend_model.finalize()
-            raise
+        specs = instance_specs(config)
+        instances = self._create_instances(backend_model, specs, backend_name, where)
 
         # untyped: ResponseFinisher does not say yet that a decoupled batch resolves to None
         def finish(requests, responses, instance):
             return signature.finish(requests, responses, version, instance)
 
         statistics = ModelStatistics(
-            config.name,
-            version,
-            self._options.latency_buckets_ms,
-            self._options.latency_summaries,
-        )
-        pool = InstancePool(
-            instances,
-            names,
-            self._loop,
-            finish,
-            config.name,
-            statistics,
-            origin=signature.origin,
-            execute_timeout=timeout_parameter(config, EXECUTE_TIMEOUT_PARAMETER),
+            config.name, version, self._latency_buckets(config), self._options.latency_summaries
         )
         try:
+            pool = self._instance_pool(
+                config, specs, instances, finish, signature, statistics, samples
+            )
+        except Exception:  # the rate limiter refused the instances' resources
+            _discard(instances, backend_model)
+            raise
+        try:
+            pool.wait_warm()
             scheduler = factory.value(
                 SchedulerContext(
                     config.name,
@@ -300,11 +300,58 @@ class ModelLoader:
                 )
             )
         except Exception:
-            # a scheduler that rejects the config must not leak the threads and instances
+            # a failed warm-up or a scheduler that rejects the config must not leak the
+            # threads and instances
             pool.stop()
             backend_model.finalize()
             raise
         return LoadedModel(config, version, signature, backend_model, pool, scheduler, statistics)
+
+    def _create_instances(
+        self, backend_model: BackendModel, specs: list[InstanceSpec], backend: str, where: str
+    ) -> list[ModelInstance]:
+        """Every instance the config asks for; on a failure the ones made are finalized."""
+        instances: list[ModelInstance] = []
+        try:
+            for spec in specs:
+                with self._plugin_call(where, backend, "create_instance"):
+                    instances.append(backend_model.create_instance(spec))
+        except Exception:
+            _discard(instances, backend_model)
+            raise
+        return instances
+
+    def _instance_pool(
+        self,
+        config: ModelConfig,
+        specs: list[InstanceSpec],
+        instances: list[ModelInstance],
+        finish: ResponseFinisher,
+        signature: ModelSignature,
+        statistics: ModelStatistics,
+        samples: list[WarmupSample],
+    ) -> InstancePool:
+        """The pool of the serving instances, with the warm-up, batch inputs and rate limits
+        the config asks for; instances of passive groups only ride along to be finalized."""
+        ragged = RaggedBatching.of(config)
+        prepare = ragged.add_batch_inputs if ragged is not None and ragged.batch_inputs else None
+        serving = [i for i, spec in enumerate(specs) if not spec.passive]
+        warmup = Warmup(config.name, samples, signature, statistics, prepare) if samples else None
+        return InstancePool(
+            [instances[i] for i in serving],
+            [specs[i].name for i in serving],
+            self._loop,
+            finish,
+            config.name,
+            statistics,
+            origin=signature.origin,
+            execute_timeout=timeout_parameter(config, EXECUTE_TIMEOUT_PARAMETER),
+            warmup=warmup,
+            limiter=self._options.rate_limiter,
+            limits=rate_limits(config, [specs[i] for i in serving]),
+            prepare=prepare,
+            passive=[instance for i, instance in enumerate(instances) if i not in serving],
+        )
 
     # -- ensembles: no backend and no instances; the scheduler calls the composing models ------
 
@@ -312,6 +359,8 @@ class ModelLoader:
         self, config: ModelConfig, model_dir: Path, available: dict[int, Path]
     ) -> PreparedModel:
         selected = select_versions(config.version_policy, list(available), config.name)
+        audit(config)
+        self._warn_server_side_off(config)
         normalize(config, gpu_count=self._options.gpu_count)
         validate(config, gpu_count=self._options.gpu_count)
         validate_ensemble_config(config)
@@ -330,10 +379,7 @@ class ModelLoader:
         signature = ModelSignature(config)
         signature.labels = self._read_labels(config, prepared.model_dir)
         statistics = ModelStatistics(
-            config.name,
-            version,
-            self._options.latency_buckets_ms,
-            self._options.latency_summaries,
+            config.name, version, self._latency_buckets(config), self._options.latency_summaries
         )
 
         # untyped: ResponseFinisher does not say yet that a decoupled batch resolves to None
@@ -354,6 +400,42 @@ class ModelLoader:
             )
         )
         return LoadedModel(config, version, signature, EnsembleModel(), pool, scheduler, statistics)
+
+    def _warn_server_side_off(self, config: ModelConfig) -> None:
+        """Fields that need a server setting too, set while it is off: a warning each."""
+        off = []
+        rate_limited = any(group.HasField("rate_limiter") for group in config.instance_group)
+        if rate_limited and self._options.rate_limiter is None:
+            off.append(("instance_group.rate_limiter", "--rate-limit is off"))
+        if config.response_cache.enable and not self._options.response_cache:
+            off.append(("response_cache", "the server has no --cache-config"))
+        for field_path, why in off:
+            logger.warning(
+                "model '%s': config field '%s' has no effect: %s", config.name, field_path, why
+            )
+
+    def _latency_buckets(self, config: ModelConfig) -> tuple[float, ...] | None:
+        """The request-latency histogram's buckets: the server's, or the model's own
+        ``model_metrics`` ones, as Triton; None when latency histograms are off."""
+        buckets = self._options.latency_buckets_ms
+        for control in config.model_metrics.metric_control:
+            family = control.metric_identifier.family
+            if family != LATENCY_HISTOGRAM:
+                logger.warning(
+                    "Metric family '%s' in 'metric_identifier' is not a customizable metric "
+                    "in Triton core.",
+                    family,
+                )
+            elif buckets is None:
+                logger.warning(
+                    "model '%s': model_metrics buckets of '%s' have no effect: latency "
+                    "histograms are off (--metrics-config histogram_latencies=true)",
+                    config.name,
+                    family,
+                )
+            else:
+                buckets = tuple(control.histogram_options.buckets)
+        return buckets
 
     def _batch_strategy(self, config: ModelConfig) -> BatchStrategy | None:
         parameters = config.parameters
@@ -438,9 +520,26 @@ def instance_specs(config: ModelConfig) -> list[InstanceSpec]:
         index = 0
         for device in devices:
             for _ in range(group.count):
-                specs.append(InstanceSpec(f"{group.name}_{index}", kind, device, group.name))
+                name = f"{group.name}_{index}"
+                specs.append(InstanceSpec(name, kind, device, group.name, group.passive))
                 index += 1
     return specs
+
+
+def _discard(instances: list[ModelInstance], backend_model: BackendModel) -> None:
+    """Finalize what a load that failed half way created."""
+    for instance in instances:
+        instance.finalize()
+    backend_model.finalize()
+
+
+def rate_limits(config: ModelConfig, specs: list[InstanceSpec]) -> list[tuple[int, ResourceMap]]:
+    """Each instance's rate-limiter priority and resource needs, from its group."""
+    groups = {group.name: group.rate_limiter for group in config.instance_group}
+    return [
+        (groups[spec.group_name].priority, slot_needs(groups[spec.group_name], spec.device_id))
+        for spec in specs
+    ]
 
 
 def load_error(exc: BaseException, model: str) -> TritonError:

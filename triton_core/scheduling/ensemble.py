@@ -85,6 +85,7 @@ def validate_ensemble_config(config: ModelConfig) -> None:
     for field_name, present in (
         ("instance_group", bool(config.instance_group)),
         ("model_warmup", bool(config.model_warmup)),
+        ("optimization", config.HasField("optimization")),
         ("dynamic_batching", config.HasField("dynamic_batching")),
         ("sequence_batching", config.HasField("sequence_batching")),
     ):

@@ -10,6 +10,10 @@ models) get no thread: the pool hands them batches on the event loop with
 thread hop and no GIL hand-over. Such an instance may hold a second batch while one runs
 (``max_batches_in_flight``): it goes on to the next without waiting for the loop. The
 dynamic and sequence batchers still hand over one batch per instance at a time.
+
+With ``--rate-limit execution_count`` each instance gets its own queue and a batch goes to
+an instance only once the server's rate limiter granted it its resources (warm-up too);
+with it off (the default) the pool has no limiter and none of that code runs.
 """
 
 from __future__ import annotations
@@ -19,6 +23,8 @@ import logging
 import threading
 from collections import deque
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from functools import partial
 from queue import Empty, SimpleQueue
 from time import monotonic_ns
 from typing import TYPE_CHECKING
@@ -31,7 +37,9 @@ from triton_core.streaming import note_instance
 
 if TYPE_CHECKING:
     from triton_core.backend import ModelInstance
+    from triton_core.scheduling.rate_limiter import InstanceSlot, RateLimiter, ResourceMap
     from triton_core.types import InferenceRequest, InferenceResponse
+    from triton_core.warmup import Warmup
 
 logger = logging.getLogger(__name__)
 
@@ -62,8 +70,15 @@ class InstancePool:
         *,
         origin: str = "",
         execute_timeout: float | None = None,
+        warmup: Warmup | None = None,
+        limiter: RateLimiter | None = None,
+        limits: Sequence[tuple[int, ResourceMap]] = (),
+        prepare: Callable[[list[InferenceRequest]], None] | None = None,
+        passive: Sequence[ModelInstance] = (),
     ) -> None:
         self.instances = list(instances)
+        #: instances of ``passive`` groups: loaded, given no batches, finalized at stop
+        self._passive = list(passive)
         self.names = list(names)
         self.statistics = statistics if statistics is not None else ModelStatistics(model_name, 0)
         self._loop = loop
@@ -97,6 +112,15 @@ class InstancePool:
             if execute_timeout and self.instances
             else None
         )
+        #: model_warmup: each instance runs the samples before its first batch
+        self._warmup = warmup
+        self._warmed: list[Future[None]] = [Future() for _ in self.instances] if warmup else []
+        #: completes each formed batch before it runs (batch_input); None: nothing to do
+        self._prepare = prepare
+        #: --rate-limit execution_count: batches wait for an instance holding its resources
+        self._limiter = limiter
+        if limiter is not None:
+            self._limit(limiter, limits)
         if self._event_driven:
             self._threads: list[threading.Thread] = []
             return
@@ -133,6 +157,10 @@ class InstancePool:
             _fail(futures, watch.unhealthy_error())
             return
         self._outstanding += 1
+        if self._limiter is not None:
+            self._limited_waiting.append((requests, futures))
+            self._stage_free()
+            return
         if self._event_driven:
             index = self._least_busy()
             if index is None:
@@ -183,6 +211,11 @@ class InstancePool:
         watch = self.watch
         if watch is not None and watch.unhealthy[index]:
             _fail(futures, watch.unhealthy_error(index))
+            return
+        if self._limiter is not None:
+            self._outstanding += 1
+            self._limited_waiting_for[index].append((requests, futures))
+            self._limiter.stage(self._slots[index])
             return
         if self._waiting_for is not None:
             self._outstanding += 1
@@ -239,7 +272,9 @@ class InstancePool:
                 self._idle += 1
             # the instance takes its next batch before the futures' callbacks submit more;
             # a pinned instance (sequences) holds one batch at a time
-            if self._waiting_for is None:
+            if self._limiter is not None:
+                self._limited_done(index)
+            elif self._waiting_for is None:
                 if self._waiting and self._busy[index] < self._depth[index]:
                     self._begin(index, self._waiting.popleft())
             elif self._waiting_for[index] and not self._busy[index]:
@@ -249,9 +284,124 @@ class InstancePool:
             self._resolve(requests, futures, results, times)
 
         try:
+            if self._prepare is not None:
+                self._prepare(requests)
             self.instances[index].begin_execute(requests, done)
         except Exception as exc:  # reported through done, after this returns
             self._loop.call_soon(done, exc)
+
+    # -- rate limiting (event loop, except _limit) ---------------------------------------------
+
+    def _limit(self, limiter: RateLimiter, limits: Sequence[tuple[int, ResourceMap]]) -> None:
+        """Register the instances' needs (refused needs fail the load) and give each
+        instance its own queue: the limiter, not the first free thread, picks who runs."""
+        from triton_core.scheduling.rate_limiter import InstanceSlot
+
+        self._slots = [
+            InstanceSlot(partial(self._granted, index), needs, priority)
+            for index, (priority, needs) in enumerate(limits)
+        ]
+        limiter.register(self._slots)
+        #: instances waiting for their resources to warm up: called when granted
+        self._grant_waiters: dict[int, Callable[[], None]] = {}
+        self._limited_waiting: deque[Batch] = deque()
+        self._limited_waiting_for: list[deque[Batch]] = [deque() for _ in self.instances]
+        if not self._event_driven:
+            self._pinned = [SimpleQueue() for _ in self.instances]
+
+    def _stage_free(self) -> None:
+        """Queue free instances for resources, as many as there are batches for any."""
+        assert self._limiter is not None
+        wanted = len(self._limited_waiting) - sum(1 for slot in self._slots if slot.staged)
+        for slot in sorted(self._slots, key=_turns):
+            if wanted <= 0:
+                break
+            if not slot.staged and not slot.holding:
+                self._limiter.stage(slot)
+                wanted -= 1
+
+    def _granted(self, index: int) -> None:
+        """Instance ``index`` holds its resources: it runs its own batch, else the next."""
+        assert self._limiter is not None
+        waiter = self._grant_waiters.pop(index, None)
+        if waiter is not None:  # a warm-up holds the resources until it ends
+            waiter()
+            return
+        own = self._limited_waiting_for[index]
+        waiting = own or self._limited_waiting
+        if not waiting:
+            self._limiter.release(self._slots[index])
+            return
+        batch = waiting.popleft()
+        if self._event_driven:
+            self._begin(index, batch)
+        else:
+            assert self._pinned is not None
+            self._pinned[index].put(batch)
+
+    def _limited_done(self, index: int) -> None:
+        assert self._limiter is not None
+        self._limiter.release(self._slots[index])
+        if self._limited_waiting_for[index]:
+            self._limiter.stage(self._slots[index])
+        if self._limited_waiting:
+            self._stage_free()
+
+    def wait_warm(self) -> None:
+        """Block until every instance ran the warm-up samples; raise the first failure.
+
+        Call off the event loop (the loader's thread), before the scheduler sends batches.
+        """
+        if self._warmup is None:
+            return
+        if self._event_driven:
+            asyncio.run_coroutine_threadsafe(self._warm_event_driven(), self._loop).result()
+        for future in self._warmed:
+            future.result()
+
+    def _warm_up(self, index: int, warmup: Warmup) -> None:
+        """Instance ``index``'s warm-up on its thread, holding its rate-limiter resources
+        (as Triton sends warm-up through the rate limiter)."""
+        instance, name = self.instances[index], self.names[index]
+        if self._limiter is None:
+            warmup.run(instance, name)
+            return
+        granted = threading.Event()
+        self._loop.call_soon_threadsafe(self._wait_for_grant, index, granted.set)
+        granted.wait()
+        try:
+            warmup.run(instance, name)
+        finally:
+            self._loop.call_soon_threadsafe(self._limited_done, index)
+
+    async def _warm_up_async(self, index: int, warmup: Warmup) -> None:
+        instance, name = self.instances[index], self.names[index]
+        if self._limiter is None:
+            await warmup.run_async(instance, name)
+            return
+        granted = self._loop.create_future()
+        self._wait_for_grant(index, lambda: granted.set_result(None))
+        await granted
+        try:
+            await warmup.run_async(instance, name)
+        finally:
+            self._limited_done(index)
+
+    def _wait_for_grant(self, index: int, granted: Callable[[], None]) -> None:
+        assert self._limiter is not None
+        self._grant_waiters[index] = granted
+        self._limiter.stage(self._slots[index])
+
+    async def _warm_event_driven(self) -> None:
+        assert self._warmup is not None
+        warmup = self._warmup
+        runs = [self._warm_up_async(index, warmup) for index in range(len(self.instances))]
+        results = await asyncio.gather(*runs, return_exceptions=True)
+        for future, result in zip(self._warmed, results, strict=True):
+            if isinstance(result, BaseException):
+                future.set_exception(result)
+            else:
+                future.set_result(None)
 
     def _failed(
         self, exc: BaseException, count: int, instance: str
@@ -280,6 +430,11 @@ class InstancePool:
             instance.thread_started()
         except Exception:
             logger.exception("model '%s': an instance's thread set-up failed", self._model_name)
+        warmup = self._warmup
+        if warmup is not None:
+            _settle(self._warmed[index], lambda: self._warm_up(index, warmup))
+        if self._pinned is not None and self._limiter is not None:
+            queue = self._pinned[index]
         while True:
             batch = queue.get()
             if batch is None:
@@ -298,6 +453,8 @@ class InstancePool:
             if watch is not None:
                 watch.began(index, futures)
             try:
+                if self._prepare is not None:
+                    self._prepare(requests)
                 infer_start = monotonic_ns()
                 responses = instance.execute(requests)
                 infer_end = monotonic_ns()
@@ -313,6 +470,8 @@ class InstancePool:
             with self._lock:
                 self._idle += 1
             try:
+                if self._limiter is not None:
+                    call_soon(self._limited_done, index)
                 call_soon(resolve, requests, futures, results, times)
             except RuntimeError:  # loop closed during shutdown
                 return
@@ -381,6 +540,8 @@ class InstancePool:
     def _take_waiting(self, index: int) -> list[Batch]:
         """Batches queued for instance ``index`` alone, or for any, when none is healthy."""
         assert self.watch is not None
+        if self._limiter is not None:
+            return self._take_limited(index)
         if self._pinned is not None:
             return _take_all(self._pinned[index])
         if self._waiting_for is not None:
@@ -395,9 +556,20 @@ class InstancePool:
             return taken
         return _take_all(self._queue)
 
+    def _take_limited(self, index: int) -> list[Batch]:
+        """A rate-limited pool's batches for instance ``index``, and for any instance
+        when none is healthy (they wait for resources, not in an instance's queue)."""
+        assert self.watch is not None
+        taken = list(self._limited_waiting_for[index])
+        self._limited_waiting_for[index].clear()
+        if self.watch.unhealthy_count == len(self.instances):
+            taken += self._limited_waiting
+            self._limited_waiting.clear()
+        return taken
+
     def abort(self) -> None:
         """The stop deadline passed: each instance ends what it runs now (any thread)."""
-        for instance in self.instances:
+        for instance in [*self.instances, *self._passive]:
             try:
                 instance.abort()
             except Exception:
@@ -421,6 +593,8 @@ class InstancePool:
 
     def stop(self) -> None:
         """Let queued batches finish, then end the threads and finalize the instances."""
+        if self._limiter is not None:
+            self._limiter.unregister(self._slots)
         queues = self._pinned or [self._queue] * len(self._threads)
         for queue in queues:
             queue.put(None)
@@ -428,7 +602,7 @@ class InstancePool:
         for index, thread in enumerate(self._threads):
             if index not in hung:
                 thread.join()
-        for index, instance in enumerate(self.instances):
+        for index, instance in enumerate([*self.instances, *self._passive]):
             if index in hung:
                 continue
             try:
@@ -441,6 +615,19 @@ def _fail(futures: list[asyncio.Future[InferenceResponse]], error: TritonError) 
     for future in futures:
         if not future.done():
             future.set_exception(error)
+
+
+def _turns(slot: InstanceSlot) -> int:
+    return max(slot.priority, 1) * slot.executions
+
+
+def _settle(future: Future[None], call: Callable[[], None]) -> None:
+    try:
+        call()
+    except BaseException as exc:
+        future.set_exception(exc)
+    else:
+        future.set_result(None)
 
 
 def _take_all(queue: SimpleQueue[Batch | None]) -> list[Batch]:

@@ -30,6 +30,7 @@ from triton_core import (
     ModelInstance,
     ModelSequenceBatching,
     Parameters,
+    RaggedBatching,
     Status,
     TritonError,
     claimed_inputs,
@@ -186,6 +187,9 @@ def check_config(config: ModelConfig, signature: Signature, model: str, *, compl
     required model input to be fed by the config.
     """
     known_inputs = {**signature.overridable, **signature.inputs}
+    # ragged inputs and scattered outputs reach the model joined end to end: 1-D, any length
+    flat = {t.name for t in config.input if t.allow_ragged_batch}
+    flat.update(name for spec in config.batch_output for name in spec.target_name)
     sections = (
         ("input", config.input, known_inputs, signature.inputs),
         ("output", config.output, signature.outputs, signature.outputs),
@@ -212,7 +216,14 @@ def check_config(config: ModelConfig, signature: Signature, model: str, *, compl
                     f"model '{model}': {kind} '{tensor.name}' has data_type {configured} in the "
                     f"config but {info.config_type} in the model",
                 )
-            if complete or tensor.dims or tensor.HasField("reshape"):
+            if tensor.name in flat:
+                if len(info.shape) != 1:
+                    raise TritonError(
+                        Status.INVALID_ARG,
+                        f"model '{model}': {kind} '{tensor.name}' is joined end to end for a "
+                        f"ragged batch, so the model must take it 1-D, not {list(info.shape)}",
+                    )
+            elif complete or tensor.dims or tensor.HasField("reshape"):
                 error = dims_error(model, kind, tensor, info.shape, config.max_batch_size)
                 if error:
                     raise TritonError(Status.INVALID_ARG, error)
@@ -238,6 +249,9 @@ class OnnxRuntimeBackend(Backend):
     platforms = (PLATFORM,)
     default_model_filename = DEFAULT_MODEL_FILENAME
     default_cpu_instance_count = 2
+    #: ``optimization { graph { level } }`` and the execution accelerators (only "cuda" GPU
+    #: accelerators load; others are refused by name)
+    config_fields = frozenset({"optimization.graph", "optimization.execution_accelerators"})
 
     def auto_complete_config(self, config: ModelConfig, model_path: Path) -> None:
         """Fill platform, inputs, outputs, max_batch_size and dynamic batching from the model.
@@ -489,7 +503,12 @@ class OnnxRuntimeModel(BackendModel):
             )
         self.input_reshapes = input_reshapes(config)
         self.output_reshapes = output_reshapes(config)
-        self.plan = BatchPlan(self.name, self.output_datatypes, batching=self.max_batch_size > 0)
+        self.plan = BatchPlan(
+            self.name,
+            self.output_datatypes,
+            batching=self.max_batch_size > 0,
+            ragged=RaggedBatching.of(config),
+        )
         self._checked = False
 
     def session_providers(self, spec: InstanceSpec) -> list[str | tuple[str, dict[str, str]]]:

@@ -363,3 +363,29 @@ def sequence_accumulate(path: PathLike, datatype: str = "INT32", dims: int = 4) 
         [_value_info("OUTPUT", elem_type, shape), _value_info("OUTPUT_STATE", elem_type, shape)],
     )
     return _save(graph, path)
+
+
+def ragged_scatter(path: PathLike) -> Path:
+    """A ragged-batch model: ``DOUBLED = INPUT * 2`` and ``ENDS = INDEX`` as a column.
+
+    ``INPUT`` is the batch's ragged input joined end to end (1-D FP32), ``INDEX`` a batch
+    input with one FP32 value per request; ``DOUBLED`` is 1-D like ``INPUT`` (a batch output
+    to scatter), ``ENDS`` has shape ``[requests, 1]``.
+    """
+    graph = helper.make_graph(
+        [
+            helper.make_node("Add", ["INPUT", "INPUT"], ["DOUBLED"]),
+            helper.make_node("Reshape", ["INDEX", "column"], ["ENDS"]),
+        ],
+        "ragged_scatter",
+        [
+            _value_info("INPUT", TensorProto.FLOAT, ["total"]),
+            _value_info("INDEX", TensorProto.FLOAT, ["requests"]),
+        ],
+        [
+            _value_info("DOUBLED", TensorProto.FLOAT, ["total"]),
+            _value_info("ENDS", TensorProto.FLOAT, ["requests", 1]),
+        ],
+        initializer=[helper.make_tensor("column", TensorProto.INT64, [2], [-1, 1])],
+    )
+    return _save(graph, path)

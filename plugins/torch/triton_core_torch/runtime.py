@@ -32,6 +32,7 @@ from triton_core import (
     InstanceSpec,
     ModelContext,
     ModelInstance,
+    RaggedBatching,
     Status,
     Tensor,
     TritonError,
@@ -408,11 +409,16 @@ class PyTorchModel(BackendModel):
 
         self.output_datatypes = wire_types(self.name, "output", config.output)
         self.input_datatypes = wire_types(self.name, "input", config.input)
+        ragged = RaggedBatching.of(config)
+        if ragged is not None:
+            self.input_datatypes.update(ragged.target_types)
         self.output_dtypes: dict[str, torch.dtype | None] = {
             t.name: CONFIG_TO_TORCH.get(DataType.Name(t.data_type)) for t in config.output
         }
         self.output_reshapes = output_reshapes(config)
-        self.plan = BatchPlan(self.name, self.output_datatypes, batching=self.max_batch_size > 0)
+        self.plan = BatchPlan(
+            self.name, self.output_datatypes, batching=self.max_batch_size > 0, ragged=ragged
+        )
         self.binding: Binding | None = None
         self._shared: dict[str, Loaded] = {}
         self._lock = threading.Lock()
@@ -745,6 +751,8 @@ class PyTorchInstance(ModelInstance):
         thread = threading.get_ident()
         if self._thread != thread:
             self._enter_thread()
+        if self._plan.ragged is not None:  # ragged inputs join, batch outputs scatter
+            return self._plan.execute(requests, self._run_outputs)
         if len(requests) == 1 and self._single is not None and self._mode_thread == thread:
             response = self._execute_single(requests[0], self._single)
             if response is not None:

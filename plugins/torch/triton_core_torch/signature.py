@@ -220,7 +220,10 @@ def bind_outputs(model: str, names: Sequence[str], signature: Signature) -> dict
 
 def bind(config: ModelConfig, signature: Signature, model: str) -> Binding:
     """Bind a config's inputs and outputs to a model signature (raises INVALID_ARG if not)."""
-    convention, arguments = bind_inputs(model, [t.name for t in config.input], signature)
+    # batch inputs (batch_input) are model inputs the server fills in
+    targets = [name for spec in config.batch_input for name in spec.target_name]
+    names = [t.name for t in config.input] + targets
+    convention, arguments = bind_inputs(model, names, signature)
     outputs = bind_outputs(model, [t.name for t in config.output], signature)
     return Binding(convention, tuple(arguments), outputs)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from time import monotonic_ns
 from typing import TYPE_CHECKING, Any, Final, NoReturn, Protocol
 
@@ -101,18 +101,6 @@ async def _abort(context: grpc.aio.ServicerContext, error: TritonError) -> NoRet
 def _unexpected(exc: Exception) -> TritonError:
     log.exception("unexpected error in the gRPC frontend")
     return internal(str(exc) or type(exc).__name__)
-
-
-def _unimplemented(rpc: str, feature: str) -> Callable[..., Coroutine[Any, Any, NoReturn]]:
-    message = f"{feature} is not supported by this server ({rpc})"
-
-    async def handler(self: object, request: object, context: grpc.aio.ServicerContext) -> NoReturn:
-        await context.abort(grpc.StatusCode.UNIMPLEMENTED, message)
-        raise AssertionError("unreachable: context.abort raises")
-
-    handler.__name__ = rpc
-    handler.__doc__ = f"Answers UNIMPLEMENTED: {feature} is not supported."
-    return handler
 
 
 def _forward_headers(
@@ -706,8 +694,6 @@ class GRPCInferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         except Exception as exc:
             error = _unexpected(exc)
         await _abort(context, error)
-
-    # -- everything else: not supported, with a message naming the feature ----------------
 
     # -- logging extension ---------------------------------------------------------------
 
