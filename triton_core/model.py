@@ -209,6 +209,9 @@ class ModelSignature:
         return selected
 
 
+_CACHEABLE_SCHEDULING = (None, "dynamic_batching", "ensemble_scheduling")
+
+
 class ModelRetired(Exception):
     """The model version was swapped out or unloaded between lookup and submission."""
 
@@ -238,11 +241,12 @@ class LoadedModel:
         self.decoupled = config.model_transaction_policy.decoupled
         #: set when a reload or unload takes this version out of service
         self.retired = False
-        #: Triton caches only non-decoupled models with the default or dynamic scheduler
+        #: Triton caches only non-decoupled models with the default or dynamic scheduler, and
+        #: ensembles at the top level (their load refuses a cache where it cannot work)
         self.cacheable = (
             config.response_cache.enable
             and not self.decoupled
-            and config.WhichOneof("scheduling_choice") in (None, "dynamic_batching")
+            and config.WhichOneof("scheduling_choice") in _CACHEABLE_SCHEDULING
         )
 
     def enqueue(self, request: InferenceRequest) -> asyncio.Future[InferenceResponse]:
