@@ -79,6 +79,10 @@ class InferenceRequest:
     queued_ns: int = 0
     #: set by the server for decoupled models: where the model sends its responses
     response_sender: ResponseSender | None = None
+    #: set by a backend: the model released the request with Triton's
+    #: ``TRITONSERVER_REQUEST_RELEASE_RESCHEDULE``, to run it again (no response this time);
+    #: only a sequence batcher with ``iterative_sequence`` accepts that
+    reschedule: bool = False
 
     def output_names(self) -> list[str] | None:
         """Names of the requested outputs, or None for all of them."""
