@@ -714,7 +714,9 @@ class SequenceBatcher(Scheduler):
                     entry.future.set_result(response)
             if error is not None and not entry.future.done():
                 entry.future.set_exception(error)
-            if entry.request.flags & _END or self._iterative:
+            # an iterative sequence ends with its request, unless another one with its ID
+            # came meanwhile: that one goes on in the slot, as Triton's does
+            if entry.request.flags & _END or (self._iterative and not sequence.queue):
                 self._release(sequence)
             else:
                 self._maybe_idle(sequence)
