@@ -622,15 +622,15 @@ class _Branch:
 
     __slots__ = ("closed", "missing", "response", "tasks", "values", "waiting")
 
-    def __init__(self, values: dict[str, Tensor], waiting: list[int], outputs: Sequence[str]):
+    def __init__(self, values: dict[str, Tensor], waiting: list[int], missing: int) -> None:
         #: ensemble tensor name -> tensor, as they become available
         self.values = values
         #: per step: how many of its tensors are still missing in this branch
         self.waiting = waiting
         #: steps of this branch running now
         self.tasks = 0
-        #: ensemble outputs not produced yet in this branch
-        self.missing = sum(1 for name in outputs if name not in values)
+        #: ensemble outputs not produced yet in this branch (decoupled ensembles only)
+        self.missing = missing
         #: the ensemble response this branch produced, until it is sent
         self.response: InferenceResponse | None = None
         #: the branch produces no more response of its own (sent in branch order)
@@ -657,16 +657,17 @@ class _EnsembleRun:
         self.sender = request.response_sender if self.plan.decoupled else None
         #: branches whose response is not sent yet, in the order they began
         self.order: deque[_Branch] = deque()
-        self.root = _Branch(
-            dict(request.inputs), [step.needs for step in self.plan.steps], self.plan.output_names
-        )
+        # the ensemble's inputs are never its outputs: every output is still missing
+        waiting = [step.needs for step in self.plan.steps]
+        self.root = _Branch(dict(request.inputs), waiting, len(self.plan.output_names))
         future.add_done_callback(self._cancel_if_abandoned)
         if isinstance(self.sender, StreamSender):
             self.sender.on_cancel = self._client_gone
 
     def start(self) -> None:
         root = self.root
-        self.order.append(root)
+        if self.sender is not None:
+            self.order.append(root)
         # An optional input left out counts as available: the steps that read it run without.
         for name in self.plan.input_names:
             self._available(root, name)
@@ -699,7 +700,9 @@ class _EnsembleRun:
         """One response of a decoupled step: a new branch with its outputs."""
         if self.future.done():
             return
-        branch = _Branch(dict(parent.values), list(parent.waiting), self.plan.output_names)
+        values = dict(parent.values)
+        missing = sum(1 for name in self.plan.output_names if name not in values)
+        branch = _Branch(values, list(parent.waiting), missing)
         self.order.append(branch)
         self._take_outputs(branch, step, response)
         self._maybe_closed(branch)
@@ -727,7 +730,7 @@ class _EnsembleRun:
     def _take_outputs(
         self, branch: _Branch, step: EnsembleStep, response: InferenceResponse
     ) -> None:
-        outputs = self.plan.output_names
+        outputs = self.plan.output_names if self.sender is not None else ()
         for output_name, tensor_name in step.outputs:
             try:
                 produced = response.output(output_name)
