@@ -52,6 +52,8 @@ class ModelSignature:
             )
         self.required = frozenset(name for name, spec in self.inputs.items() if not spec.optional)
         self.decoupled = config.model_transaction_policy.decoupled
+        #: requests may be released to run again (sequence_batching iterative_sequence)
+        self.iterative = config.sequence_batching.iterative_sequence
         self.output_datatypes = {t.name: wire_datatype(t.data_type) for t in config.output}
         self.labels: dict[str, list[str]] = {}
         self.output_check = OutputCheck(config)
@@ -140,10 +142,13 @@ class ModelSignature:
         """Check, name, number and trim backend responses to what each request asked for.
 
         A decoupled model answers through each request's response sender instead: its batch
-        resolves with None per request once ``execute`` returns.
+        resolves with None per request once ``execute`` returns. A request the backend
+        rescheduled resolves with None too (its scheduler runs it again).
         """
         if self.decoupled:
-            return [None] * len(requests)
+            if self.iterative:
+                return [None] * len(requests)
+            return [_not_reschedulable() if r.reschedule else None for r in requests]
         if responses is None or len(responses) != len(requests):
             count = 0 if responses is None else len(responses)
             error = self.backend_error(
@@ -152,8 +157,18 @@ class ModelSignature:
             return [error] * len(requests)
         return [
             self.finish_one(request, response, version, instance)
+            if response is not None
+            else self._no_response(request, version, instance)
             for request, response in zip(requests, responses, strict=True)
         ]
+
+    def _no_response(
+        self, request: InferenceRequest, version: int, instance: str
+    ) -> TritonError | None:
+        """None from a backend: a rescheduled request (None: its scheduler runs it again)."""
+        if not request.reschedule:
+            return self.backend_error(version, instance, "returned None for a request")
+        return None if self.iterative else _not_reschedulable()
 
     def finish_one(
         self,
@@ -209,6 +224,16 @@ class ModelSignature:
         return selected
 
 
+_CACHEABLE_SCHEDULING = (None, "dynamic_batching", "ensemble_scheduling")
+
+
+def _not_reschedulable() -> TritonError:
+    return invalid_arg(
+        "Request is released with TRITONSERVER_REQUEST_RELEASE_RESCHEDULE, while the model is "
+        "not configured to handle such a flag."
+    )
+
+
 class ModelRetired(Exception):
     """The model version was swapped out or unloaded between lookup and submission."""
 
@@ -238,11 +263,12 @@ class LoadedModel:
         self.decoupled = config.model_transaction_policy.decoupled
         #: set when a reload or unload takes this version out of service
         self.retired = False
-        #: Triton caches only non-decoupled models with the default or dynamic scheduler
+        #: Triton caches only non-decoupled models with the default or dynamic scheduler, and
+        #: ensembles at the top level (their load refuses a cache where it cannot work)
         self.cacheable = (
             config.response_cache.enable
             and not self.decoupled
-            and config.WhichOneof("scheduling_choice") in (None, "dynamic_batching")
+            and config.WhichOneof("scheduling_choice") in _CACHEABLE_SCHEDULING
         )
 
     def enqueue(self, request: InferenceRequest) -> asyncio.Future[InferenceResponse]:

@@ -621,18 +621,21 @@ class Server:
         message = f"{method}() raised {exception_text(exc)}; the response is {outcome}"
         self._cache_failures.failed((method, type(exc)), message, exc)
 
-    async def infer_stream(self, request: InferenceRequest) -> AsyncIterator[InferenceResponse]:
+    async def infer_stream(
+        self, request: InferenceRequest, *, nested: bool = False
+    ) -> AsyncIterator[InferenceResponse]:
         """All responses to a request as the model produces them; the last has ``final``.
 
         A decoupled model may answer any number of times; any other model answers once. When
         the caller stops iterating early (the client went away), the request is marked
         cancelled, which the model sees through ``response_sender.is_cancelled()``.
+        ``nested`` as for :meth:`infer` (a decoupled ensemble step).
         """
-        if not self._accepting:
+        if not (self._accepting or nested):
             raise unavailable("Server is not accepting requests: it is shutting down")
         model = self.models.get(request.model_name, request.model_version)
         if not model.decoupled:
-            yield await self.infer(request)
+            yield await self.infer(request, nested=nested)
             return
         if request.shared_memory is not None:
             async with contextlib.aclosing(self._stream_shared_memory(request)) as responses:
@@ -667,7 +670,7 @@ class Server:
             if trace is not None:
                 trace.request_end()
             if not finished:
-                sender.cancelled = True
+                sender.cancel()
             self._inflight -= 1
             if self._idle is not None and not self._inflight:
                 self._idle.set()

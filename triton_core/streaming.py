@@ -32,6 +32,8 @@ class StreamSender:
         self._queue: asyncio.Queue[_Item] = asyncio.Queue()
         self._final_sent = False
         self.cancelled = False
+        #: called once when the client stops waiting (a scheduler that runs steps stops them)
+        self.on_cancel: Callable[[], None] | None = None
         #: the instance executing the request, for error messages (set by the instance pool)
         self.instance = ""
 
@@ -49,6 +51,13 @@ class StreamSender:
 
     def is_cancelled(self) -> bool:
         return self.cancelled
+
+    def cancel(self) -> None:
+        """The client stopped waiting. Call on the event loop."""
+        self.cancelled = True
+        callback, self.on_cancel = self.on_cancel, None
+        if callback is not None:
+            callback()
 
     def fail(self, error: TritonError) -> None:
         """End the stream with an error (execute raised). Call on the event loop."""

@@ -88,6 +88,10 @@ class InferenceRequest:
     #: tensors in registered shared-memory regions (None: none); the server turns the
     #: inputs into views in ``inputs`` and writes the outputs into their regions
     shared_memory: SharedMemoryTensors | None = None
+    #: set by a backend: the model released the request with Triton's
+    #: ``TRITONSERVER_REQUEST_RELEASE_RESCHEDULE``, to run it again (no response this time);
+    #: only a sequence batcher with ``iterative_sequence`` accepts that
+    reschedule: bool = False
 
     def output_names(self) -> list[str] | None:
         """Names of the requested outputs, or None for all of them."""

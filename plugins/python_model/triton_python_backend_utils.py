@@ -481,10 +481,8 @@ class InferenceRequest:
         return bool(_runtime.is_cancelled(self._key))
 
     def set_release_flags(self, flags: int) -> None:
-        if flags & TRITONSERVER_REQUEST_RELEASE_RESCHEDULE:
-            raise TritonModelException(
-                "rescheduling requests (TRITONSERVER_REQUEST_RELEASE_RESCHEDULE) is not supported"
-            )
+        """``TRITONSERVER_REQUEST_RELEASE_RESCHEDULE`` runs the request again once ``execute``
+        returns (iterative sequences); its response in the returned list must be None."""
         self._release_flags = int(flags)
 
     def _check_bls(self) -> None:

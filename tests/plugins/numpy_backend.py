@@ -25,6 +25,9 @@ Stateful kinds, for ``sequence_batching`` models:
   ``sequence_log`` as ``(position, corrid, ready, start, end)`` tuples.
 * ``state_add``: implicit state: each state output is its state input plus the first input,
   and every other output repeats the first state output.
+* ``iterate`` (``iterative_sequence``): counts the runs of each request (by CORRID) and
+  reschedules it until it ran as many times as its first input's first value says; then
+  answers that count. Batches are logged in ``sequence_log`` as for ``accumulate``.
 """
 
 from __future__ import annotations
@@ -96,6 +99,8 @@ class NumpyInstance(ModelInstance):
             return self._accumulate(requests)
         if self.kind == "state_add":
             return [self._state_add(request) for request in requests]
+        if self.kind == "iterate":
+            return self._iterate(requests)
         if self.kind == "key_error":
             raise KeyError("x")
         responses = []
@@ -150,6 +155,27 @@ class NumpyInstance(ModelInstance):
             responses.append(InferenceResponse(outputs=[Tensor(name, datatype, total)]))
         self.sequence_log.append(log)
         return responses
+
+    def _iterate(self, requests: list[InferenceRequest]) -> list[InferenceResponse]:
+        name, datatype = self.outputs[0]
+        log = []
+        responses: list[InferenceResponse | None] = []
+        for position, request in enumerate(requests):
+            value = request.inputs[self.inputs[0]].data
+            corrid = self._corrid(request)
+            start = self._control(request, "START", False)
+            log.append((position, corrid, True, start, False))
+            runs = 1 if start else self.sums.get(corrid, 0) + 1
+            if runs < int(value.flat[0]):
+                self.sums[corrid] = runs
+                request.reschedule = True  # run it again; no response this time
+                responses.append(None)
+            else:
+                self.sums.pop(corrid, None)
+                count = np.full_like(value, runs)
+                responses.append(InferenceResponse(outputs=[Tensor(name, datatype, count)]))
+        self.sequence_log.append(log)
+        return responses  # type: ignore[return-value]  # None: rescheduled
 
     def _state_add(self, request: InferenceRequest) -> InferenceResponse:
         value = request.inputs[self.inputs[0]].data

@@ -675,3 +675,76 @@ async def test_a_bad_sequence_config_fails_the_load_with_the_field(tmp_path):
         index = {entry.name: entry for entry in server.repository_index()}
         assert "'preferred_batch_size' 9" in index["bad"].reason
         assert "outside the model's 'initial_state' folder" in index["missing_file"].reason
+
+
+# -- iterative sequences -----------------------------------------------------------------------
+
+
+def runs(server, model: str, wanted: int, correlation_id=0, flags=RequestFlag.NONE):  # type: ignore[no-untyped-def]
+    return server.infer(seq(model, correlation_id, wanted, flags))
+
+
+def iterating_server(tmp_path: Path):  # type: ignore[no-untyped-def]
+    """A server with ``iter``: the numpy ``iterate`` kind, iterative, 50 ms per run."""
+    repo = tmp_path / "models"
+    write_sequence_model(
+        repo,
+        "iter",
+        kind="iterate",
+        controls=("START", "CORRID"),
+        sequence_extra="iterative_sequence: true",
+        sleep_ms=50,
+    )
+    return numpy_server(repo)
+
+
+async def test_iterative_requests_run_again_in_their_slot_batched_with_new_ones(tmp_path):
+    async with iterating_server(tmp_path) as server:
+        # no correlation IDs: each request gets its own sequence (and slot)
+        first = asyncio.ensure_future(runs(server, "iter", 4))
+        await until(lambda: instance(server, "iter").sequence_log, "the first run")
+        later = [asyncio.ensure_future(runs(server, "iter", wanted)) for wanted in (2, 3)]
+        results = await asyncio.gather(first, *later)
+        assert [total(response) for response in results] == [4, 2, 3]
+        log = instance(server, "iter").sequence_log
+        by_corrid: dict[int, list[bool]] = {}
+        for batch in log:
+            for _, corrid, _, start, _ in batch:
+                by_corrid.setdefault(corrid, []).append(start)
+        # START on the first run only, and as many runs as each asked for
+        assert sorted(by_corrid.values(), key=len) == [
+            [True, False],
+            [True, False, False],
+            [True, False, False, False],
+        ]
+        assert 0 not in by_corrid
+        # rescheduled requests shared batches with the ones that came later
+        assert max(len(batch) for batch in log) > 1
+        statistics = server.model("iter").statistics
+        assert statistics.success.count == 3 and statistics.execution_count == len(log)
+        assert pending(server, "iter") == 0
+
+
+async def test_an_iterative_request_with_its_own_id_and_one_queued_behind_it(tmp_path):
+    async with iterating_server(tmp_path) as server:
+        # the second START for ID 9 joins the live sequence (Triton's conflict warning): the
+        # two take turns in its slot (the model sees one sequence) and neither is stranded
+        # when the other ends
+        calls = [runs(server, "iter", 3, 9, START), runs(server, "iter", 2, 9, START)]
+        results = await asyncio.wait_for(asyncio.gather(*calls), 60)
+        assert all(total(response) >= 2 for response in results)
+        assert pending(server, "iter") == 0
+        assert total(await runs(server, "iter", 2, 9, START)) == 2  # the ID is free again
+
+
+async def test_rescheduling_without_iterative_sequence_fails_with_tritons_message(tmp_path):
+    repo = tmp_path / "models"
+    write_sequence_model(repo, "plain", kind="iterate", controls=("START", "CORRID"))
+    async with numpy_server(repo) as server:
+        with pytest.raises(TritonError) as info:
+            await runs(server, "plain", 2, 5, START | END)
+        assert info.value.message == (
+            "Request is released with TRITONSERVER_REQUEST_RELEASE_RESCHEDULE, while the model "
+            "is not configured to handle such a flag."
+        )
+        assert total(await runs(server, "plain", 1, 6, START | END)) == 1

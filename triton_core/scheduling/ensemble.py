@@ -13,12 +13,21 @@ What is checked when:
   every tensor written once, every input used, every output produced, no step waits on itself).
 * :func:`ensemble_load_order` - before ensembles load: ensembles that reach themselves.
 * :func:`build_plan` - when a version loads, with the composing models loaded: mapped tensors
-  exist, datatypes and shapes agree, batch sizes fit, no decoupled step.
+  exist, datatypes and shapes agree, batch sizes fit, decoupled steps form a stream (below),
+  and a response cache is asked for only where it can work.
+
+Decoupled steps (Triton's rules): each response of a decoupled step starts a *branch* of the
+request, a copy of the tensors so far plus that response's outputs, in which the following
+steps run; a step may not mix tensors that come from different decoupled steps (or from one
+and from before it). An ensemble with a decoupled step is itself decoupled: its client gets
+one response per branch that produces the ensemble outputs, in the order the branches began,
+then the final flag once every step is done.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -29,6 +38,7 @@ from triton_core.hookspecs import hookimpl
 from triton_core.model import ModelSignature
 from triton_core.protos.model_config_pb2 import DataType
 from triton_core.scheduling.base import Scheduler, SchedulerContext
+from triton_core.streaming import StreamSender
 from triton_core.types import InferenceRequest, InferenceResponse, RequestedOutput, Tensor
 
 if TYPE_CHECKING:
@@ -91,11 +101,6 @@ def validate_ensemble_config(config: ModelConfig) -> None:
     ):
         if present:
             raise invalid_arg(f"'{field_name}' should not be specified for ensemble '{name}'")
-    if config.model_transaction_policy.decoupled:
-        raise unsupported(
-            f"ensemble '{name}': 'model_transaction_policy.decoupled' is not supported for "
-            "ensembles"
-        )
     if not config.input or not config.output:
         raise invalid_arg(f"ensemble '{name}' must specify 'input' and 'output' in its config")
     steps = config.ensemble_scheduling.step
@@ -250,6 +255,8 @@ class EnsembleStep:
     needs: int
     #: the outputs the step asks its model for: only the mapped ones
     requested: tuple[RequestedOutput, ...]
+    #: the step's model is decoupled: each of its responses starts a branch of the request
+    decoupled: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -261,6 +268,8 @@ class EnsemblePlan:
     consumers: Mapping[str, tuple[int, ...]]
     input_names: tuple[str, ...]
     output_names: tuple[str, ...]
+    #: a step is decoupled, so the ensemble is too (it streams its responses)
+    decoupled: bool = False
 
 
 @dataclass(slots=True)
@@ -334,6 +343,7 @@ def build_plan(config: ModelConfig, lookup: ConfigLookup) -> EnsemblePlan:
             ) from None
         _check_member(config, index, step.model_name, member)
         _check_mapping(name, index, step, member, tensors)
+        decoupled = member.model_transaction_policy.decoupled
         read = tuple(dict.fromkeys(step.input_map.values()))
         for tensor in read:
             consumers.setdefault(tensor, []).append(index)
@@ -347,23 +357,77 @@ def build_plan(config: ModelConfig, lookup: ConfigLookup) -> EnsemblePlan:
                 outputs,
                 len(read),
                 tuple(RequestedOutput(output) for output, _ in outputs),
+                decoupled,
             )
         )
+    decoupled_ensemble = _check_decoupled_flow(config, steps)
+    _check_cache(config, lookup, decoupled_ensemble)
     return EnsemblePlan(
         tuple(steps),
         {tensor: tuple(indices) for tensor, indices in consumers.items()},
         tuple(tensor.name for tensor in config.input),
         tuple(tensor.name for tensor in config.output),
+        decoupled_ensemble,
     )
+
+
+def _check_decoupled_flow(config: ModelConfig, steps: Sequence[EnsembleStep]) -> bool:
+    """Triton's decoupled-workflow check: every step (and the ensemble's outputs) reads
+    tensors of one origin: the ensemble's inputs or one decoupled step's branch.
+
+    Returns whether any step is decoupled. Steps are visited in data-flow order (the config
+    check already made sure that every step can run).
+    """
+    name = config.name
+    origin = dict.fromkeys((tensor.name for tensor in config.input), 0)
+    labels = 0
+    pending = list(steps)
+    while pending:
+        ready = [step for step in pending if all(t in origin for _, t in step.inputs)]
+        for step in ready:
+            pending.remove(step)
+            label = _one_origin(name, step.model_name, [origin[t] for _, t in step.inputs])
+            if step.decoupled:
+                labels += 1
+                label = labels
+            for _, tensor in step.outputs:
+                origin[tensor] = label
+    _one_origin(name, name, [origin[tensor.name] for tensor in config.output])
+    return labels > 0
+
+
+def _one_origin(ensemble: str, model: str, labels: list[int]) -> int:
+    if len(set(labels)) > 1:
+        raise invalid_arg(
+            f"in ensemble {ensemble}, step of model '{model}' receives inputs originated from "
+            "different decoupled models"
+        )
+    return labels[0] if labels else 0
+
+
+def _check_cache(config: ModelConfig, lookup: ConfigLookup, decoupled: bool) -> None:
+    """``response_cache`` on an ensemble caches its final response at the top level; Triton
+    supports that only where every composing model could be cached too."""
+    if not config.response_cache.enable:
+        return
+    name = config.name
+    if decoupled:
+        raise invalid_arg(
+            f"Response Cache does not currently support model {name} with 'decoupled' "
+            "transaction policy. Please disable the response cache."
+        )
+    for index, step in enumerate(config.ensemble_scheduling.step):
+        member = lookup(step.model_name, step.model_version)
+        if member.HasField("sequence_batching"):
+            raise invalid_arg(
+                f"ensemble '{name}' enables 'response_cache', but step {index} (model "
+                f"'{step.model_name}') uses 'sequence_batching', whose responses depend on "
+                "earlier requests and cannot be cached; disable the ensemble's response cache"
+            )
 
 
 def _check_member(config: ModelConfig, index: int, model: str, member: ModelConfig) -> None:
     name = config.name
-    if member.model_transaction_policy.decoupled:
-        raise unsupported(
-            f"in ensemble '{name}', step {index} uses decoupled model '{model}'; ensembles "
-            "with decoupled steps are not supported"
-        )
     if 0 < member.max_batch_size < config.max_batch_size:
         raise invalid_arg(
             f"ensemble '{name}' allows maximum batch size {config.max_batch_size} "
@@ -418,9 +482,10 @@ def _check_mapping(
 class EnsembleScheduler(Scheduler):
     """``ensemble_scheduling``: runs each request through the steps' models, as a DAG.
 
-    Steps call :meth:`Server.infer`, so each composing model's own scheduler (and batching)
-    serves them. With ``max_inflight_requests`` > 0, each step has at most that many requests
-    of this ensemble in flight; the others wait for a slot (``pending_count``).
+    Steps call :meth:`Server.infer` (a decoupled step :meth:`Server.infer_stream`), so each
+    composing model's own scheduler (and batching) serves them. With
+    ``max_inflight_requests`` > 0, each step has at most that many requests of this ensemble
+    in flight; the others wait for a slot (``pending_count``).
     """
 
     def __init__(self, context: SchedulerContext) -> None:
@@ -443,6 +508,9 @@ class EnsembleScheduler(Scheduler):
         self.plan = build_plan(context.config, lookup)
         #: what each step's requests name: the step's model, or its namespaced key
         self._step_models = tuple(key_of(step.model_name) for step in self.plan.steps)
+        # Triton fills this in for an ensemble: decoupled exactly when a step is, so clients
+        # (and the model configuration API) see that it streams
+        context.config.model_transaction_policy.decoupled = self.plan.decoupled
         limit = context.config.ensemble_scheduling.max_inflight_requests
         self._slots: tuple[asyncio.Semaphore | None, ...] = tuple(
             asyncio.Semaphore(limit) if limit else None for _ in self.plan.steps
@@ -464,16 +532,56 @@ class EnsembleScheduler(Scheduler):
             self._idle.set()
 
     async def call_step(
+        self,
+        step: EnsembleStep,
+        values: dict[str, Tensor],
+        request: InferenceRequest,
+        deliver: Callable[[InferenceResponse], None] | None = None,
+    ) -> InferenceResponse | None:
+        """Run one step for one request; errors name the ensemble and the step's model.
+
+        A decoupled step hands each response with outputs to ``deliver`` as it comes and
+        returns None once its model sent the final flag.
+        """
+        step_request = self._step_request(step, values, request)
+        server = self._server
+        try:
+            slot = self._slots[step.index]
+            if slot is not None:
+                self._waiting_for_slot += 1
+                try:
+                    await slot.acquire()
+                finally:
+                    self._waiting_for_slot -= 1
+            try:
+                if deliver is None:
+                    return await server.infer(step_request, nested=True)
+                async for response in server.infer_stream(step_request, nested=True):
+                    if response.outputs:  # a flag-only final response carries nothing
+                        deliver(response)
+                return None
+            finally:
+                if slot is not None:
+                    slot.release()
+        except TritonError as error:
+            reason = "CANCELED" if error.status is Status.CANCELLED else "OTHER"
+            raise TritonError(
+                error.status,
+                f"in ensemble '{self.name}', step {step.index} (model '{step.model_name}') "
+                f"failed: {error.message}",
+                reason=reason,
+            ) from None
+
+    def _step_request(
         self, step: EnsembleStep, values: dict[str, Tensor], request: InferenceRequest
-    ) -> InferenceResponse:
-        """Run one step for one request; errors name the ensemble and the step's model."""
+    ) -> InferenceRequest:
         inputs = {}
         for input_name, tensor_name in step.inputs:
             tensor = values.get(tensor_name)
             if tensor is not None:  # an optional ensemble input the request left out
                 # a new Tensor around the same array: the step's model may rename or reshape
                 inputs[input_name] = Tensor(input_name, tensor.datatype, tensor.data)
-        step_request = InferenceRequest(
+        return InferenceRequest(
             self._step_models[step.index],
             inputs,
             step.model_version,
@@ -486,37 +594,20 @@ class EnsembleScheduler(Scheduler):
             flags=request.flags,
             trace=None if request.trace is None else request.trace.child(),
         )
-        try:
-            slot = self._slots[step.index]
-            if slot is None:
-                return await self._server.infer(step_request, nested=True)
-            self._waiting_for_slot += 1
-            try:
-                await slot.acquire()
-            finally:
-                self._waiting_for_slot -= 1
-            try:
-                return await self._server.infer(step_request, nested=True)
-            finally:
-                slot.release()
-        except TritonError as error:
-            reason = "CANCELED" if error.status is Status.CANCELLED else "OTHER"
-            raise TritonError(
-                error.status,
-                f"in ensemble '{self.name}', step {step.index} (model '{step.model_name}') "
-                f"failed: {error.message}",
-                reason=reason,
-            ) from None
 
-    def respond(self, request: InferenceRequest, values: dict[str, Tensor]) -> InferenceResponse:
-        """The ensemble's response: its outputs (the requested ones), named and numbered."""
+    def outputs(self, values: dict[str, Tensor]) -> InferenceResponse:
+        """The ensemble's outputs, before they are trimmed to what the request asked for."""
         outputs = []
         for name in self.plan.output_names:
             tensor = values.get(name)
             if tensor is None:
                 raise internal(f"ensemble '{self.name}' did not produce output '{name}'")
             outputs.append(tensor)
-        result = self._signature.finish_one(request, InferenceResponse(outputs), self._version)
+        return InferenceResponse(outputs)
+
+    def respond(self, request: InferenceRequest, values: dict[str, Tensor]) -> InferenceResponse:
+        """The ensemble's response: its outputs (the requested ones), named and numbered."""
+        result = self._signature.finish_one(request, self.outputs(values), self._version)
         if isinstance(result, TritonError):
             raise result
         return result
@@ -532,10 +623,31 @@ class EnsembleScheduler(Scheduler):
             await self._idle.wait()
 
 
+class _Branch:
+    """The tensors of one line of a request: the whole request, or what follows one response
+    of a decoupled step (a copy of its parent's tensors plus that response's outputs)."""
+
+    __slots__ = ("closed", "missing", "response", "tasks", "values", "waiting")
+
+    def __init__(self, values: dict[str, Tensor], waiting: list[int], missing: int) -> None:
+        #: ensemble tensor name -> tensor, as they become available
+        self.values = values
+        #: per step: how many of its tensors are still missing in this branch
+        self.waiting = waiting
+        #: steps of this branch running now
+        self.tasks = 0
+        #: ensemble outputs not produced yet in this branch (decoupled ensembles only)
+        self.missing = missing
+        #: the ensemble response this branch produced, until it is sent
+        self.response: InferenceResponse | None = None
+        #: the branch produces no more response of its own (sent in branch order)
+        self.closed = False
+
+
 class _EnsembleRun:
     """One request on its way through the steps; lives on the event loop only."""
 
-    __slots__ = ("future", "plan", "request", "running", "scheduler", "values", "waiting")
+    __slots__ = ("future", "order", "plan", "request", "root", "running", "scheduler", "sender")
 
     def __init__(
         self,
@@ -547,31 +659,64 @@ class _EnsembleRun:
         self.plan = scheduler.plan
         self.request = request
         self.future = future
-        #: ensemble tensor name -> tensor, as they become available
-        self.values: dict[str, Tensor] = dict(request.inputs)
-        self.waiting = [step.needs for step in self.plan.steps]
-        self.running: set[asyncio.Task[InferenceResponse]] = set()
+        self.running: set[asyncio.Task[InferenceResponse | None]] = set()
+        #: a decoupled ensemble answers through the request's sender, branch by branch
+        self.sender = request.response_sender if self.plan.decoupled else None
+        #: branches whose response is not sent yet, in the order they began
+        self.order: deque[_Branch] = deque()
+        # the ensemble's inputs are never its outputs: every output is still missing
+        waiting = [step.needs for step in self.plan.steps]
+        self.root = _Branch(dict(request.inputs), waiting, len(self.plan.output_names))
         future.add_done_callback(self._cancel_if_abandoned)
+        if isinstance(self.sender, StreamSender):
+            self.sender.on_cancel = self._client_gone
 
     def start(self) -> None:
+        root = self.root
+        if self.sender is not None:
+            self.order.append(root)
         # An optional input left out counts as available: the steps that read it run without.
         for name in self.plan.input_names:
-            self._available(name)
+            self._available(root, name)
+        self._maybe_closed(root)
 
-    def _available(self, tensor: str) -> None:
+    def _available(self, branch: _Branch, tensor: str) -> None:
+        waiting = branch.waiting
         for index in self.plan.consumers.get(tensor, ()):
-            self.waiting[index] -= 1
-            if not self.waiting[index]:
-                self._launch(self.plan.steps[index])
+            waiting[index] -= 1
+            if not waiting[index]:
+                self._launch(branch, self.plan.steps[index])
 
-    def _launch(self, step: EnsembleStep) -> None:
+    def _launch(self, branch: _Branch, step: EnsembleStep) -> None:
+        deliver = None
+        if step.decoupled:
+            # what follows this step runs in the branches its responses start
+            branch.closed = True
+
+            def deliver(response: InferenceResponse) -> None:
+                self._branch_out(branch, step, response)
+
         task = self.scheduler.loop.create_task(
-            self.scheduler.call_step(step, self.values, self.request)
+            self.scheduler.call_step(step, branch.values, self.request, deliver)
         )
+        branch.tasks += 1
         self.running.add(task)
-        task.add_done_callback(lambda done: self._step_done(step, done))
+        task.add_done_callback(lambda done: self._step_done(branch, step, done))
 
-    def _step_done(self, step: EnsembleStep, task: asyncio.Task[InferenceResponse]) -> None:
+    def _branch_out(self, parent: _Branch, step: EnsembleStep, response: InferenceResponse) -> None:
+        """One response of a decoupled step: a new branch with its outputs."""
+        if self.future.done():
+            return
+        values = dict(parent.values)
+        missing = sum(1 for name in self.plan.output_names if name not in values)
+        branch = _Branch(values, list(parent.waiting), missing)
+        self.order.append(branch)
+        self._take_outputs(branch, step, response)
+        self._maybe_closed(branch)
+
+    def _step_done(
+        self, branch: _Branch, step: EnsembleStep, task: asyncio.Task[InferenceResponse | None]
+    ) -> None:
         self.running.discard(task)
         if task.cancelled():
             return
@@ -582,6 +727,17 @@ class _EnsembleRun:
             self._fail(error)
             return
         response = task.result()
+        if response is not None:
+            self._take_outputs(branch, step, response)
+        branch.tasks -= 1
+        self._maybe_closed(branch)
+        if not self.running and not self.future.done():
+            self._finish()
+
+    def _take_outputs(
+        self, branch: _Branch, step: EnsembleStep, response: InferenceResponse
+    ) -> None:
+        outputs = self.plan.output_names if self.sender is not None else ()
         for output_name, tensor_name in step.outputs:
             try:
                 produced = response.output(output_name)
@@ -593,18 +749,57 @@ class _EnsembleRun:
                     )
                 )
                 return
-            self.values[tensor_name] = Tensor(tensor_name, produced.datatype, produced.data)
-            self._available(tensor_name)
-        if not self.running:
+            branch.values[tensor_name] = Tensor(tensor_name, produced.datatype, produced.data)
+            if tensor_name in outputs:
+                branch.missing -= 1
+            self._available(branch, tensor_name)
+
+    def _maybe_closed(self, branch: _Branch) -> None:
+        """A decoupled ensemble's branch that has all outputs (or can get no more) is done:
+        send what is ready, in the order the branches began."""
+        if self.sender is None or self.future.done():
+            return
+        if not branch.closed and not branch.missing:
+            branch.closed = True
             try:
-                self.future.set_result(self.scheduler.respond(self.request, self.values))
+                branch.response = self.scheduler.outputs(branch.values)
+            except TritonError as error:
+                self._fail(error)
+                return
+        elif not branch.tasks:
+            branch.closed = True
+        self._send_closed()
+
+    def _send_closed(self) -> None:
+        assert self.sender is not None
+        order = self.order
+        while order and order[0].closed:
+            response = order.popleft().response
+            if response is not None:
+                self.sender.send(response)
+
+    def _finish(self) -> None:
+        if self.sender is None:
+            try:
+                self.future.set_result(self.scheduler.respond(self.request, self.root.values))
             except TritonError as failure:
                 self._fail(failure)
+            return
+        for branch in self.order:  # every step is done: no branch can wait any longer
+            branch.closed = True
+        self._send_closed()
+        self.sender.send(None, final=True)
+        self.future.set_result(None)  # type: ignore[arg-type]  # decoupled: answered above
 
     def _fail(self, error: BaseException) -> None:
         if not self.future.done():
             self.future.set_exception(error)
         self._cancel_running()
+
+    def _client_gone(self) -> None:
+        """The client of a decoupled ensemble stopped waiting: stop the steps still running."""
+        if not self.future.done():
+            self.future.cancel()
 
     def _cancel_if_abandoned(self, future: asyncio.Future[InferenceResponse]) -> None:
         if future.cancelled():  # the caller stopped waiting: stop the steps still running

@@ -34,6 +34,12 @@ it returns every state output when a request asks for all outputs or names it. T
 output reaches the client only when the config lists it in ``output`` and the client asked
 for it (all outputs, or by name), as in Triton; otherwise it is removed from the response.
 
+Iterative sequences (``iterative_sequence: true``, Triton's): a request without a
+correlation ID gets one of its own, with START. When the backend releases it with RESCHEDULE
+(``InferenceRequest.reschedule``), it goes back to its sequence's queue, in the same slot,
+with neither START nor END; a decoupled model goes on with the same response sender. Any
+other completion ends the sequence.
+
 Not-ready filler requests have ``batch_size`` 0, so they add to execution counts but not to
 inference counts in the statistics.
 """
@@ -54,7 +60,7 @@ import numpy as np
 
 from triton_core.config import wire_datatype
 from triton_core.dtypes import NUMPY_DTYPES, deserialize_bytes, element_count
-from triton_core.errors import TritonError, internal, invalid_arg, unavailable, unsupported
+from triton_core.errors import TritonError, internal, invalid_arg, unavailable
 from triton_core.hookspecs import hookimpl
 from triton_core.protos.model_config_pb2 import DataType, ModelSequenceBatching
 from triton_core.repository.layout import is_within
@@ -305,11 +311,10 @@ class SequenceBatcher(Scheduler):
         config = context.config
         batching = config.sequence_batching
         self._model = config.name
-        if batching.iterative_sequence:
-            raise unsupported(
-                f"model '{self._model}': sequence_batching 'iterative_sequence' is not "
-                "supported by triton-core"
-            )
+        #: iterative_sequence: each request is a sequence, run again while its model
+        #: reschedules it; requests without a correlation ID get one of their own
+        self._iterative = batching.iterative_sequence
+        self._next_id = 1
         self._pool = context.pool
         self._loop = context.loop
         self._statistics = context.statistics
@@ -358,6 +363,9 @@ class SequenceBatcher(Scheduler):
                 "requirements of sequence batcher"
             )
         correlation_id = request.correlation_id
+        if not correlation_id and self._iterative:
+            correlation_id = request.correlation_id = self._own_id()
+            request.flags |= _START
         if not correlation_id:
             raise invalid_arg(
                 f"inference request to model '{model}' must specify a non-zero or non-empty "
@@ -393,6 +401,14 @@ class SequenceBatcher(Scheduler):
         if sequence.slot is not None:
             self._kick(sequence.slot.instance)
         return future
+
+    def _own_id(self) -> int:
+        """An unused correlation ID for an iterative request that has none (as Triton's
+        counter, skipping the IDs that clients' live sequences use)."""
+        while self._next_id in self._live:
+            self._next_id += 1
+        self._next_id += 1
+        return self._next_id - 1
 
     def _start_sequence(self, correlation_id: CorrelationId) -> _Sequence:
         self._check_corrid_type(correlation_id)
@@ -688,19 +704,37 @@ class SequenceBatcher(Scheduler):
                 continue
             sequence = entry.sequence
             sequence.running = False
+            if error is None and entry.request.reschedule and self._run_again(entry):
+                continue
             if error is None:
                 response = future.result()
-                error = self._keep_state(sequence, entry, response)
+                if response is not None:  # None: a decoupled model answers on its own
+                    error = self._keep_state(sequence, entry, response)
                 if error is None and not entry.future.done():
                     entry.future.set_result(response)
             if error is not None and not entry.future.done():
                 entry.future.set_exception(error)
-            if entry.request.flags & _END:
+            # an iterative sequence ends with its request, unless another one with its ID
+            # came meanwhile: that one goes on in the slot, as Triton's does
+            if entry.request.flags & _END or (self._iterative and not sequence.queue):
                 self._release(sequence)
             else:
                 self._maybe_idle(sequence)
         instance.busy = False
         self._dispatch(instance)
+
+    def _run_again(self, entry: _Entry) -> bool:
+        """Queue a rescheduled request again, in its sequence and slot (Triton's iterative
+        sequence): neither START nor END now. False when its caller went away."""
+        request = entry.request
+        request.reschedule = False
+        if entry.future.done():  # a decoupled request goes on: its model sees is_cancelled()
+            return False
+        request.flags = RequestFlag.NONE
+        request.queued_ns = monotonic_ns()
+        entry.sequence.queue.append(entry)
+        self._pending += 1
+        return True
 
     def _keep_state(
         self, sequence: _Sequence, entry: _Entry, response: InferenceResponse

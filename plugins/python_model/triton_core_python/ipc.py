@@ -59,6 +59,9 @@ CONTROL_ANSWER = 19  # server -> stub (events)
 
 #: largest message sent inline; bigger ones go through shared memory (seqpacket messages
 #: are bounded by the socket buffer, ~200 KiB by default)
+#: in ``EXECUTE_DONE``: the answer for a request released with RESCHEDULE (it runs again)
+RESCHEDULED = -1
+
 INLINE_LIMIT = 48 * 1024
 _MAX_FDS = 16
 _ANCILLARY = socket.CMSG_SPACE(_MAX_FDS * 4)

@@ -176,7 +176,6 @@ class StubProcess:
         self.on_batch_died: Any = None
         #: decoupled requests by key, until their final response
         self._pending: dict[int, InferenceRequest] = {}
-        self._keys = itertools.count(1)
         self._ids = itertools.count(1)
         self._bls_tasks: dict[int, asyncio.Task[None]] = {}
         #: the traces of traced requests sent to the stub, by id: their BLS calls continue them
@@ -381,7 +380,7 @@ class StubProcess:
             self._forget(keys)
             raise StubDied(sent=True, description=self.exit_description()) from None
         assert message is not None
-        return self._result(message, keys)
+        return self._result(message, keys, requests)
 
     def begin_execute(self, requests: list[InferenceRequest], done: Any) -> None:
         """Send one batch and return (event-loop mode); ``done`` gets the result on the loop.
@@ -443,7 +442,9 @@ class StubProcess:
             else:
                 inputs = [add(name, t.datatype, t.data) for name, t in request.inputs.items()]
             if decoupled:
-                key = next(self._keys)
+                # a rescheduled request comes back with the same key, so responses its model
+                # sent before rescheduling still find it
+                key = id(request)
                 self._pending[key] = request
                 keys.append(key)
             else:
@@ -494,15 +495,24 @@ class StubProcess:
                 raise StubDied(sent=False) from None
             raise
 
-    def _result(self, message: ipc.Message, keys: list[int]) -> list[InferenceResponse] | None:
+    def _result(
+        self, message: ipc.Message, keys: list[int], requests: list[InferenceRequest]
+    ) -> list[InferenceResponse | None] | None:
         status, payload, _ = message.body
         if status:
             self._forget(keys)
             code, text = payload
             raise TritonError(status_of(code), text)
         if self.decoupled:
+            # the positions of the requests released with RESCHEDULE; they keep their keys
+            for index in payload or ():
+                requests[index].reschedule = True
             return None
-        return self._responses(message.block, payload)
+        responses = self._responses(message.block, payload)
+        for index, item in enumerate(payload):
+            if item == ipc.RESCHEDULED:
+                requests[index].reschedule = True
+        return responses
 
     def _on_control(self) -> None:
         """The answer to the batch in flight (event-loop mode), or the end of the process."""
@@ -519,7 +529,7 @@ class StubProcess:
         if entry is None:
             return
         try:
-            result: Any = self._result(message, entry[0])
+            result: Any = self._result(message, entry[0], entry[2])
         except TritonError as error:
             result = error
         entry[1](result, _times(message.body[2]))
@@ -549,12 +559,15 @@ class StubProcess:
         else:
             done(exc)
 
-    def _responses(self, block: Any, items: list[Any]) -> list[InferenceResponse]:
+    def _responses(self, block: Any, items: list[Any]) -> list[InferenceResponse | None]:
         memory = self.memory
         assert memory is not None
         owner = memory.take_block(block)
-        responses = []
+        responses: list[InferenceResponse | None] = []
         for item in items:
+            if item == ipc.RESCHEDULED:
+                responses.append(None)  # no response: the request runs again
+                continue
             if item is None:
                 responses.append(
                     InferenceResponse(

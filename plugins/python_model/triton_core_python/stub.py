@@ -270,7 +270,7 @@ class Stub:
             result = self._execute(requests)
         ended = time.monotonic_ns()
         if self.decoupled:
-            return 0, None, None, started, ended
+            return 0, _rescheduled(requests) or None, None, started, ended
         if result is None:
             # since Triton 23.10 a model may answer through response senders instead
             result = [
@@ -287,8 +287,15 @@ class Stub:
             )
         packer = Packer()
         items: list[Any] = []
-        for response in result:
-            if response is None:
+        for request, response in zip(requests, result, strict=True):
+            if request._release_flags & pb_utils.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE:
+                if response is not None:
+                    raise pb_utils.TritonModelException(
+                        "Expected a None object in the execute function return list for "
+                        f"reschduled request, found type '{type(response)}'."
+                    )
+                items.append(ipc.RESCHEDULED)
+            elif response is None:
                 items.append(None)
             elif isinstance(response, pb_utils.InferenceResponse):
                 items.append(self._encode_response(packer, response))
@@ -510,6 +517,12 @@ class Stub:
             None if error is None else pb_utils.TritonError(error[1], error[0]),
             parameters,
         )
+
+
+def _rescheduled(requests: list[pb_utils.InferenceRequest]) -> list[int]:
+    """The positions of the requests released with RESCHEDULE."""
+    flag = pb_utils.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE
+    return [index for index, request in enumerate(requests) if request._release_flags & flag]
 
 
 async def _awaited(awaitable: Any) -> Any:
