@@ -512,9 +512,9 @@ def test_bad_trace_flags_stop_the_server_naming_them(repository: Path) -> None:
     for flags, message in [
         (["--trace-config", "level=LOUD"], "invalid value for trace level option: LOUD"),
         (["--trace-config", "mode=zipkin"], "invalid value for trace mode option: zipkin"),
-        (["--trace-config", "triton,colour=red"], '"--trace-config triton,colour"'),
+        (["--trace-config", "triton,colour=red"], '\\"--trace-config triton,colour\\"'),
         (["--trace-config", "rate"], "--trace-config option format is"),
-        (["--trace-rate", "-3"], '"--trace-rate"'),
+        (["--trace-rate", "-3"], '\\"--trace-rate\\"'),
     ]:
         process = ServerProcess([repository], *flags)
         try:
@@ -522,4 +522,5 @@ def test_bad_trace_flags_stop_the_server_naming_them(repository: Path) -> None:
         finally:
             process.stop()
         assert code != 0
+        # log lines quote their message JSON-escaped, as Triton's
         assert message in process.log(), process.log()[-2000:]

@@ -213,7 +213,7 @@ FIELDS: Final[dict[str, FieldPolicy]] = {
     ),
     "sequence_batching.state.use_growable_memory": _n("growable GPU state memory; " + _NO_GPU),
     "sequence_batching.iterative_sequence": _h(
-        "checked by the sequence batcher, which refuses it until RESCHEDULE is supported"
+        "the sequence batcher: a request released with RESCHEDULE runs again in its slot"
     ),
     "ensemble_scheduling": _h("the ensemble scheduler"),
     "ensemble_scheduling.step": _h("the ensemble scheduler"),
