@@ -526,7 +526,8 @@ def test_logger_lines_reach_the_server_log_at_their_levels(server):
         ("E", "api-log-error"),
         ("I", "api-log-default-level"),
     ):
-        assert re.search(rf"^{letter}\d{{4}} .*\] {text}$", log, re.MULTILINE), text
+        # Triton quotes the message of a log line (JSON-escaped)
+        assert re.search(rf"^{letter}\d{{4}} .*\] \"{text}\"$", log, re.MULTILINE), text
     assert "api-log-verbose" in log  # --log-verbose=1
 
 
