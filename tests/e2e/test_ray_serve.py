@@ -67,12 +67,42 @@ class TritonPythonModel:
 """
 
 
+COUNTDOWN_CONFIG = """
+backend: "python"
+max_batch_size: 0
+model_transaction_policy { decoupled: true }
+input [ { name: "COUNT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+"""
+
+#: a decoupled model: COUNT responses COUNT-1 ... 0, then the final flag
+COUNTDOWN = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        for request in requests:
+            count = int(pb_utils.get_input_tensor_by_name(request, "COUNT").as_numpy()[0])
+            sender = request.get_response_sender()
+            for value in reversed(range(count)):
+                out = pb_utils.Tensor("OUT", np.array([value], dtype=np.int32))
+                sender.send(pb_utils.InferenceResponse([out]))
+            sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        return None
+"""
+
+
 def build_repository(root: Path) -> Path:
     onnx_builders.add_sub(root / "simple" / "1" / "model.onnx", "INT32", 16)
     onnx_builders.identity(root / "identity_fp32" / "1" / "model.onnx", "FP32")
     (root / "whoami" / "1").mkdir(parents=True)
     (root / "whoami" / "1" / "model.py").write_text(WHOAMI)
     (root / "whoami" / "config.pbtxt").write_text(WHOAMI_CONFIG)
+    (root / "countdown" / "1").mkdir(parents=True)
+    (root / "countdown" / "1" / "model.py").write_text(COUNTDOWN)
+    (root / "countdown" / "config.pbtxt").write_text(COUNTDOWN_CONFIG)
     return root
 
 
@@ -228,6 +258,26 @@ def test_handle_raises_tritons_error(cluster: SimpleNamespace) -> None:
     assert error is not None, repr(info.value)
     assert error.status is Status.INVALID_ARG
     assert "INPUT1" in error.message
+
+
+def test_the_handle_streams_a_decoupled_models_responses(cluster: SimpleNamespace) -> None:
+    count = np.array([3], dtype=np.int32)
+    request = InferenceRequest("countdown", {"COUNT": Tensor("COUNT", "INT32", count)})
+    stream = cluster.handle.options(stream=True).infer_stream.remote(request)
+    responses = list(stream)
+    values = [int(response.output("OUT").data[0]) for response in responses if response.outputs]
+    assert values == [2, 1, 0]
+    assert responses[-1].final and not any(response.final for response in responses[:-1])
+
+
+def test_the_handle_refuses_what_is_not_a_request(cluster: SimpleNamespace) -> None:
+    import triton_core.ray as triton_ray
+
+    with pytest.raises(Exception) as info:
+        cluster.handle.infer.remote({"model_name": "simple"}).result(timeout_s=DEADLINE_SECS)
+    error = triton_ray.triton_error_of(info.value)
+    assert error is not None and error.status is Status.INVALID_ARG
+    assert error.message == "expected an InferenceRequest, got dict"
 
 
 def test_a_replica_serves_an_s3_repository(cluster: SimpleNamespace, tmp_path: Path) -> None:

@@ -22,14 +22,14 @@ triton_core.ray:app model_repository=/models`` builds the same application from
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Final
 
 from ray import serve
 from ray.serve import Application
 
-from triton_core.errors import TritonError, unavailable
+from triton_core.errors import TritonError, invalid_arg, unavailable
 from triton_core.frontends.http.fast_path import ASGIApp, Receive, Scope, Send, create_asgi_app
 from triton_core.server import Server, ServerOptions
 from triton_core.types import InferenceRequest, InferenceResponse, ModelIndexEntry, ModelMetadata
@@ -103,10 +103,14 @@ class TritonReplica:
 
     async def infer(self, request: InferenceRequest) -> InferenceResponse:
         """Run one request; raises :class:`~triton_core.TritonError` as ``Server.infer``."""
-        # a request arrives unpickled: it carries no live trace or sender of the caller's
-        request.trace = None
-        request.response_sender = None
-        return await self._server.infer(request)
+        return await self._server.infer(_received(request))
+
+    async def infer_stream(self, request: InferenceRequest) -> AsyncIterator[InferenceResponse]:
+        """Every response to a request as the model sends it, the last with ``final``: a
+        decoupled model's stream. ``handle.options(stream=True).infer_stream.remote(request)``.
+        """
+        async for response in self._server.infer_stream(_received(request)):
+            yield response
 
     def is_ready(self) -> bool:
         return self._server.is_ready()
@@ -127,8 +131,19 @@ class TritonReplica:
 
     async def __del__(self) -> None:
         """Ray Serve stops the replica: drain and unload within the exit timeout."""
-        if not await self._server.stop(self._options.exit_timeout_secs):
+        server = getattr(self, "_server", None)  # None: the constructor failed before it
+        if server is not None and not await server.stop(self._options.exit_timeout_secs):
             logger.error("Exit timeout expired: the replica's server did not stop in time")
+
+
+def _received(request: object) -> InferenceRequest:
+    """A request from a handle call, checked: the caller may send anything."""
+    if not isinstance(request, InferenceRequest):
+        raise invalid_arg(f"expected an InferenceRequest, got {type(request).__name__}")
+    # it arrives unpickled: no trace or response sender of the caller's process is live here
+    request.trace = None
+    request.response_sender = None
+    return request
 
 
 def deployment(
