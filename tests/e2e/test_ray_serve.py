@@ -116,6 +116,21 @@ def wait_until(condition, what: str, timeout: float = DEADLINE_SECS, interval: f
     raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
 
 
+def run_application(application, name: str, route_prefix: str):
+    """``serve.run`` with a deadline: deploy without waiting, then poll the app's status."""
+    target = serve.RunTarget(application, name=name, route_prefix=route_prefix)
+    (handle,) = serve.run_many([target], wait_for_applications_running=False)
+
+    def running() -> bool:
+        status = serve.status().applications.get(name)
+        if status is not None and status.status == "DEPLOY_FAILED":
+            raise AssertionError(f"{name} failed to deploy: {status.message}")
+        return status is not None and status.status == "RUNNING"
+
+    wait_until(running, f"application {name} to run")
+    return handle
+
+
 @pytest.fixture(scope="module")
 def loopback_ray() -> Iterator[None]:
     """Ray's services on loopback only.
@@ -168,7 +183,7 @@ def cluster(
             max_ongoing_requests=8,
             exit_timeout_secs=10.0,
         )
-        handle = serve.run(application, name=APP_NAME, route_prefix=ROUTE_PREFIX)
+        handle = run_application(application, APP_NAME, ROUTE_PREFIX)
         client = httpclient.InferenceServerClient(f"127.0.0.1:{port}{ROUTE_PREFIX}")
         wait_until(client.is_server_ready, "the application behind the proxy")
         yield SimpleNamespace(port=port, handle=handle, client=client, repository=repository)
@@ -297,7 +312,7 @@ def test_a_replica_serves_an_s3_repository(cluster: SimpleNamespace, tmp_path: P
             # the credentials reach the replica as a real cluster's would: its runtime env
             ray_actor_options={"num_cpus": 0.5, "runtime_env": {"env_vars": S3Server.CREDENTIALS}},
         )
-        handle = serve.run(application, name="tcray-s3", route_prefix="/tcray-s3")
+        handle = run_application(application, "tcray-s3", "/tcray-s3")
         data = np.arange(4, dtype=np.float32).reshape(1, 4)
         request = InferenceRequest(
             "remote_add",
