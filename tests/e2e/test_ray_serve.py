@@ -256,6 +256,8 @@ def test_handle_takes_and_returns_the_projects_types(cluster: SimpleNamespace) -
     (output,) = response.outputs
     assert output.name == "OUTPUT0" and output.datatype == "FP32"
     np.testing.assert_array_equal(output.data, data)
+    # a read-only view on Ray's shared object store, not a copy unpickled from bytes
+    assert not output.data.flags.writeable
     metadata = cluster.handle.model_metadata.remote("simple").result(timeout_s=DEADLINE_SECS)
     assert metadata.name == "simple" and metadata.platform == "onnxruntime_onnx"
     assert cluster.handle.is_ready.remote().result(timeout_s=DEADLINE_SECS) is True
