@@ -94,6 +94,31 @@ class TritonPythonModel:
 """
 
 
+#: a model whose unload would take a minute: the server's stop deadline must cut it short
+SLOW_TO_UNLOAD = """
+import time
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        out = pb_utils.Tensor("OUT", np.zeros(1, dtype=np.int32))
+        return [pb_utils.InferenceResponse([out]) for _ in requests]
+
+    def finalize(self):
+        time.sleep(60)
+"""
+
+SLOW_TO_UNLOAD_CONFIG = """
+backend: "python"
+max_batch_size: 0
+input [ { name: "IN" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+"""
+
+
 def build_repository(root: Path) -> Path:
     onnx_builders.add_sub(root / "simple" / "1" / "model.onnx", "INT32", 16)
     onnx_builders.identity(root / "identity_fp32" / "1" / "model.onnx", "FP32")
@@ -186,7 +211,13 @@ def cluster(
         handle = run_application(application, APP_NAME, ROUTE_PREFIX)
         client = httpclient.InferenceServerClient(f"127.0.0.1:{port}{ROUTE_PREFIX}")
         wait_until(client.is_server_ready, "the application behind the proxy")
-        yield SimpleNamespace(port=port, handle=handle, client=client, repository=repository)
+        yield SimpleNamespace(
+            port=port,
+            handle=handle,
+            client=client,
+            repository=repository,
+            logs=Path(temp_dir) / "session_latest" / "logs",
+        )
         client.close()
     finally:
         serve.shutdown()
@@ -325,6 +356,42 @@ def test_a_replica_serves_an_s3_repository(cluster: SimpleNamespace, tmp_path: P
         serve.delete("tcray-s3")
     finally:
         s3.stop()
+
+
+def test_a_replica_stops_its_server_within_the_exit_timeout(
+    cluster: SimpleNamespace, tmp_path: Path
+) -> None:
+    import triton_core.ray as triton_ray
+
+    (tmp_path / "slow_to_unload" / "1").mkdir(parents=True)
+    (tmp_path / "slow_to_unload" / "1" / "model.py").write_text(SLOW_TO_UNLOAD)
+    (tmp_path / "slow_to_unload" / "config.pbtxt").write_text(SLOW_TO_UNLOAD_CONFIG)
+    application = triton_ray.deployment(
+        str(tmp_path),
+        name="TritonServerSlowStop",
+        num_replicas=1,
+        ray_actor_options={"num_cpus": 0.5},
+        exit_timeout_secs=2.0,
+    )
+    run_application(application, "tcray-slow-stop", "/tcray-slow-stop")
+    serve.delete("tcray-slow-stop")
+    # the server gave up on the unload at its deadline and said so: Ray did not kill it first
+    wait_until(
+        lambda: _logged(cluster.logs, "the replica's server did not stop in time"),
+        "the replica to report its stop deadline",
+        timeout=30.0,
+    )
+
+
+def _logged(folder: Path, text: str) -> bool:
+    """Whether a log file of the cluster (its last 1 MiB) holds ``text``."""
+    for path in folder.rglob("*"):
+        if path.is_file() and path.suffix in (".err", ".out", ".log"):
+            with path.open("rb") as handle:
+                handle.seek(max(0, path.stat().st_size - (1 << 20)))
+                if text.encode() in handle.read():
+                    return True
+    return False
 
 
 def test_deleting_the_application_stops_every_replicas_server(cluster: SimpleNamespace) -> None:
