@@ -366,13 +366,8 @@ def test_a_replica_stops_its_server_within_the_exit_timeout(
     (tmp_path / "slow_to_unload" / "1").mkdir(parents=True)
     (tmp_path / "slow_to_unload" / "1" / "model.py").write_text(SLOW_TO_UNLOAD)
     (tmp_path / "slow_to_unload" / "config.pbtxt").write_text(SLOW_TO_UNLOAD_CONFIG)
-    application = triton_ray.deployment(
-        str(tmp_path),
-        name="TritonServerSlowStop",
-        num_replicas=1,
-        ray_actor_options={"num_cpus": 0.5},
-        exit_timeout_secs=2.0,
-    )
+    # built as `serve run triton_core.ray:app model_repository=... exit_timeout_secs=2` does
+    application = triton_ray.app({"model_repository": str(tmp_path), "exit_timeout_secs": "2"})
     run_application(application, "tcray-slow-stop", "/tcray-slow-stop")
     serve.delete("tcray-slow-stop")
     # the server gave up on the unload at its deadline and said so: Ray did not kill it first
