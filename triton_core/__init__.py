@@ -7,8 +7,9 @@ imported from ``triton_core`` itself::
     from triton_core import Backend, InferenceResponse, Tensor, TritonError, hookimpl
 
 The modules under ``triton_core`` (``triton_core.backend``, ``triton_core.dtypes`` ...) are
-internal and change without notice; ``triton_core.testing`` (pytest fixtures) is the one
-public module besides this one.
+internal and change without notice; ``triton_core.testing`` (pytest fixtures) and
+``triton_core.ray`` (a Ray Serve deployment, with the ``ray`` extra) are the public modules
+besides this one.
 
 Each name is imported on first use, so ``import triton_core`` costs almost nothing: plugins
 and processes that need a few contracts do not pay for the server. ``tests/unit/

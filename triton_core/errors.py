@@ -47,6 +47,11 @@ class TritonError(Exception):
     def __repr__(self) -> str:
         return f"TritonError({self.status.name}, {self.message!r})"
 
+    def __reduce__(self) -> tuple[object, ...]:
+        # pickled to another process (Ray, multiprocessing): rebuilt with its status, message
+        # and reason, which the default (``args`` only) would not pass to ``__init__``
+        return type(self), (self.status, self.message), self.__dict__
+
 
 def invalid_arg(message: str) -> TritonError:
     return TritonError(Status.INVALID_ARG, message)

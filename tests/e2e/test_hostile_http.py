@@ -493,3 +493,16 @@ def test_the_metrics_endpoint_has_the_same_deadlines(server: ServerProcess) -> N
         sock.sendall(b"GET /metrics HTTP/1.1\r\n" + b"X-Many: 1\r\n" * 200 + b"\r\n")
         answer = read_answer(sock)
     assert_refused(answer, 431, "--http-max-header-count")
+
+
+def test_a_websocket_upgrade_is_answered_as_plain_http(server: ServerProcess) -> None:
+    # Triton speaks no WebSocket: whatever uvicorn finds installed, the request is answered
+    # as HTTP, never switched to another protocol (101)
+    with connect(server) as sock:
+        sock.sendall(
+            b"GET /v2/health/ready HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\n"
+            b"Upgrade: websocket\r\nSec-WebSocket-Version: 13\r\n"
+            b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n"
+        )
+        answer = read_answer(sock)
+    assert answer is not None and answer[0] == 200, answer

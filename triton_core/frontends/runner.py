@@ -460,6 +460,9 @@ def _start_uvicorn(
         # not uvicorn's limit_concurrency, which keeps accepting and holding connections
         http=HttpProtocol.with_limits(_http_limits(options)),
         lifespan="off",
+        # no WebSocket, as Triton: an upgrade request is answered as HTTP whatever websocket
+        # library is installed (uvicorn's "auto" would switch protocols when it finds one)
+        ws="none",
         access_log=False,
         log_config=None,
         # uvicorn annotates int but waits with asyncio, so fractions of a second work
