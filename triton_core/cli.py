@@ -29,6 +29,7 @@ from triton_core.tracing import settings as trace_settings
 if TYPE_CHECKING:
     from triton_core.frontends.http.codec import JsonLimits
     from triton_core.frontends.http.protocol import HttpLimits
+    from triton_core.plugins import PluginManager
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
@@ -192,6 +193,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve_cmd.add_argument("--model-load-thread-count", type=int, default=4)
     serve_cmd.add_argument("--exit-timeout-secs", type=float, default=30.0)
+    serve_cmd.add_argument(
+        "--workers",
+        default="1",
+        metavar="N|auto",
+        help="server processes sharing the ports, under gunicorn (auto: one per CPU; "
+        "1: this process alone); see docs/scale-out.md",
+    )
     _add_bool(serve_cmd, "--allow-http", True, "serve HTTP/REST")
     serve_cmd.add_argument("--http-address", default="0.0.0.0")
     serve_cmd.add_argument("--http-port", type=int, default=8000)
@@ -374,12 +382,36 @@ def _run_serve(args: argparse.Namespace) -> int:
         sagemaker=sagemaker,
         vertex_ai=vertex_ai,
     )
+    if args.workers != "1":
+        return _run_workers(args.workers, options, plugins, frontends)
     server = Server(options, plugins)
     try:
         return _run(serve(server, frontends))
     except (OSError, ValueError) as exc:
         logging.getLogger("triton_core").error("%s", exc)
         return 1
+
+
+def _run_workers(
+    workers: str, options: ServerOptions, plugins: PluginManager, frontends: FrontendOptions
+) -> int:
+    """``--workers N``: imported here, so that one process never loads gunicorn."""
+    from triton_core.workers.server import WorkerServer, WorkerSettings
+    from triton_core.workers.supervisor import WorkerPlan, run_workers, worker_count
+
+    try:
+        count = worker_count(workers)
+    except ValueError as exc:
+        logging.getLogger("triton_core").error("%s", exc)
+        return 2
+    if count == 1:
+        return _run(serve(Server(options, plugins), frontends))
+
+    def build_server(settings: WorkerSettings) -> WorkerServer:
+        return WorkerServer(options, plugins, settings)
+
+    level = logging.getLevelName(logging.getLogger().getEffectiveLevel()).lower()
+    return run_workers(WorkerPlan(build_server, frontends, count, log_level=level))
 
 
 def _cache_config(
