@@ -4,9 +4,11 @@ worker that ran it."""
 
 from __future__ import annotations
 
+import http.client
 import os
 import re
 import signal
+import threading
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -119,7 +121,8 @@ def infer_with_retries(server: ServerProcess) -> int:
     for attempt in range(RETRIES):
         try:
             return infer_pid_http(server)
-        except (InferenceServerException, OSError):  # refused, reset, timed out
+        # refused, reset, timed out, or closed before the answer (geventhttpclient)
+        except (InferenceServerException, OSError, http.client.HTTPException):
             if attempt == RETRIES - 1:
                 raise
             time.sleep(0.05)
@@ -305,5 +308,63 @@ def test_ready_only_when_every_worker_is_ready(tmp_path: Path) -> None:
 def _try(call: Callable[[], Any]) -> Any:
     try:
         return call()
-    except (InferenceServerException, ConnectionError, OSError):
+    except Exception:  # refused, reset, closed (geventhttpclient's own errors), not ready
         return None
+
+
+def test_grpcio_transport_shares_the_port_too(tmp_path: Path) -> None:
+    repo = tmp_path / "models"
+    write_pid_model(repo, "pid_model")
+    with ServerProcess([repo], "--workers", "2", "--grpc-transport", "grpcio") as server:
+        server.wait_ready(DEADLINE_SECS)
+        pids = workers_of(server)
+        seen = until(
+            lambda: {infer_pid(server, protocol="grpc") for _ in range(40)} == pids,
+            "both workers answering gRPC",
+        )
+        assert seen
+        assert server.stop() == 0
+
+
+def test_a_worker_that_cannot_start_stops_the_server_with_status_1(tmp_path: Path) -> None:
+    repo = tmp_path / "models"
+    write_pid_model(repo, "broken", "raise RuntimeError('this model does not load')\n")
+    with ServerProcess([repo], "--workers", "2") as server:
+        code = server.process.wait(DEADLINE_SECS)
+        assert code == 1
+        assert "this model does not load" in server.log()
+        assert "could not start: stopping the server" in server.log()
+
+
+SLOW_MODEL = """
+import os
+import time
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        open({marker!r}, "w").close()
+        time.sleep(60)
+        pid = np.array([os.getppid()], dtype=np.int64)
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("PID", pid)]) for _ in requests]
+"""
+
+
+def test_a_worker_past_the_exit_deadline_makes_the_exit_status_1(tmp_path: Path) -> None:
+    repo = tmp_path / "models"
+    marker = tmp_path / "executing"
+    write_pid_model(repo, "slow", SLOW_MODEL.format(marker=str(marker)))
+    with ServerProcess([repo], "--workers", "2", "--exit-timeout-secs", "2") as server:
+        server.wait_ready(DEADLINE_SECS)
+        stuck = threading.Thread(target=_try, args=(lambda: infer_pid_http(server, "slow"),))
+        stuck.start()
+        until(marker.exists, "the request running")
+        started = time.monotonic()
+        code = server.stop(timeout=30.0)
+        elapsed = time.monotonic() - started
+        stuck.join(10.0)
+    assert code == 1, server.log()[-3000:]
+    # 2 s of deadline, the worker's watchdog margin and gunicorn's last second, with room
+    assert elapsed < 2.0 + 3.0 + 5.0

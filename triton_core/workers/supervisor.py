@@ -281,7 +281,9 @@ class _Arbiter(Arbiter):
             how = f"was killed by {signal.Signals(os.WTERMSIG(status)).name}"
         else:
             how = f"exited with code {os.WEXITSTATUS(status)}"
-        if self._stopping:
+        if os.WIFEXITED(status) and os.WEXITSTATUS(status) == _BOOT_ERROR:
+            self.log.error("Worker %s could not start: stopping the server", pid)
+        elif self._stopping:
             self._unclean_exits += 1
             self.log.error("Worker %s %s while stopping", pid, how)
         else:
