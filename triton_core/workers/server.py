@@ -198,7 +198,7 @@ class WorkerServer(Server):
     def _answer(self, request: dict[str, Any]) -> dict[str, Any]:
         op = request.get("op")
         if op == "ready":
-            return {"ready": Server.is_ready(self)}
+            return {"ready": _retry(lambda: Server.is_ready(self))}
         if op == "statistics":
             stats = _retry(lambda: Server.statistics(self, request["name"], request["version"]))
             return {"statistics": [statistics_to_json(s) for s in stats]}
