@@ -113,24 +113,38 @@ def _reserve_ports(options: FrontendOptions) -> list[socket.socket]:
     port into ``options``: port 0 becomes the one port every worker binds, and a port that
     another program holds is refused here, naming the endpoint."""
     reserved: list[socket.socket] = []
-    metrics_address = options.metrics_address or options.http_address
-    for allowed, name, address, attribute in (
-        (options.allow_http, "HTTP", options.http_address, "http_port"),
-        (options.allow_grpc, "gRPC", options.grpc_address, "grpc_port"),
-        (options.allow_metrics, "metrics", metrics_address, "metrics_port"),
-    ):
+    sagemaker, vertex_ai = options.sagemaker, options.vertex_ai
+    endpoints: list[tuple[bool, str, str, Any, str]] = [
+        (options.allow_http, "HTTP", options.http_address, options, "http_port"),
+        (options.allow_grpc, "gRPC", options.grpc_address, options, "grpc_port"),
+        (
+            options.allow_metrics,
+            "metrics",
+            options.metrics_address or options.http_address,
+            options,
+            "metrics_port",
+        ),
+        (sagemaker.allow, "SageMaker", sagemaker.address, sagemaker, "port"),
+        (vertex_ai.allow, "Vertex AI", vertex_ai.address, vertex_ai, "port"),
+    ]
+    for allowed, name, address, holder, attribute in endpoints:
         if not allowed:
             continue
+        port = getattr(holder, attribute)
         try:
-            sock = _reserve(address, getattr(options, attribute))
+            sock = _reserve(address, port)
         except OSError as exc:
             for held in reserved:
                 held.close()
-            port = getattr(options, attribute)
             raise OSError(f"failed to bind the {name} endpoint to {address}:{port}: {exc}") from exc
         reserved.append(sock)
-        setattr(options, attribute, sock.getsockname()[1])
+        setattr(holder, attribute, sock.getsockname()[1])
+        logger.info("%s endpoint: %s:%d, shared by the workers", name, address, _port(sock))
     return reserved
+
+
+def _port(sock: socket.socket) -> int:
+    return int(sock.getsockname()[1])
 
 
 def _reserve(address: str, port: int) -> socket.socket:
