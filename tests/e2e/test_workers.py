@@ -5,6 +5,7 @@ worker that ran it."""
 from __future__ import annotations
 
 import http.client
+import json
 import os
 import re
 import signal
@@ -285,6 +286,40 @@ def test_explicit_load_reaching_one_worker_is_applied_by_all(tmp_path: Path) -> 
         for _ in range(20):
             with closing(server.http_client()) as check:
                 assert not check.is_model_ready("pid_model")
+        assert server.stop() == 0
+
+
+UPLOADED_CONFIG = {
+    "backend": "python",
+    "max_batch_size": 0,
+    "input": [{"name": "IN", "data_type": "TYPE_INT32", "dims": [1]}],
+    "output": [{"name": "PID", "data_type": "TYPE_INT64", "dims": [1]}],
+}
+
+
+def test_uploaded_model_reaches_every_worker_and_a_replacement(tmp_path: Path) -> None:
+    """A load with a config and files travels to the other worker; a worker started after
+    it (here replacing a killed one) replays it before it listens."""
+    repo = tmp_path / "models"
+    repo.mkdir()
+    with ServerProcess([repo], "--workers", "2", "--model-control-mode", "explicit") as server:
+        server.wait_ready(DEADLINE_SECS, path="/v2/health/live")
+        until(lambda: len(workers_of(server)) == 2, "2 workers")
+        with closing(server.grpc_client()) as client:
+            client.load_model(
+                "uploaded",
+                config=json.dumps(UPLOADED_CONFIG),
+                files={"file:1/model.py": PID_MODEL.encode()},
+            )
+        before = workers_of(server)
+        assert {infer_pid_http(server, "uploaded") for _ in range(60)} == before
+        victim = min(before)
+        os.kill(victim, signal.SIGKILL)
+        now = until(lambda: (pids := workers_of(server)) - before and len(pids) == 2 and pids,
+                    "a replacement")  # fmt: skip
+        (replacement,) = now - before
+        until(lambda: infer_pid_http(server, "uploaded") == replacement, "the replacement serving")
+        until(lambda: server_ready(server), "ready")
         assert server.stop() == 0
 
 
