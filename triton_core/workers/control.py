@@ -101,9 +101,10 @@ def ask(folder: Path, pid: int, request: dict[str, Any], timeout: float) -> dict
                 f"worker {pid} did not answer '{request.get('op')}' within {timeout:g}s"
             ) from None
         except (OSError, ValueError) as exc:
-            raise WorkerError(
-                f"worker {pid} failed to answer '{request.get('op')}': {exc}"
-            ) from None
+            op = request.get("op")
+            if not path.exists():  # it exited while answering (a worker that failed to start)
+                raise WorkerGone(f"worker {pid} exited before answering '{op}'") from None
+            raise WorkerError(f"worker {pid} failed to answer '{op}': {exc}") from None
     if "error" in answer:
         raise WorkerError(f"worker {pid}: {answer['error']}")
     return answer

@@ -205,7 +205,7 @@ class WorkerServer(Server):
         if op == "metrics":
             return {"text": _retry(self._local_exposition).decode()}
         if op == "journal":
-            return {"journal": dict(self._journal), "started": self.started}
+            return {"journal": _retry(lambda: dict(self._journal)), "started": self.started}
         if op == "apply":
             return self._apply_from_peer(request)
         raise ValueError(f"unknown control request '{op}'")

@@ -32,6 +32,7 @@ from gunicorn.arbiter import Arbiter
 from gunicorn.errors import HaltServer
 from gunicorn.workers.base import Worker
 
+from triton_core.errors import TritonError
 from triton_core.frontends.runner import _WATCHDOG_MARGIN_SECS, FrontendOptions, serve
 from triton_core.workers.control import WorkerError, ask, socket_path
 from triton_core.workers.server import WorkerServer, WorkerSettings
@@ -395,8 +396,15 @@ def _metrics_app_factory(server: Server, options: MetricsOptions) -> ASGIApp:
 
     class MetricsResource:
         async def on_get(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
+            try:
+                text = await worker_server.metrics_text(exposition(registry))
+            except TritonError as error:  # another worker did not answer: no partial sums
+                resp.status = falcon.HTTP_503
+                resp.content_type = falcon.MEDIA_TEXT
+                resp.text = error.message
+                return
             resp.content_type = CONTENT_TYPE
-            resp.data = await worker_server.metrics_text(exposition(registry))
+            resp.data = text
 
     app = falcon.asgi.App()
     app.add_route("/metrics", MetricsResource())
