@@ -382,8 +382,11 @@ def _run_serve(args: argparse.Namespace) -> int:
         sagemaker=sagemaker,
         vertex_ai=vertex_ai,
     )
-    if args.workers != "1":
-        return _run_workers(args.workers, options, plugins, frontends)
+    workers = _worker_count(args.workers)
+    if workers is None:
+        return 2
+    if workers > 1:
+        return _run_workers(workers, options, plugins, frontends)
     server = Server(options, plugins)
     try:
         return _run(serve(server, frontends))
@@ -392,26 +395,31 @@ def _run_serve(args: argparse.Namespace) -> int:
         return 1
 
 
-def _run_workers(
-    workers: str, options: ServerOptions, plugins: PluginManager, frontends: FrontendOptions
-) -> int:
-    """``--workers N``: imported here, so that one process never loads gunicorn."""
-    from triton_core.workers.server import WorkerServer, WorkerSettings
-    from triton_core.workers.supervisor import WorkerPlan, run_workers, worker_count
+def _worker_count(text: str) -> int | None:
+    """``--workers``: the count, or None (and the reason logged) when it is not one."""
+    if text == "1":
+        return 1  # the single process: gunicorn is not even imported
+    from triton_core.workers.supervisor import worker_count
 
     try:
-        count = worker_count(workers)
+        return worker_count(text)
     except ValueError as exc:
         logging.getLogger("triton_core").error("%s", exc)
-        return 2
-    if count == 1:
-        return _run(serve(Server(options, plugins), frontends))
+        return None
+
+
+def _run_workers(
+    workers: int, options: ServerOptions, plugins: PluginManager, frontends: FrontendOptions
+) -> int:
+    """``--workers N``: N servers on the same ports, under gunicorn."""
+    from triton_core.workers.server import WorkerServer, WorkerSettings
+    from triton_core.workers.supervisor import WorkerPlan, run_workers
 
     def build_server(settings: WorkerSettings) -> WorkerServer:
         return WorkerServer(options, plugins, settings)
 
     level = logging.getLevelName(logging.getLogger().getEffectiveLevel()).lower()
-    return run_workers(WorkerPlan(build_server, frontends, count, log_level=level))
+    return run_workers(WorkerPlan(build_server, frontends, workers, log_level=level))
 
 
 def _cache_config(

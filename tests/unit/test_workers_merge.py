@@ -165,3 +165,12 @@ def test_an_oversized_message_is_refused_before_it_is_read(folder: Path) -> None
             assert sock.recv(16) == b""  # closed without reading or allocating it
     finally:
         server.close()
+
+
+def test_serve_refuses_a_bad_worker_count_before_starting(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from triton_core.cli import main
+
+    assert main(["serve", "--model-repository", str(tmp_path), "--workers", "0"]) == 2
+    assert "--workers must be between 1 and 1024, got 0" in caplog.text
