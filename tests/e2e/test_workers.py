@@ -333,6 +333,9 @@ def test_ready_only_when_every_worker_is_ready(tmp_path: Path) -> None:
         for _ in range(10):
             assert not server_ready(server)
             assert infer_pid_http(server, "gated") == first  # the other does not listen yet
+        # statistics and metrics answer while a worker starts: its share is nothing yet
+        assert http_inference_count(server, "gated") == 11
+        assert metric(server, "nv_inference_count", "gated") == 11
         gate.touch()
         server.wait_ready(DEADLINE_SECS)
         until(lambda: {infer_pid_http(server, "gated") for _ in range(40)} == workers_of(server),

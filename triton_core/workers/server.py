@@ -83,7 +83,7 @@ class WorkerServer(Server):
         return await super().stop(grace_seconds)
 
     async def _catch_up(self) -> None:
-        """Apply the explicit loads and unloads the oldest peer has seen."""
+        """Apply the explicit loads and unloads that the first started peer applied."""
         for pid in self._peers():
             try:
                 answer = await asyncio.to_thread(self._ask, pid, {"op": "journal"})
@@ -200,8 +200,7 @@ class WorkerServer(Server):
         if op == "ready":
             return {"ready": _retry(lambda: Server.is_ready(self))}
         if op == "statistics":
-            stats = _retry(lambda: Server.statistics(self, request["name"], request["version"]))
-            return {"statistics": [statistics_to_json(s) for s in stats]}
+            return {"statistics": self._own_statistics(request["name"], request["version"])}
         if op == "metrics":
             return {"text": _retry(self._local_exposition).decode()}
         if op == "journal":
@@ -209,6 +208,17 @@ class WorkerServer(Server):
         if op == "apply":
             return self._apply_from_peer(request)
         raise ValueError(f"unknown control request '{op}'")
+
+    def _own_statistics(self, name: str, version: int) -> list[dict[str, Any]]:
+        """This worker's share: nothing while it starts, or for a model it does not serve
+        (the asking worker answers for the model, as one server would)."""
+        if not self.started:
+            return []
+        try:
+            stats = _retry(lambda: Server.statistics(self, name, version))
+        except TritonError:
+            return []
+        return [statistics_to_json(s) for s in stats]
 
     def _local_exposition(self) -> bytes:
         from triton_core.metrics import exposition
