@@ -406,3 +406,18 @@ def test_a_worker_past_the_exit_deadline_makes_the_exit_status_1(tmp_path: Path)
     assert code == 1, server.log()[-3000:]
     # 2 s of deadline, the worker's watchdog margin and gunicorn's last second, with room
     assert elapsed < 2.0 + 3.0 + 5.0
+
+
+def test_a_reload_whose_new_worker_cannot_start_keeps_the_old_ones(tmp_path: Path) -> None:
+    repo = tmp_path / "models"
+    write_pid_model(repo, "pid_model")
+    with ServerProcess([repo], "--workers", "2") as server:
+        server.wait_ready(DEADLINE_SECS)
+        before = workers_of(server)
+        (repo / "pid_model" / "1" / "model.py").write_text("raise RuntimeError('broken now')\n")
+        os.kill(server.process.pid, signal.SIGHUP)
+        until(lambda: "Reload stopped" in server.log(), "the reload given up")
+        assert workers_of(server) == before
+        assert {infer_pid_http(server) for _ in range(40)} == before
+        assert server_ready(server)
+        assert server.stop() == 0

@@ -16,6 +16,7 @@ import errno
 import logging
 import math
 import os
+import queue
 import shutil
 import signal
 import socket
@@ -228,7 +229,7 @@ class _Arbiter(Arbiter):
             successor = self.spawn_worker()
             if not self._wait_ready(successor):
                 self.log.error(
-                    "Reload stopped: worker %s did not become ready; worker %s keeps serving",
+                    "Reload stopped: worker %s is not ready; worker %s keeps serving",
                     successor,
                     pid,
                 )
@@ -240,8 +241,16 @@ class _Arbiter(Arbiter):
     def _wait_ready(self, pid: int) -> bool:
         deadline = time.monotonic() + RELOAD_READY_TIMEOUT_SECS
         while time.monotonic() < deadline:
-            self.reap_workers()
+            try:
+                self.reap_workers()
+            except HaltServer:
+                # the successor could not start (a model that no longer loads): during a
+                # reload the old workers keep serving instead of the server stopping
+                return False
             if pid not in self.WORKERS:
+                return False
+            if self._stop_requested():
+                self.log.info("A stop signal arrived during the reload")
                 return False
             try:
                 if ask(self.folder, pid, {"op": "ready"}, 1.0)["ready"]:
@@ -251,6 +260,20 @@ class _Arbiter(Arbiter):
             self._notify_all()
             time.sleep(0.1)
         return False
+
+    def _stop_requested(self) -> bool:
+        """Whether a stop signal waits in the arbiter's queue (left there to be handled)."""
+        stops = (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT)
+        signals = self.SIG_QUEUE
+        if isinstance(signals, list):  # gunicorn before 24
+            return any(sig in stops for sig in signals)
+        pending = []
+        with contextlib.suppress(queue.Empty):
+            while True:
+                pending.append(signals.get_nowait())
+        for sig in pending:
+            signals.put_nowait(sig)
+        return any(sig in stops for sig in pending)
 
     def _wait_exit(self, pid: int, seconds: float) -> None:
         deadline = time.monotonic() + seconds
