@@ -130,6 +130,14 @@ def run_perf_analyzer(
     }
 
 
+def host_description() -> str:
+    """``N CPUs, <processor>, Python X.Y.Z``: the machine a result was measured on."""
+    import platform
+
+    processor = platform.processor() or platform.machine()
+    return f"{os.cpu_count()} CPUs, {processor}, Python {platform.python_version()}"
+
+
 def format_table(headers: list[str], rows: list[list[str]]) -> str:
     lines = ["| " + " | ".join(headers) + " |", "| " + " | ".join("---" for _ in headers) + " |"]
     lines += ["| " + " | ".join(row) + " |" for row in rows]

@@ -39,6 +39,7 @@ from triton_core.triton_flags import (
 if TYPE_CHECKING:
     from triton_core.frontends.http.codec import JsonLimits
     from triton_core.frontends.http.protocol import HttpLimits
+    from triton_core.plugins import PluginManager
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
@@ -220,6 +221,13 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=shm_registry.DEFAULT_MAX_TOTAL_BYTE_SIZE,
         help="most bytes of all registered shared-memory regions together",
+    )
+    serve_cmd.add_argument(
+        "--workers",
+        default="1",
+        metavar="N|auto",
+        help="server processes sharing the ports, under gunicorn (auto: one per CPU; "
+        "1: this process alone); see docs/scale-out.md",
     )
     _add_bool(serve_cmd, "--allow-http", True, "serve HTTP/REST")
     serve_cmd.add_argument("--http-address", default="0.0.0.0")
@@ -463,12 +471,53 @@ def _run_serve(args: argparse.Namespace) -> int:
         http_header_forward_pattern=args.http_header_forward_pattern,
         grpc_header_forward_pattern=args.grpc_header_forward_pattern,
     )
+    workers = _worker_count(args.workers)
+    if workers is None:
+        return 2
+    if workers > 1:
+        if options.shared_memory.allow_client_shm:
+            # each worker holds its own regions: a request could reach a worker that does
+            # not know the region its client registered through another
+            logging.getLogger("triton_core").error(
+                "--allow-client-shm=true cannot be used with --workers %d: shared-memory "
+                "regions are registered with one worker process",
+                workers,
+            )
+            return 2
+        return _run_workers(workers, options, plugins, frontends)
     server = Server(options, plugins)
     try:
         return _run(serve(server, frontends))
     except (OSError, ValueError) as exc:
         logging.getLogger("triton_core").error("%s", exc)
         return 1
+
+
+def _worker_count(text: str) -> int | None:
+    """``--workers``: the count, or None (and the reason logged) when it is not one."""
+    if text == "1":
+        return 1  # the single process: gunicorn is not even imported
+    from triton_core.workers.supervisor import worker_count
+
+    try:
+        return worker_count(text)
+    except ValueError as exc:
+        logging.getLogger("triton_core").error("%s", exc)
+        return None
+
+
+def _run_workers(
+    workers: int, options: ServerOptions, plugins: PluginManager, frontends: FrontendOptions
+) -> int:
+    """``--workers N``: N servers on the same ports, under gunicorn."""
+    from triton_core.workers.server import WorkerServer, WorkerSettings
+    from triton_core.workers.supervisor import WorkerPlan, run_workers
+
+    def build_server(settings: WorkerSettings) -> WorkerServer:
+        return WorkerServer(options, plugins, settings)
+
+    level = logging.getLevelName(logging.getLogger().getEffectiveLevel()).lower()
+    return run_workers(WorkerPlan(build_server, frontends, workers, log_level=level))
 
 
 def _cache_config(

@@ -11,7 +11,7 @@ import signal
 import socket
 import ssl
 import threading
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, NoReturn
 
@@ -86,6 +86,10 @@ class FrontendOptions:
     #: request headers become request parameters; None: none are
     http_header_forward_pattern: re.Pattern[str] | None = None
     grpc_header_forward_pattern: re.Pattern[str] | None = None
+    #: ``--workers``: every listener sets SO_REUSEPORT, so that the workers share its port
+    reuse_port: bool = False
+    #: builds the ``/metrics`` app instead of the one-process app (``--workers``)
+    metrics_app_factory: Callable[[Server, MetricsOptions], ASGIApp] | None = None
 
 
 def _check_ports(options: FrontendOptions) -> None:
@@ -156,15 +160,10 @@ async def serve(server: Server, options: FrontendOptions) -> int:
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
-    sockets = {}
-    if options.allow_http:
-        sockets["HTTP"] = listen_socket(
-            options.http_address, options.http_port, "HTTP", options.reuse_http_port
-        )
-    metrics_address = options.metrics_address or options.http_address
-    if options.allow_metrics:
-        sockets["metrics"] = listen_socket(metrics_address, options.metrics_port, "metrics")
-    _listen_cloud(options, sockets)
+    # one process listens before loading models, so that a port in use fails at once; a
+    # worker (reuse_port) only once its models are loaded, or it would take connections
+    # that wait for them while the other workers are free
+    sockets = {} if options.reuse_port else _listen(options)
     try:
         await server.start()
     except TritonError as error:
@@ -172,6 +171,8 @@ async def serve(server: Server, options: FrontendOptions) -> int:
         for sock in sockets.values():
             sock.close()
         return 1
+    if options.reuse_port:
+        sockets = _listen(options)
     try:
         vertex_ai_model = _vertex_ai_model(server, options.vertex_ai)
     except ValueError as exc:
@@ -203,10 +204,15 @@ async def serve(server: Server, options: FrontendOptions) -> int:
     if "metrics" in sockets:
         from triton_core.metrics import create_metrics_app, create_registry
 
-        metrics_app = create_metrics_app(create_registry(server, options.metrics))
+        if options.metrics_app_factory is not None:
+            metrics_app = options.metrics_app_factory(server, options.metrics)
+        else:
+            metrics_app = create_metrics_app(create_registry(server, options.metrics))
         uvicorn_servers.append(_start_uvicorn(metrics_app, sockets["metrics"], options))
         logger.info(
-            "Started Metrics Service at %s:%d", metrics_address, _port_of(sockets["metrics"])
+            "Started Metrics Service at %s:%d",
+            options.metrics_address or options.http_address,
+            _port_of(sockets["metrics"]),
         )
     uvicorn_servers += _start_cloud(server, options, sockets, metrics_app, vertex_ai_model)
     grpc_server = None
@@ -217,7 +223,7 @@ async def serve(server: Server, options: FrontendOptions) -> int:
             server,
             options.grpc_address,
             options.grpc_port,
-            reuse_port=options.reuse_grpc_port,
+            reuse_port=options.reuse_port or options.reuse_grpc_port,
             compression_level=options.grpc_compression_level,
             header_forwarder=_forwarder(options.grpc_header_forward_pattern),
             transport=options.grpc_transport,  # type: ignore[arg-type]
@@ -271,6 +277,25 @@ async def serve(server: Server, options: FrontendOptions) -> int:
     return 0
 
 
+def _listen(options: FrontendOptions) -> dict[str, socket.socket]:
+    """The listening sockets of the HTTP, metrics and cloud endpoints, by name."""
+    sockets = {}
+    if options.allow_http:
+        sockets["HTTP"] = listen_socket(
+            options.http_address,
+            options.http_port,
+            "HTTP",
+            options.reuse_port or options.reuse_http_port,
+        )
+    if options.allow_metrics:
+        metrics_address = options.metrics_address or options.http_address
+        sockets["metrics"] = listen_socket(
+            metrics_address, options.metrics_port, "metrics", options.reuse_port
+        )
+    _listen_cloud(options, sockets)
+    return sockets
+
+
 def _listen_cloud(options: FrontendOptions, sockets: dict[str, socket.socket]) -> None:
     """Bind the SageMaker and Vertex AI ports (their settings checked first)."""
     sagemaker, vertex_ai = options.sagemaker, options.vertex_ai
@@ -285,7 +310,7 @@ def _listen_cloud(options: FrontendOptions, sockets: dict[str, socket.socket]) -
         if endpoint.thread_count is not None:
             flag = "--sagemaker-thread-count" if key == "sagemaker" else "--vertex-ai-thread-count"
             logger.info("%s has no effect: the event loop serves every request", flag)
-        sockets[key] = listen_socket(endpoint.address, endpoint.port, name)
+        sockets[key] = listen_socket(endpoint.address, endpoint.port, name, options.reuse_port)
 
 
 def _vertex_ai_model(server: Server, vertex_ai: VertexAiOptions) -> str:
