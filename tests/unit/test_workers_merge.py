@@ -168,19 +168,19 @@ def test_an_oversized_message_is_refused_before_it_is_read(folder: Path) -> None
 
 
 def test_serve_refuses_a_bad_worker_count_before_starting(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from triton_core.cli import main
 
     assert main(["serve", "--model-repository", str(tmp_path), "--workers", "0"]) == 2
-    assert "--workers must be between 1 and 1024, got 0" in caplog.text
+    assert "--workers must be between 1 and 1024, got 0" in capsys.readouterr().err
 
 
 def test_serve_refuses_client_shared_memory_with_workers(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from triton_core.cli import main
 
     argv = ["serve", "--model-repository", str(tmp_path), "--workers", "2"]
     assert main([*argv, "--allow-client-shm=true"]) == 2
-    assert "--allow-client-shm=true cannot be used with --workers 2" in caplog.text
+    assert "--allow-client-shm=true cannot be used with --workers 2" in capsys.readouterr().err
