@@ -28,6 +28,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "triton_core.backend": (
         "Backend",
         "BackendModel",
+        "EventDrivenInstance",
         "InstanceSpec",
         "ModelContext",
         "ModelInstance",
@@ -134,6 +135,7 @@ if TYPE_CHECKING:
     from triton_core.backend import (
         Backend,
         BackendModel,
+        EventDrivenInstance,
         InstanceSpec,
         ModelContext,
         ModelInstance,
@@ -266,6 +268,7 @@ __all__ = [
     "CacheRegistry",
     "CacheStatistics",
     "DataType",
+    "EventDrivenInstance",
     "ExecutionTimes",
     "InferenceRequest",
     "InferenceResponse",

@@ -14,11 +14,11 @@ import pytest
 
 from tests.plugins import numpy_backend
 from tests.support import numpy_server, write_numpy_model
-from triton_core.backend import ModelInstance
+from triton_core.backend import EventDrivenInstance, ModelInstance
 from triton_core.config import ModelConfig, validate
 from triton_core.errors import Status, TritonError
 from triton_core.metrics import MetricsOptions, create_registry, exposition
-from triton_core.scheduling.executor import InstancePool
+from triton_core.scheduling.executor import InstancePool, pool_class
 from triton_core.server import Server
 from triton_core.testing import inference_request
 from triton_core.types import InferenceRequest, InferenceResponse, Tensor
@@ -174,18 +174,13 @@ class Gated(ModelInstance):
         self.interrupted += 1
 
 
-class Killable(ModelInstance):
+class Killable(EventDrivenInstance):
     """Event-driven: holds its first batch until interrupted, which fails it (as a killed
     process's batches fail), then answers at once."""
-
-    event_driven = True
 
     def __init__(self) -> None:
         self.held: Callable[..., None] | None = None
         self.loop = asyncio.get_running_loop()
-
-    def execute(self, requests: list[InferenceRequest]) -> list[InferenceResponse]:
-        raise AssertionError("event-driven: begin_execute only")
 
     def begin_execute(self, requests: list[InferenceRequest], done: Callable[..., None]) -> None:
         responses = [InferenceResponse(outputs=list(r.inputs.values())) for r in requests]
@@ -206,7 +201,8 @@ def one_request() -> InferenceRequest:
 def pool_of(instances: list[ModelInstance]) -> InstancePool:
     names = [f"m_{index}" for index in range(len(instances))]
     loop = asyncio.get_running_loop()
-    return InstancePool(instances, names, loop, lambda _, r, __: list(r), "m", execute_timeout=0.5)
+    finish = lambda _, r, __: list(r)  # noqa: E731
+    return pool_class(instances)(instances, names, loop, finish, "m", execute_timeout=0.5)
 
 
 async def submitted(pool: InstancePool, index: int | None = None) -> InferenceResponse:
