@@ -396,7 +396,7 @@ async def test_malformed_message_is_internal(client: RawClient) -> None:
 async def test_error_message_is_percent_encoded(client: RawClient) -> None:
     client.call(1, INFER, message(echo_request(np.ones(1), model="caf\u00e9 100%")))
     code, text = status(await client.answer(1))
-    assert code == "5"  # NOT_FOUND, from the stand-in
+    assert code == "3"  # INVALID_ARGUMENT: an unknown model, as the real server says
     assert "caf%C3%A9 100%25" in text
 
 

@@ -17,13 +17,14 @@ import tritonclient.grpc.aio as tc_aio
 import uvloop
 from tritonclient.utils import InferenceServerException
 
+from tests.fake_server import FakeModel, FakeServer
 from triton_core.errors import Status, TritonError
 from triton_core.frontends.grpc import create_grpc_server
 from triton_core.frontends.grpc.server import TRANSPORTS
 from triton_core.frontends.grpc.servicer import DECOUPLED_MESSAGE
 from triton_core.protos import grpc_service_pb2 as pb
 from triton_core.protos import grpc_service_pb2_grpc as pb_grpc
-from triton_core.protos import health_pb2, health_pb2_grpc, model_config_pb2
+from triton_core.protos import health_pb2, health_pb2_grpc
 from triton_core.types import (
     InferenceRequest,
     InferenceResponse,
@@ -36,73 +37,35 @@ from triton_core.types import (
 MODELS = ("echo", "slow", "decoupled", "unavailable", "error_response", "crash")
 
 
-class StandInServer:
-    """The Server API the frontend relies on, with a few behaviours to test against.
+_TENSORS = ((TensorMetadata("x", "FP32", (-1, 4)),), (TensorMetadata("y", "FP32", (-1, 4)),))
+
+
+class StandInServer(FakeServer):
+    """The verified fake with a few behaviours to test the gRPC frontend against.
 
     ``echo`` answers its inputs as outputs (only the requested ones, when named); ``slow``
     also sleeps ``delay`` seconds first; ``decoupled`` is decoupled; the others fail.
     """
 
     def __init__(self) -> None:
-        self.live = True
-        self.ready = True
-        self.requests: list[InferenceRequest] = []
+        super().__init__(
+            [
+                FakeModel(name, *_TENSORS, decoupled=name == "decoupled")
+                for name in MODELS
+                if name not in ("echo", "unavailable")
+            ]
+            + [
+                FakeModel("echo", *_TENSORS, versions=(1, 2), ready={1, 2}),
+                FakeModel("unavailable", *_TENSORS, ready=set()),
+            ],
+            handler=self._answer,
+            metadata=ServerMetadata("triton", "2.73.0", ("classification", "model_configuration")),
+        )
         self.cancelled = 0
         self.started = asyncio.Event()
 
-    def _known(self, name: str) -> None:
-        if name not in MODELS:
-            raise TritonError(Status.NOT_FOUND, f"Request for unknown model: '{name}' is not found")
-
-    def is_live(self) -> bool:
-        return self.live
-
-    def is_ready(self) -> bool:
-        return self.ready
-
-    def model_ready(self, name: str, version: int = -1) -> bool:
-        self._known(name)
-        return name != "unavailable"
-
-    def metadata(self) -> ServerMetadata:
-        return ServerMetadata("triton", "2.73.0", ("classification", "model_configuration"))
-
-    def model_metadata(self, name: str, version: int = -1) -> ModelMetadata:
-        self._known(name)
-        return ModelMetadata(
-            name=name,
-            versions=("1",),
-            platform="python",
-            inputs=(TensorMetadata("x", "FP32", (-1, 4)),),
-            outputs=(TensorMetadata("y", "FP32", (-1, 4)),),
-        )
-
-    def model_config(self, name: str, version: int = -1) -> model_config_pb2.ModelConfig:
-        self._known(name)
-        config = model_config_pb2.ModelConfig(name=name, backend="python", max_batch_size=8)
-        config.input.add(name="x", data_type=model_config_pb2.TYPE_FP32, dims=[4])
-        config.model_transaction_policy.decoupled = name == "decoupled"
-        return config
-
-    def model_is_decoupled(self, name: str, version: int = -1) -> bool:
-        self._known(name)
-        return name == "decoupled"
-
-    async def infer_stream(self, request: InferenceRequest) -> AsyncIterator[InferenceResponse]:
-        """Ordinary models answer once on a stream, as the real server's do."""
-        response = await self.infer(request)
-        if response.error is not None:
-            raise response.error
-        yield response
-
-    def submit(self, request: InferenceRequest) -> asyncio.Future[InferenceResponse]:
-        self._known(request.model_name)  # unknown models raise at once, as the real server's do
-        return asyncio.ensure_future(self.infer(request))
-
-    async def infer(self, request: InferenceRequest) -> InferenceResponse:
+    async def _answer(self, request: InferenceRequest) -> InferenceResponse:
         name = request.model_name
-        self._known(name)
-        self.requests.append(request)
         if name == "unavailable":
             raise TritonError(Status.UNAVAILABLE, "model 'unavailable' is not at ready state")
         if name == "error_response":
@@ -110,12 +73,7 @@ class StandInServer:
         if name == "crash":
             raise RuntimeError("kaboom")
         if name == "slow":
-            self.started.set()
-            try:
-                await asyncio.sleep(float(request.inputs["delay"].data.flat[0]))
-            except asyncio.CancelledError:
-                self.cancelled += 1
-                raise
+            await self._sleep(float(request.inputs["delay"].data.flat[0]))
         outputs = list(request.inputs.values())
         if request.outputs is not None:
             wanted = request.output_names() or []
@@ -133,6 +91,15 @@ class StandInServer:
             model_version=1,
             id=request.id,
         )
+
+    async def _sleep(self, delay: float) -> None:
+        """The slow model's work: a client may cancel it (counted)."""
+        self.started.set()
+        try:
+            await asyncio.sleep(delay)
+        except asyncio.CancelledError:
+            self.cancelled += 1
+            raise
 
 
 @pytest.fixture
@@ -221,7 +188,7 @@ async def test_health_and_metadata_with_sync_client(
     }
     model = await in_thread(sync_client.get_model_metadata, "echo", as_json=True)
     assert model["name"] == "echo"
-    assert model["versions"] == ["1"]
+    assert model["versions"] == ["1", "2"]
     assert model["platform"] == "python"
     assert model["inputs"] == [{"name": "x", "datatype": "FP32", "shape": ["-1", "4"]}]
     config = await in_thread(sync_client.get_model_config, "decoupled", as_json=True)
@@ -254,7 +221,7 @@ async def test_unknown_model_is_an_error_status(
 ) -> None:
     with pytest.raises(InferenceServerException) as exc:
         await call(aio_client)
-    assert status_of(exc) == "StatusCode.NOT_FOUND"
+    assert status_of(exc) == "StatusCode.INVALID_ARGUMENT"
     assert exc.value.message() == "Request for unknown model: 'nope' is not found"
 
 
@@ -370,7 +337,7 @@ async def test_decoupled_model_on_model_infer_is_unimplemented(
 @pytest.mark.parametrize(
     ("model", "code", "message"),
     [
-        ("nope", "NOT_FOUND", "Request for unknown model: 'nope' is not found"),
+        ("nope", "INVALID_ARGUMENT", "Request for unknown model: 'nope' is not found"),
         ("unavailable", "UNAVAILABLE", "model 'unavailable' is not at ready state"),
         ("error_response", "INVALID_ARGUMENT", "bad input 'x'"),
         ("crash", "INTERNAL", "kaboom"),
@@ -579,7 +546,7 @@ async def test_stream_grpc_error_header_with_tritonclient(
     with pytest.raises(grpc.aio.AioRpcError) as exc:
         async for _ in aio_client.stream_infer(requests(), headers={"triton_grpc_error": "true"}):
             pass
-    assert exc.value.code() == grpc.StatusCode.NOT_FOUND
+    assert exc.value.code() == grpc.StatusCode.INVALID_ARGUMENT
 
 
 async def test_client_cancel_stops_work_in_flight(
@@ -724,7 +691,7 @@ class BrokenServer(StandInServer):
         super().__init__()
         self.error = error
 
-    def _known(self, name: str) -> None:
+    def model(self, name: str, version: int = -1) -> FakeModel:
         raise self.error
 
     def is_live(self) -> bool:
