@@ -18,6 +18,7 @@ import uvloop
 from tritonclient.utils import InferenceServerException
 
 from tests.fake_server import FakeModel, FakeServer
+from tests.support import wait_until_async
 from triton_core.errors import Status, TritonError
 from triton_core.frontends.grpc import create_grpc_server
 from triton_core.frontends.grpc.server import TRANSPORTS
@@ -486,12 +487,15 @@ async def test_stream_answers_as_each_finishes(
 async def test_stream_errors_stay_in_band_and_the_stream_goes_on(
     aio_client: tc_aio.InferenceServerClient,
 ) -> None:
+    got: list[Any] = []
+
     async def requests() -> AsyncIterator[dict[str, Any]]:
         yield {"model_name": "crash", "inputs": [make_input("x", np.zeros(1))], "request_id": "c"}
-        await asyncio.sleep(0.05)  # keep order deterministic
+        await wait_until_async(lambda: got, what="the first answer")  # answers in this order
         yield {"model_name": "decoupled", "inputs": [make_input("x", np.ones(1))]}
 
-    got = [item async for item in aio_client.stream_infer(requests())]
+    async for item in aio_client.stream_infer(requests()):
+        got.append(item)
     assert len(got) == 2
     (none, error), (result, no_error) = got
     assert none is None and error.message() == "kaboom"
@@ -519,9 +523,11 @@ async def test_stream_error_keeps_request_id(stub: pb_grpc.GRPCInferenceServiceS
 async def test_stream_with_triton_grpc_error_header_ends_with_status(
     url: str,
 ) -> None:
+    answered = asyncio.Event()
+
     async def requests() -> AsyncIterator[pb.ModelInferRequest]:
         yield raw_request("echo")
-        await asyncio.sleep(0.1)
+        await asyncio.wait_for(answered.wait(), 10)  # the error comes after the answer
         yield raw_request("unavailable")
         await asyncio.sleep(10)  # the server must not wait for the client to close
         yield raw_request("echo")
@@ -530,6 +536,7 @@ async def test_stream_with_triton_grpc_error_header_ends_with_status(
         stub = pb_grpc.GRPCInferenceServiceStub(channel)
         call = stub.ModelStreamInfer(requests(), metadata=(("triton_grpc_error", "true"),))
         first = await call.read()
+        answered.set()
         assert first.error_message == ""
         with pytest.raises(grpc.aio.AioRpcError) as exc:
             await asyncio.wait_for(call.read(), timeout=5)
@@ -562,10 +569,7 @@ async def test_client_cancel_stops_work_in_flight(
     stream.cancel()
     with pytest.raises(BaseException):  # noqa: B017 - cancelled read, type differs by version
         await reader
-    for _ in range(100):
-        if stand_in.cancelled:
-            break
-        await asyncio.sleep(0.02)
+    await wait_until_async(lambda: stand_in.cancelled, what="the cancel")
     assert stand_in.cancelled == 1
 
 

@@ -9,6 +9,7 @@ import threading
 import numpy as np
 import pytest
 
+from tests.support import wait_until_async
 from triton_core.backend import EventDrivenInstance, ModelInstance
 from triton_core.errors import TritonError
 from triton_core.scheduling.executor import ThreadedInstancePool, pool_class
@@ -301,10 +302,8 @@ async def test_a_dynamic_batching_model_runs_one_instance_at_a_time_under_the_li
             )
             for _ in range(6)
         ]
-        loop_time = asyncio.get_running_loop().time
-        end = loop_time() + 20
-        while not any(i.entered.is_set() for i in instances) and loop_time() < end:
-            await asyncio.sleep(0.01)
+        await wait_until_async(lambda: any(i.entered.is_set() for i in instances), 20)
+        # what must not happen has no event to wait for: a bounded window for it
         await asyncio.sleep(0.3)  # time for a second instance to start, were it allowed
         assert sum(i.entered.is_set() for i in instances) == 1
         gate.set()

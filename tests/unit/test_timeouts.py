@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from tests.plugins import numpy_backend
-from tests.support import numpy_server, write_numpy_model
+from tests.support import numpy_server, wait_until_async, write_numpy_model
 from triton_core.backend import EventDrivenInstance, ModelInstance
 from triton_core.config import ModelConfig, validate
 from triton_core.errors import Status, TritonError
@@ -78,17 +78,9 @@ async def test_a_hung_load_fails_only_its_model_and_is_unloaded_when_it_ends(tmp
         assert not server.is_ready()  # strict readiness: a model asked for is not serving
     finally:
         numpy_backend.RELEASE_LOADS.set()
-    await wait_until(lambda: "finished after all: unloading it" in caplog.text)
+    await wait_until_async(lambda: "finished after all: unloading it" in caplog.text)
     assert "its thread is abandoned" in caplog.text
     assert await server.stop(grace_seconds=60)
-
-
-async def wait_until(predicate: Callable[[], bool]) -> None:
-    for _ in range(6000):  # bounded: 60 s at most
-        if predicate():
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError("timed out waiting")
 
 
 async def gated_server(
@@ -137,7 +129,7 @@ async def test_a_hung_execute_marks_the_instance_unhealthy_until_it_returns(tmp_
             await server.infer(request("slow"))
         # the hung call returns: its results are dropped, the instance serves again
         gate.set()
-        await wait_until(lambda: server.models.is_ready("slow"))
+        await wait_until_async(lambda: server.models.is_ready("slow"))
         assert (await server.infer(request("slow"))).model_name == "slow"
         assert server.is_ready()
         text = exposition(registry).decode()
@@ -228,7 +220,7 @@ async def test_a_pinned_instance_that_hangs_refuses_its_batches_and_the_other_se
         await submitted(pool, 1)
         assert pool.healthy  # one instance still serves
         hung.gate.set()
-        await wait_until(lambda: pool.watch is not None and not pool.watch.unhealthy_count)
+        await wait_until_async(lambda: pool.watch is not None and not pool.watch.unhealthy_count)
         await submitted(pool, 0)
     finally:
         hung.gate.set()
@@ -242,7 +234,7 @@ async def test_an_event_driven_instance_is_interrupted_and_serves_once_its_call_
         with pytest.raises(TritonError, match="did not finish executing within"):
             await submitted(pool)
         # interrupting failed the held call, which returned the instance to health
-        await wait_until(lambda: pool.healthy)
+        await wait_until_async(lambda: pool.healthy)
         assert (await submitted(pool)).outputs[0].name == "x"
     finally:
         await asyncio.to_thread(pool.stop)
