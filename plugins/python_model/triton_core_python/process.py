@@ -29,16 +29,14 @@ from triton_core import (
     ExecutionTimes,
     InferenceRequest,
     InferenceResponse,
-    RequestedOutput,
-    RequestFlag,
-    Status,
     Tensor,
     TritonError,
     internal,
     unavailable,
-    unsupported,
 )
 from triton_core_python import ipc
+from triton_core_python.calls import ModelCalls
+from triton_core_python.codes import status_of
 from triton_core_python.metrics import ModelMetricBudget, StubMetrics
 from triton_core_python.shm import Arena, SharedMemoryError
 from triton_core_python.wire import Descriptor, Packer, unpack
@@ -53,18 +51,6 @@ model_logger = logging.getLogger("triton_core_python.model")
 #: pb_utils.LogLevel -> logging levels
 _LOG_LEVELS = {0: logging.INFO, 1: logging.WARNING, 2: logging.ERROR, 3: logging.DEBUG}
 
-#: pb_utils.TritonError codes (TRITONSERVER_Error_Code order) -> statuses
-STATUSES = (
-    Status.UNKNOWN,
-    Status.INTERNAL,
-    Status.NOT_FOUND,
-    Status.INVALID_ARG,
-    Status.UNAVAILABLE,
-    Status.UNSUPPORTED,
-    Status.ALREADY_EXISTS,
-    Status.CANCELLED,
-)
-CODES = {status: code for code, status in enumerate(STATUSES)}
 
 _PACKAGE = Path(__file__).resolve().parent
 _UTILS = _PACKAGE.parent / "triton_python_backend_utils.py"
@@ -107,10 +93,6 @@ def stub_command(python: str, *arguments: str) -> tuple[list[str], dict[str, str
 _EVENTS_PER_CALLBACK = 64
 #: batches with more tensor bytes than this are copied into shared memory off the loop
 _OFFLOAD_BYTES = 1 << 20
-
-
-def status_of(code: int) -> Status:
-    return STATUSES[code] if 0 <= code < len(STATUSES) else Status.INTERNAL
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,9 +160,10 @@ class StubProcess:
         self._pending: dict[int, InferenceRequest] = {}
         self._keys = itertools.count(1)
         self._ids = itertools.count(1)
-        self._bls_tasks: dict[int, asyncio.Task[None]] = {}
         #: the traces of traced requests sent to the stub, by id: their BLS calls continue them
         self._traces: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
+        #: BLS and model-management calls the model makes
+        self.calls = ModelCalls(server, loop, self._send_event, self._traces)
         self._death_lock = threading.Lock()
         self._reader_thread: threading.Thread | None = None
         self._flush_scheduled = False
@@ -253,7 +236,7 @@ class StubProcess:
         finally:
             control_theirs.close()
             events_theirs.close()
-        self.memory = memory
+        self.memory = self.calls.memory = memory
         self.control = ipc.Channel(control, memory, 0)
         self.events = ipc.Channel(events, memory, 1)
         self._watch_events()
@@ -685,11 +668,9 @@ class StubProcess:
         if kind == ipc.RESPONSE:
             self._on_response(message)
         elif kind == ipc.BLS_REQUEST:
-            self._start_call(message.ident, self._bls(message.ident, message.body, message.block))
+            self.calls.start_infer(message)
         elif kind == ipc.BLS_CANCEL:
-            task = self._bls_tasks.get(message.ident)
-            if task is not None:
-                task.cancel()
+            self.calls.cancel(message.ident)
         elif kind == ipc.CANCEL_QUERY:
             request = self._pending.get(message.body)
             sender = request.response_sender if request is not None else None
@@ -698,7 +679,7 @@ class StubProcess:
         elif kind == ipc.LOG:
             self._log(*message.body)
         elif kind == ipc.CONTROL:
-            self._start_call(message.ident, self._control(message.ident, *message.body))
+            self.calls.start_management(message)
         elif kind == ipc.METRIC:
             self._on_metric(message.ident, *message.body)
 
@@ -801,8 +782,7 @@ class StubProcess:
             with contextlib.suppress(RuntimeError):  # the loop is closed
                 if self.event_driven:
                     loop.call_soon_threadsafe(self._fail_in_flight, description)
-                for task in list(self._bls_tasks.values()):
-                    loop.call_soon_threadsafe(task.cancel)
+                self.calls.cancel_all()
         self._fail_pending(
             f"the Python process of model '{self.settings.model_name}' instance "
             f"'{self.settings.instance_name}' {description}; the instance is restarting"
@@ -830,118 +810,6 @@ class StubProcess:
         else:
             with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits
                 self._loop.call_soon_threadsafe(fail)
-
-    # -- calls the model makes (tasks on the event loop) ----------------------------------------
-
-    def _start_call(self, ident: int, coroutine: Any) -> None:
-        if self._loop is None:
-            coroutine.close()
-            self._send_event(
-                ipc.BLS_RESPONSE,
-                ident,
-                (True, ((), (CODES[Status.UNSUPPORTED], "no server to call"), None)),
-                None,
-            )
-            return
-        task = self._loop.create_task(coroutine)
-        self._bls_tasks[ident] = task
-        task.add_done_callback(lambda _: self._bls_tasks.pop(ident, None))
-
-    async def _bls(self, ident: int, body: Any, block: Any) -> None:
-        (
-            model_name, version, request_id, correlation_id, flags, timeout, parameters,
-            outputs, descriptors, decoupled, trace_id,
-        ) = body  # fmt: skip
-        memory = self.memory
-        assert memory is not None and self._server is not None
-        owner = memory.take_block(block)
-        request = InferenceRequest(
-            model_name,
-            {d[0]: Tensor(d[0], d[1], unpack(owner, d)) for d in descriptors},
-            model_version=version,
-            id=request_id,
-            outputs=[RequestedOutput(name) for name in outputs] if outputs else None,
-            parameters=dict(parameters or {}),
-            timeout_us=timeout,
-            correlation_id=correlation_id,
-            flags=RequestFlag(flags & 3),
-        )
-        parent = self._traces.get(trace_id) if isinstance(trace_id, int) else None
-        if parent is not None:  # pb_utils.InferenceRequest(..., trace=request.trace())
-            request.trace = parent.child()
-        del owner
-        server = self._server
-        try:
-            if decoupled:
-                async for response in server.infer_stream(request):
-                    self._send_bls(ident, response.final, response)
-            else:
-                response = await server.infer(request, nested=True)
-                self._send_bls(ident, True, response)
-        except asyncio.CancelledError:
-            self._send_bls_error(ident, TritonError(Status.CANCELLED, "BLS request cancelled"))
-        except TritonError as error:
-            self._send_bls_error(ident, error)
-        except Exception as exc:
-            logger.exception("BLS request to model '%s' failed", model_name)
-            self._send_bls_error(
-                ident, internal(f"BLS request to model '{model_name}' failed: {exc}")
-            )
-
-    def _send_bls(self, ident: int, final: bool, response: InferenceResponse) -> None:
-        memory = self.memory
-        assert memory is not None
-        packer = Packer()
-        descriptors = tuple(
-            packer.add(tensor.name, tensor.datatype, tensor.data) for tensor in response.outputs
-        )
-        parameters = {
-            key: value
-            for key, value in response.parameters.items()
-            if key != "triton_final_response"
-        }
-        try:
-            block = packer.write(memory.arena)
-        except SharedMemoryError as exc:
-            self._send_bls_error(ident, unavailable(str(exc)))
-            return
-        self._send_event(
-            ipc.BLS_RESPONSE, ident, (final, (descriptors, None, parameters or None)), block
-        )
-
-    def _send_bls_error(self, ident: int, error: TritonError) -> None:
-        self._send_event(
-            ipc.BLS_RESPONSE,
-            ident,
-            (True, ((), (CODES.get(error.status, 1), error.message), None)),
-            None,
-        )
-
-    async def _control(self, ident: int, operation: str, args: Any) -> None:
-        server = self._server
-        assert server is not None
-        try:
-            value: Any = None
-            if operation == "ready":
-                name, version = args
-                try:
-                    value = server.model_ready(name, int(version) if version else -1)
-                except (TritonError, ValueError):
-                    value = False
-            elif operation == "load":
-                name, config, files = args
-                # Triton's BLS names uploaded files "file:<version>/<path>"
-                files = {key.removeprefix("file:"): data for key, data in files.items()}
-                await server.load_model(name, config or None, files or None)
-            elif operation == "unload":
-                name, unload_dependents = args
-                await server.unload_model(name, bool(unload_dependents))
-            else:
-                raise unsupported(f"unknown model management call '{operation}'")
-            answer: tuple[bool, Any] = (True, value)
-        except TritonError as error:
-            answer = (False, error.message)
-        self._send_event(ipc.CONTROL_ANSWER, ident, answer, None)
 
 
 def _times(measured: tuple[int, int, int, int] | None) -> ExecutionTimes | None:
