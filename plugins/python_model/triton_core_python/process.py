@@ -29,17 +29,17 @@ from triton_core import (
     ExecutionTimes,
     InferenceRequest,
     InferenceResponse,
-    Tensor,
     TritonError,
     internal,
     unavailable,
 )
 from triton_core_python import ipc
+from triton_core_python.batches import BatchCodec
 from triton_core_python.calls import ModelCalls
 from triton_core_python.codes import status_of
 from triton_core_python.metrics import ModelMetricBudget, StubMetrics
 from triton_core_python.shm import Arena, SharedMemoryError
-from triton_core_python.wire import Descriptor, Packer, unpack
+from triton_core_python.wire import Packer
 
 if TYPE_CHECKING:
     from triton_core import Server
@@ -156,14 +156,13 @@ class StubProcess:
         #: (requests, done, StubDied) of a batch from begin_execute the process never
         #: answered, instead of done(StubDied): the owner retries or fails it
         self.on_batch_died: Any = None
-        #: decoupled requests by key, until their final response
-        self._pending: dict[int, InferenceRequest] = {}
-        self._keys = itertools.count(1)
         self._ids = itertools.count(1)
         #: the traces of traced requests sent to the stub, by id: their BLS calls continue them
         self._traces: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
         #: BLS and model-management calls the model makes
         self.calls = ModelCalls(server, loop, self._send_event, self._traces)
+        #: batches to the stub's wire form and back; its decoupled requests by key
+        self.codec = BatchCodec(settings, self._traces)
         self._death_lock = threading.Lock()
         self._reader_thread: threading.Thread | None = None
         self._flush_scheduled = False
@@ -236,7 +235,7 @@ class StubProcess:
         finally:
             control_theirs.close()
             events_theirs.close()
-        self.memory = self.calls.memory = memory
+        self.memory = self.calls.memory = self.codec.memory = memory
         self.control = ipc.Channel(control, memory, 0)
         self.events = ipc.Channel(events, memory, 1)
         self._watch_events()
@@ -356,12 +355,12 @@ class StubProcess:
         assert control is not None
         if self.dead:
             raise StubDied(sent=False)
-        body, packer, keys = self._encode(requests)
+        body, packer, keys = self.codec.encode(requests)
         self._send_batch(next(self._ids), body, packer, keys)
         try:
             message = control.recv()
         except ipc.PeerClosed:
-            self._forget(keys)
+            self.codec.forget(keys)
             raise StubDied(sent=True, description=self.exit_description()) from None
         assert message is not None
         return self._result(message, keys)
@@ -378,7 +377,7 @@ class StubProcess:
             raise StubDied(sent=False)
         ident = next(self._ids)
         if _estimated_bytes(requests) < _OFFLOAD_BYTES:
-            body, packer, keys = self._encode(requests)
+            body, packer, keys = self.codec.encode(requests)
             self._in_flight[ident] = [keys, done, requests]
             try:
                 self._send_batch(ident, body, packer, keys)
@@ -394,7 +393,7 @@ class StubProcess:
     def _send_off_loop(self, ident: int, requests: list[InferenceRequest]) -> None:
         assert self._loop is not None
         try:
-            body, packer, keys = self._encode(requests)
+            body, packer, keys = self.codec.encode(requests)
             self._loop.call_soon_threadsafe(self._set_keys, ident, keys)
             self._send_batch(ident, body, packer, keys)
         except BaseException as exc:
@@ -410,51 +409,6 @@ class StubProcess:
         if entry is not None:
             self._fail_batch(entry, exc)
 
-    def _encode(self, requests: list[InferenceRequest]) -> tuple[list[Any], Packer, list[int]]:
-        packer = Packer()
-        add = packer.add
-        decoupled = self.decoupled
-        reshapes = self.settings.input_reshapes
-        body = []
-        keys = []
-        for index, request in enumerate(requests):
-            if reshapes:
-                inputs = [
-                    add(name, t.datatype, _reshaped(reshapes, name, t.data))
-                    for name, t in request.inputs.items()
-                ]
-            else:
-                inputs = [add(name, t.datatype, t.data) for name, t in request.inputs.items()]
-            if decoupled:
-                key = next(self._keys)
-                self._pending[key] = request
-                keys.append(key)
-            else:
-                key = index
-            outputs = request.outputs
-            body.append(
-                (
-                    key,
-                    request.id,
-                    request.correlation_id,
-                    int(request.flags),
-                    request.parameters or None,
-                    None if outputs is None else [output.name for output in outputs],
-                    inputs,
-                    request.timeout_us,
-                    self._trace_reference(request),
-                )
-            )
-        return body, packer, keys
-
-    def _trace_reference(self, request: InferenceRequest) -> tuple[int, str] | None:
-        """(trace id, W3C context) of a traced request, for ``request.trace()`` in the stub."""
-        trace = request.trace
-        if trace is None:
-            return None
-        self._traces[trace.id] = trace
-        return trace.id, trace.context()
-
     def _send_batch(self, ident: int, body: list[Any], packer: Packer, keys: list[int]) -> None:
         memory, control = self.memory, self.control
         assert memory is not None and control is not None
@@ -462,17 +416,17 @@ class StubProcess:
             block = packer.write(memory.arena)
             control.send(ipc.EXECUTE, ident, body, block)
         except SharedMemoryError as exc:
-            self._forget(keys)
+            self.codec.forget(keys)
             raise unavailable(
                 f"model '{self.settings.model_name}' instance '{self.settings.instance_name}': "
                 f"{exc}"
             ) from None
         except ipc.PeerClosed:
-            self._forget(keys)
+            self.codec.forget(keys)
             raise StubDied(sent=False) from None
         except (ValueError, OSError):
             # the process died and its memory was released while this batch was copied
-            self._forget(keys)
+            self.codec.forget(keys)
             if self.dead:
                 raise StubDied(sent=False) from None
             raise
@@ -480,12 +434,12 @@ class StubProcess:
     def _result(self, message: ipc.Message, keys: list[int]) -> list[InferenceResponse] | None:
         status, payload, _ = message.body
         if status:
-            self._forget(keys)
+            self.codec.forget(keys)
             code, text = payload
             raise TritonError(status_of(code), text)
         if self.decoupled:
             return None
-        return self._responses(message.block, payload)
+        return self.codec.responses(message.block, payload)
 
     def _on_control(self) -> None:
         """The answer to the batch in flight (event-loop mode), or the end of the process."""
@@ -521,7 +475,7 @@ class StubProcess:
         """Fail the batches sent to the process when it ended (on the loop)."""
         in_flight, self._in_flight = self._in_flight, {}
         for entry in in_flight.values():
-            self._forget(entry[0])
+            self.codec.forget(entry[0])
             self._fail_batch(entry, StubDied(sent=True, description=description))
 
     def _fail_batch(self, entry: list[Any], exc: BaseException) -> None:
@@ -531,64 +485,6 @@ class StubProcess:
             self.on_batch_died(requests, done, exc)
         else:
             done(exc)
-
-    def _responses(self, block: Any, items: list[Any]) -> list[InferenceResponse]:
-        memory = self.memory
-        assert memory is not None
-        owner = memory.take_block(block)
-        responses = []
-        for item in items:
-            if item is None:
-                responses.append(
-                    InferenceResponse(
-                        error=internal(
-                            f"model '{self.settings.model_name}' returned None instead of a "
-                            "response for a request"
-                        )
-                    )
-                )
-                continue
-            descriptors, error, parameters = item
-            if error is not None:
-                responses.append(
-                    InferenceResponse(error=TritonError(status_of(error[0]), error[1]))
-                )
-                continue
-            outputs = [Tensor(d[0], self._datatype(d), unpack(owner, d)) for d in descriptors]
-            if self.settings.output_reshapes:
-                reshape_error = self._reshape_outputs(outputs)
-                if reshape_error is not None:
-                    responses.append(InferenceResponse(error=reshape_error))
-                    continue
-            responses.append(InferenceResponse(outputs, parameters or {}))
-        return responses
-
-    def _reshape_outputs(self, outputs: list[Tensor]) -> TritonError | None:
-        """View outputs in the config's dims where the config reshapes them."""
-        reshapes = self.settings.output_reshapes
-        for tensor in outputs:
-            reshape = reshapes.get(tensor.name)
-            if reshape is None:
-                continue
-            try:
-                tensor.data = reshape(tensor.data)
-            except ValueError:
-                return internal(
-                    f"model '{self.settings.model_name}' returned output '{tensor.name}' with "
-                    f"shape {list(tensor.data.shape)}, which does not match its config reshape"
-                )
-        return None
-
-    def _datatype(self, descriptor: Descriptor) -> str:
-        """An output's datatype: the bits of a BF16 output travel as UINT16."""
-        datatype = descriptor[1]
-        if datatype == "UINT16" and descriptor[0] in self.settings.bf16_outputs:
-            return "BF16"
-        return datatype
-
-    def _forget(self, keys: list[int]) -> None:
-        for key in keys:
-            self._pending.pop(key, None)
 
     # -- events (the event loop) ----------------------------------------------------------------
 
@@ -672,7 +568,7 @@ class StubProcess:
         elif kind == ipc.BLS_CANCEL:
             self.calls.cancel(message.ident)
         elif kind == ipc.CANCEL_QUERY:
-            request = self._pending.get(message.body)
+            request = self.codec.pending.get(message.body)
             sender = request.response_sender if request is not None else None
             cancelled = sender is None or sender.is_cancelled()
             self._send_event(ipc.CANCEL_ANSWER, message.ident, cancelled, None)
@@ -722,12 +618,12 @@ class StubProcess:
         flags, item = message.body
         final = bool(flags & 1)
         key = message.ident
-        request = self._pending.pop(key, None) if final else self._pending.get(key)
+        request = self.codec.pending.pop(key, None) if final else self.codec.pending.get(key)
         if request is None or request.response_sender is None:
             return  # its stream already failed (execute raised, or the process restarted)
         response = None
         if item is not None:
-            response = self._responses(message.block, [item])[0]
+            response = self.codec.responses(message.block, [item])[0]
         try:
             request.response_sender.send(response, final=final)
         except TritonError as error:
@@ -792,8 +688,8 @@ class StubProcess:
             self.on_death(self)
 
     def _fail_pending(self, reason: str) -> None:
-        pending = list(self._pending.items())
-        self._pending.clear()
+        pending = list(self.codec.pending.items())
+        self.codec.pending.clear()
         if not pending:
             return
 
@@ -821,11 +717,6 @@ def _times(measured: tuple[int, int, int, int] | None) -> ExecutionTimes | None:
     if not received <= started <= ended <= answered:
         return None
     return ExecutionTimes(received, started - received, ended - started, answered - ended)
-
-
-def _reshaped(reshapes: Mapping[str, Callable[[Any], Any]], name: str, array: Any) -> Any:
-    reshape = reshapes.get(name)
-    return array if reshape is None else reshape(array)
 
 
 def _estimated_bytes(requests: list[InferenceRequest]) -> int:
