@@ -73,10 +73,13 @@ def free_port() -> int:
 POLL_SECONDS = 0.01
 
 T = TypeVar("T")
+#: what a wait is for, in its failure: text, or a callable that gives it then
+What = str | Callable[[], str]
 
 
-def wait_until(predicate: Callable[[], T], timeout: float = 30.0, what: str = "") -> T:
-    """``predicate()`` once it is true; fail naming ``what`` after ``timeout`` seconds.
+def wait_until(predicate: Callable[[], T], timeout: float = 30.0, what: What = "") -> T:
+    """``predicate()`` once it is true; fail naming ``what`` after ``timeout`` seconds
+    (a callable ``what`` is called then, e.g. for the end of a log).
 
     For ordering a test on something the code under test does (a thread, a process): bounded
     in time and in the number of looks.
@@ -88,7 +91,7 @@ def wait_until(predicate: Callable[[], T], timeout: float = 30.0, what: str = ""
     return _last_look(predicate, timeout, what)
 
 
-async def wait_until_async(predicate: Callable[[], T], timeout: float = 30.0, what: str = "") -> T:
+async def wait_until_async(predicate: Callable[[], T], timeout: float = 30.0, what: What = "") -> T:
     """:func:`wait_until` on an event loop: the loop runs while it waits."""
     for _ in range(_looks(timeout)):
         if value := predicate():
@@ -101,10 +104,11 @@ def _looks(timeout: float) -> int:
     return max(1, int(timeout / POLL_SECONDS))
 
 
-def _last_look(predicate: Callable[[], T], timeout: float, what: str) -> T:
+def _last_look(predicate: Callable[[], T], timeout: float, what: What) -> T:
     if value := predicate():
         return value
-    raise AssertionError(f"timed out after {timeout} s waiting for {what or 'the condition'}")
+    described = what() if callable(what) else what
+    raise AssertionError(f"timed out after {timeout} s waiting for {described or 'the condition'}")
 
 
 class ServerProcess(testing.ServerProcess):
