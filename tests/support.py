@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
 import subprocess
@@ -9,8 +10,9 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 from triton_core import testing
 from triton_core.plugins import PluginManager
@@ -65,6 +67,48 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+#: how often the waits below look again
+POLL_SECONDS = 0.01
+
+T = TypeVar("T")
+#: what a wait is for, in its failure: text, or a callable that gives it then
+What = str | Callable[[], str]
+
+
+def wait_until(predicate: Callable[[], T], timeout: float = 30.0, what: What = "") -> T:
+    """``predicate()`` once it is true; fail naming ``what`` after ``timeout`` seconds
+    (a callable ``what`` is called then, e.g. for the end of a log).
+
+    For ordering a test on something the code under test does (a thread, a process): bounded
+    in time and in the number of looks.
+    """
+    for _ in range(_looks(timeout)):
+        if value := predicate():
+            return value
+        time.sleep(POLL_SECONDS)
+    return _last_look(predicate, timeout, what)
+
+
+async def wait_until_async(predicate: Callable[[], T], timeout: float = 30.0, what: What = "") -> T:
+    """:func:`wait_until` on an event loop: the loop runs while it waits."""
+    for _ in range(_looks(timeout)):
+        if value := predicate():
+            return value
+        await asyncio.sleep(POLL_SECONDS)
+    return _last_look(predicate, timeout, what)
+
+
+def _looks(timeout: float) -> int:
+    return max(1, int(timeout / POLL_SECONDS))
+
+
+def _last_look(predicate: Callable[[], T], timeout: float, what: What) -> T:
+    if value := predicate():
+        return value
+    described = what() if callable(what) else what
+    raise AssertionError(f"timed out after {timeout} s waiting for {described or 'the condition'}")
 
 
 class ServerProcess(testing.ServerProcess):

@@ -29,6 +29,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "triton_core.backend": (
         "Backend",
         "BackendModel",
+        "EventDrivenInstance",
         "InstanceSpec",
         "ModelContext",
         "ModelInstance",
@@ -135,6 +136,7 @@ if TYPE_CHECKING:
     from triton_core.backend import (
         Backend,
         BackendModel,
+        EventDrivenInstance,
         InstanceSpec,
         ModelContext,
         ModelInstance,
@@ -267,6 +269,7 @@ __all__ = [
     "CacheRegistry",
     "CacheStatistics",
     "DataType",
+    "EventDrivenInstance",
     "ExecutionTimes",
     "InferenceRequest",
     "InferenceResponse",

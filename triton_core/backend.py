@@ -68,16 +68,6 @@ class InstanceSpec:
 class ModelInstance(ABC):
     """An execution context of a model (a session, an engine, a process)."""
 
-    #: True for an instance that executes in another process and implements
-    #: :meth:`begin_execute`: the server then drives it from the event loop, with no worker
-    #: thread (an instance may set it per object, e.g. only when it has a loop to run on)
-    event_driven: bool = False
-    #: batches an event-driven instance may hold at once. With 2, the default scheduler
-    #: hands it the next batch while one executes (it waits in the instance's own queue,
-    #: such as a socket), so the instance goes on to it without waiting for the event loop;
-    #: schedulers that form batches when an instance frees up still hand over one at a time
-    max_batches_in_flight: ClassVar[int] = 1
-
     @abstractmethod
     def execute(self, requests: list[InferenceRequest]) -> list[InferenceResponse]:
         """Run a batch of validated requests; return one response per request, in order.
@@ -96,24 +86,8 @@ class ModelInstance(ABC):
         The thread runs this instance's batches only, for the instance's whole life: set
         per-thread framework state here (thread counts, the current device or stream, a grad
         mode) once instead of on every call. An exception is logged and the thread goes on.
-        Not called for ``event_driven`` instances.
+        Not called for instances that run event-driven (:class:`EventDrivenInstance`).
         """
-
-    def begin_execute(
-        self,
-        requests: list[InferenceRequest],
-        done: Callable[..., None],
-    ) -> None:
-        """Start a batch and return at once (``event_driven`` instances only).
-
-        Called on the event loop, with at most :attr:`max_batches_in_flight` batches
-        started and not yet done per instance. Call ``done(result, times=None)`` exactly
-        once per batch, on the event loop and not from within this call: ``result`` is what
-        :meth:`execute` would return, or the exception that fails the batch; ``times``
-        (:class:`~triton_core.ExecutionTimes`, optional) is when and how long
-        the batch really ran, for the statistics, where it did not start at once.
-        """
-        raise NotImplementedError
 
     def finalize(self) -> None:  # noqa: B027 - optional hook
         """Release what the instance holds. Called once, after its last ``execute``."""
@@ -136,6 +110,48 @@ class ModelInstance(ABC):
         without waiting for ``execute`` or anything it holds. The server exits right after,
         with or without :meth:`finalize`; an exception is logged and ignored.
         """
+
+
+class EventDrivenInstance(ModelInstance):
+    """An instance that executes in another process and answers through a callback.
+
+    The server drives it from the event loop with :meth:`begin_execute`, with no worker
+    thread, so a batch costs no thread hop. An instance that can run this way only some of
+    the time (e.g. only when it has a loop to run on) sets :attr:`event_driven` to False
+    per object and is then run on a worker thread with :meth:`execute`, like any other.
+    """
+
+    #: whether this object runs event-driven; False: on a worker thread with :meth:`execute`.
+    #: A model's instances are driven from the loop only when every one of them says True
+    event_driven: bool = True
+    #: batches the instance may hold at once. With 2, the default scheduler hands it the
+    #: next batch while one executes (it waits in the instance's own queue, such as a
+    #: socket), so the instance goes on to it without waiting for the event loop;
+    #: schedulers that form batches when an instance frees up still hand over one at a time
+    max_batches_in_flight: int = 1
+
+    @abstractmethod
+    def begin_execute(
+        self,
+        requests: list[InferenceRequest],
+        done: Callable[..., None],
+    ) -> None:
+        """Start a batch and return at once (on the event loop).
+
+        Called with at most :attr:`max_batches_in_flight` batches started and not yet
+        done. Call ``done(result, times=None)`` exactly once per batch, on the event loop
+        and not from within this call: ``result`` is what :meth:`execute` would return, or
+        the exception that fails the batch; ``times``
+        (:class:`~triton_core.ExecutionTimes`, optional) is when and how long the batch
+        really ran, for the statistics, where it did not start at once.
+        """
+
+    def execute(self, requests: list[InferenceRequest]) -> list[InferenceResponse]:
+        """Run a batch on a worker thread: only called while :attr:`event_driven` is False;
+        override it if the instance may run that way."""
+        raise NotImplementedError(
+            f"{type(self).__name__} runs event-driven only: it has no execute()"
+        )
 
 
 class BackendModel(ABC):

@@ -31,7 +31,7 @@ from triton_core.statistics import ExecutionTimes
 from triton_core.types import InferenceRequest, Tensor
 
 if TYPE_CHECKING:
-    from triton_core.backend import ModelInstance
+    from triton_core.backend import EventDrivenInstance, ModelInstance
     from triton_core.model import ModelSignature
     from triton_core.statistics import ModelStatistics
     from triton_core.types import InferenceResponse
@@ -246,7 +246,7 @@ class Warmup:
                 sender.finished.wait()
             self._finish(sample, requests, result, errors, start)
 
-    async def run_async(self, instance: ModelInstance, name: str) -> None:
+    async def run_async(self, instance: EventDrivenInstance, name: str) -> None:
         """Every sample on an event-driven ``instance`` (on the event loop)."""
         loop = asyncio.get_running_loop()
         for sample, iteration in self._runs():

@@ -19,17 +19,20 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from tests.support import ServerProcess, write_numpy_model
+from tests.support import ServerProcess, wait_until, write_numpy_model
 
 pytest.importorskip("triton_core_test_batch_strategy")
 
 NUMPY_PLUGIN = {"TRITON_CORE_PLUGINS": "tests.plugins.numpy_backend"}
 SLOW = 'parameters {{ key: "sleep_ms" value {{ string_value: "{ms}" }} }}'
+#: the numpy backend appends a line here per execute: a test sees a batch begin
+STARTED = 'parameters {{ key: "started_file" value {{ string_value: "{path}" }} }}'
 
 
 @pytest.fixture(scope="module")
 def batching_server(tmp_path_factory):
     repo = tmp_path_factory.mktemp("batching_models")
+    started = tmp_path_factory.mktemp("batching_started")
     write_numpy_model(
         repo,
         "batched",
@@ -41,21 +44,24 @@ def batching_server(tmp_path_factory):
         "prio",
         max_batch_size=1,
         extra="dynamic_batching { priority_levels: 2 default_priority_level: 2 }\n"
-        + SLOW.format(ms=500),
+        + SLOW.format(ms=500)
+        + STARTED.format(path=started / "prio"),
     )
     write_numpy_model(
         repo,
         "timeout",
         max_batch_size=1,
         extra="dynamic_batching { default_queue_policy { allow_timeout_override: true } }\n"
-        + SLOW.format(ms=2000),
+        + SLOW.format(ms=2000)
+        + STARTED.format(path=started / "timeout"),
     )
     write_numpy_model(
         repo,
         "bounded",
         max_batch_size=1,
         extra="dynamic_batching { default_queue_policy { max_queue_size: 1 } }\n"
-        + SLOW.format(ms=2000),
+        + SLOW.format(ms=2000)
+        + STARTED.format(path=started / "bounded"),
     )
     write_numpy_model(
         repo,
@@ -77,6 +83,7 @@ def batching_server(tmp_path_factory):
     )
     try:
         process.wait_ready()
+        process.started = started  # type: ignore[attr-defined]
         yield process
     finally:
         assert process.stop() == 0, process.log()[-4000:]
@@ -88,6 +95,29 @@ def inputs(value: int, module=httpclient, rows: int = 1):  # type: ignore[no-unt
     for tensor in tensors:
         tensor.set_data_from_numpy(data)
     return tensors
+
+
+def executions_started(server: ServerProcess, model: str) -> int:
+    path = server.started / model  # type: ignore[attr-defined]
+    return len(path.read_text().splitlines()) if path.exists() else 0
+
+
+def wait_executing(server: ServerProcess, model: str, before: int) -> None:
+    """Until the model began an execution after ``before`` had begun."""
+    wait_until(lambda: executions_started(server, model) > before, what=f"{model} to execute")
+
+
+def wait_pending(server: ServerProcess, model: str, count: int) -> None:
+    """Until ``count`` requests of the model wait in its queue (the pending metric)."""
+
+    def pending() -> bool:
+        with urllib.request.urlopen(server.metrics_url, timeout=5) as reply:
+            lines = reply.read().decode().splitlines()
+        family = "nv_inference_pending_request_count{"
+        samples = [x for x in lines if x.startswith(family) and f'model="{model}"' in x]
+        return bool(samples) and float(samples[0].rsplit(" ", 1)[1]) == count
+
+    wait_until(pending, what=f"{count} pending requests of {model}")
 
 
 class Responses:
@@ -134,8 +164,9 @@ def test_requests_are_batched_and_each_gets_its_own_rows(batching_server):
 def test_higher_priority_requests_run_first(batching_server):
     client = grpcclient.InferenceServerClient(batching_server.grpc_url)
     responses = Responses()
+    before = executions_started(batching_server, "prio")
     client.async_infer("prio", inputs(0, grpcclient), responses.callback("busy"))
-    time.sleep(0.15)  # "busy" is executing (500 ms); everything below queues behind it
+    wait_executing(batching_server, "prio", before)  # for 500 ms: the rest queues behind it
     for i in range(3):
         client.async_infer("prio", inputs(1, grpcclient), responses.callback(f"low{i}"), priority=2)
     for i in range(3):
@@ -151,8 +182,9 @@ def test_higher_priority_requests_run_first(batching_server):
 def test_a_queue_timeout_is_enforced_while_a_batch_executes(batching_server):
     grpc = grpcclient.InferenceServerClient(batching_server.grpc_url)
     responses = Responses()
+    before = executions_started(batching_server, "timeout")
     grpc.async_infer("timeout", inputs(0, grpcclient), responses.callback("busy"))
-    time.sleep(0.15)  # "busy" executes for 2 s
+    wait_executing(batching_server, "timeout", before)  # "busy" executes for 2 s
     http = httpclient.InferenceServerClient(batching_server.http_url)
     with pytest.raises(InferenceServerException) as info:
         http.infer("timeout", inputs(1), timeout=50_000)  # µs, Triton's request parameter
@@ -171,10 +203,11 @@ def test_a_queue_timeout_is_enforced_while_a_batch_executes(batching_server):
 def test_a_full_queue_rejects_at_once_with_503(batching_server):
     grpc = grpcclient.InferenceServerClient(batching_server.grpc_url)
     responses = Responses()
+    before = executions_started(batching_server, "bounded")
     grpc.async_infer("bounded", inputs(0, grpcclient), responses.callback("busy"))
-    time.sleep(0.15)
+    wait_executing(batching_server, "bounded", before)  # "busy" executes for 2 s
     grpc.async_infer("bounded", inputs(1, grpcclient), responses.callback("queued"))
-    time.sleep(0.15)
+    wait_pending(batching_server, "bounded", 1)
     http = httpclient.InferenceServerClient(batching_server.http_url)
     with pytest.raises(InferenceServerException) as info:
         http.infer("bounded", inputs(2))

@@ -5,7 +5,6 @@ setting loads with a warning naming it."""
 from __future__ import annotations
 
 import textwrap
-import time
 import urllib.request
 from pathlib import Path
 
@@ -14,7 +13,7 @@ import pytest
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from tests.support import ServerProcess, explicit_mode_server
+from tests.support import ServerProcess, explicit_mode_server, wait_until
 
 pytest.importorskip("triton_core_python")
 
@@ -104,10 +103,8 @@ def test_passive_instances_load_get_no_requests_and_finalize(server, repo):
     assert {_who(client, "with_passive") for _ in range(6)} == {"serving_0"}
     client.unload_model("with_passive")
     expected = {f"finalized.{n}" for n in ("serving_0", "standby_0", "standby_1")}
-    deadline = time.monotonic() + 30  # the unload returns before the instances finalize
-    while time.monotonic() < deadline and not expected <= {p.name for p in files.iterdir()}:
-        time.sleep(0.05)
-    assert expected <= {p.name for p in files.iterdir()}
+    # the unload returns before the instances finalize
+    wait_until(lambda: expected <= {p.name for p in files.iterdir()}, what="the finalizes")
 
 
 def test_a_model_with_only_passive_instances_is_refused(server):

@@ -17,7 +17,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from tests.support import ServerProcess, write_numpy_model
+from tests.support import ServerProcess, wait_until, write_numpy_model
 
 PLUGINS = {"TRITON_CORE_PLUGINS": "tests.plugins.numpy_backend,tests.plugins.agent_plugin"}
 
@@ -48,13 +48,6 @@ def numpy_config(max_batch_size: int = 8, **parameters: str) -> str:
 
 def index_of(client) -> dict:
     return {(e["name"], e.get("version")): e for e in client.get_model_repository_index()}
-
-
-def wait_for(predicate, timeout: float = 30.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
 
 
 def post(process, path: str, body: bytes = b"") -> tuple[int, bytes]:
@@ -203,12 +196,12 @@ def test_reload_under_continuous_load_fails_no_request(repo):
         for thread in threads:
             thread.start()
         control = httpclient.InferenceServerClient(process.http_url)
-        wait_for(lambda: outcome["ok"] > 20, what="requests before the reloads")
+        wait_until(lambda: outcome["ok"] > 20, what="requests before the reloads")
         for round_ in range(6):
             control.load_model("alpha", config=numpy_config(sleep_ms=str(round_ % 3)))
-            time.sleep(0.1)
+            time.sleep(0.1)  # requests run between the reloads: the load under test
         before = outcome["ok"]
-        wait_for(lambda: outcome["ok"] > before + 20, what="requests after the reloads")
+        wait_until(lambda: outcome["ok"] > before + 20, what="requests after the reloads")
         stop.set()
         for thread in threads:
             thread.join(30)
@@ -262,10 +255,10 @@ def test_poll_mode_follows_the_repository(repo):
         process.wait_ready()
         client = httpclient.InferenceServerClient(process.http_url)
         write_numpy_model(repo, "gamma", kind="add_sub")
-        wait_for(lambda: _ready(client, "gamma"), what="gamma to load")
+        wait_until(lambda: _ready(client, "gamma"), what="gamma to load")
 
         write_numpy_model(repo, "alpha", kind="add_sub", versions=(1, 2))
-        wait_for(lambda: client.get_model_metadata("alpha")["versions"] == ["2"],
+        wait_until(lambda: client.get_model_metadata("alpha")["versions"] == ["2"],
                  what="version 2 to replace version 1")  # fmt: skip
 
         text = (
@@ -274,7 +267,7 @@ def test_poll_mode_follows_the_repository(repo):
             .replace("max_batch_size: 8", "max_batch_size: 3")
         )
         (repo / "beta" / "config.pbtxt").write_text(text)
-        wait_for(lambda: client.get_model_config("beta")["max_batch_size"] == 3,
+        wait_until(lambda: client.get_model_config("beta")["max_batch_size"] == 3,
                  what="beta's new config")  # fmt: skip
 
         (repo / "beta" / "config.pbtxt").write_text("max_batch_size: broken")
@@ -282,7 +275,7 @@ def test_poll_mode_follows_the_repository(repo):
         assert client.is_model_ready("beta")
 
         shutil.rmtree(repo / "gamma")
-        wait_for(lambda: not _ready(client, "gamma"), what="gamma to unload")
+        wait_until(lambda: not _ready(client, "gamma"), what="gamma to unload")
         assert client.is_model_ready("alpha")
 
 
@@ -312,9 +305,9 @@ def test_poll_mode_reload_unloads_the_replaced_versions_agents(repo, tmp_path):
         client = httpclient.InferenceServerClient(process.http_url)
         write_numpy_model(repo, "watched", kind="add_sub", versions=(1, 2),
                           extra=recorder_agents(log))  # fmt: skip
-        wait_for(lambda: client.get_model_metadata("watched")["versions"] == ["2"],
+        wait_until(lambda: client.get_model_metadata("watched")["versions"] == ["2"],
                  what="version 2 to replace version 1")  # fmt: skip
-        wait_for(lambda: log.read_text().count("UNLOAD_COMPLETE") == 2,
+        wait_until(lambda: log.read_text().count("UNLOAD_COMPLETE") == 2,
                  what="the replaced set's UNLOAD_COMPLETE")  # fmt: skip
         client.infer("watched", inputs(1))
     rows = [line.split() for line in log.read_text().splitlines()]

@@ -8,7 +8,6 @@ import os
 import shutil
 import subprocess
 import threading
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,7 +22,7 @@ from tritonclient.utils import InferenceServerException, serialize_byte_tensor
 
 from tests.e2e.conftest import DATATYPES, SIMPLE_CONFIG
 from tests.e2e.test_sequences import controls, write_model
-from tests.support import ServerProcess, write_numpy_model
+from tests.support import ServerProcess, wait_until, write_numpy_model
 from triton_core.shared_memory.cuda import cuda_support
 
 onnx_builders = pytest.importorskip("triton_core_onnx.model_builders")
@@ -725,10 +724,7 @@ def test_unregister_while_a_request_uses_the_region_is_safe(
 
     thread = threading.Thread(target=send)
     thread.start()
-    deadline = time.monotonic() + 60
-    while not started.exists() and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert started.exists()
+    wait_until(started.exists, 60, what="the model to start executing")
     http.unregister_system_shared_memory(name)
     assert http.get_system_shared_memory_status() == []
     http.register_system_shared_memory(name, key, 64)  # the name is free again

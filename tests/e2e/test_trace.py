@@ -5,9 +5,7 @@ traces."""
 from __future__ import annotations
 
 import json
-import time
 import urllib.request
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +16,7 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from tests.e2e.conftest import SIMPLE_CONFIG
-from tests.support import ServerProcess
+from tests.support import ServerProcess, wait_until
 
 onnx_builders = pytest.importorskip("triton_core_onnx.model_builders")
 pytestmark = pytest.mark.timeout(180)
@@ -135,15 +133,6 @@ def serve(repository: Path, trace_file: Path, *settings: str) -> ServerProcess:
 def stop(process: ServerProcess) -> None:
     code = process.stop()
     assert code == 0, process.log()[-3000:]
-
-
-def wait_for(condition: Callable[[], bool], timeout: float = 30.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.02)
-    return True
 
 
 def read_traces(path: Path) -> list[dict[str, Any]]:
@@ -272,7 +261,7 @@ def test_rate_samples_one_in_n_and_count_stops_and_writes_an_indexed_file(
             settings = client.get_trace_settings()
         assert settings["trace_count"] == "0"
         # the count reached 0 and every sampled trace was collected: written at once
-        assert wait_for(lambda: (tmp_path / "counted.json.0").exists())
+        wait_until(lambda: (tmp_path / "counted.json.0").exists(), what="the trace file")
     finally:
         stop(process)
     traces = by_id(read_traces(tmp_path / "counted.json.0"))

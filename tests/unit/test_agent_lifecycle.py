@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from tests.plugins import agent_plugin, numpy_backend
-from tests.support import write_numpy_model
+from tests.support import wait_until_async, write_numpy_model
 from triton_core.server import Server, ServerOptions
 from triton_core.testing import inference_request, plugin_manager
 
@@ -138,9 +138,6 @@ async def test_an_agent_hung_at_load_fails_the_load_at_its_timeout_and_hears_loa
         agent_plugin.RELEASE.set()
     # the abandoned LOAD goes on once released; its agents then hear LOAD_FAIL, in reverse
     expected = [["A", "LOAD"], ["B", "LOAD"], ["B", "LOAD_FAIL"], ["A", "LOAD_FAIL"]]
-    for _ in range(6000):  # bounded: 60 s at most
-        if [row[:2] for row in entries(log)] == expected:
-            break
-        await asyncio.sleep(0.01)
+    await wait_until_async(lambda: [row[:2] for row in entries(log)] == expected, 60)
     assert [row[:2] for row in entries(log)] == expected
     assert await server.stop(grace_seconds=60)

@@ -20,6 +20,7 @@ import hpack
 import numpy as np
 import pytest
 
+from tests.support import wait_until_async
 from tests.unit.test_grpc_servicer import StandInServer
 from triton_core.frontends.grpc import create_grpc_server
 from triton_core.frontends.grpc import http2 as h2
@@ -396,7 +397,7 @@ async def test_malformed_message_is_internal(client: RawClient) -> None:
 async def test_error_message_is_percent_encoded(client: RawClient) -> None:
     client.call(1, INFER, message(echo_request(np.ones(1), model="caf\u00e9 100%")))
     code, text = status(await client.answer(1))
-    assert code == "5"  # NOT_FOUND, from the stand-in
+    assert code == "3"  # INVALID_ARGUMENT: an unknown model, as the real server says
     assert "caf%C3%A9 100%25" in text
 
 
@@ -404,10 +405,7 @@ async def test_client_reset_cancels_the_call(client: RawClient, stand_in: StandI
     client.call(1, INFER, message(delay_request(30)))
     await asyncio.wait_for(stand_in.started.wait(), 5)
     client.send(h2.frame(h2.RST_STREAM, 0, 1, struct.pack(">L", h2.CANCEL)))
-    for _ in range(100):
-        if stand_in.cancelled:
-            break
-        await asyncio.sleep(0.02)
+    await wait_until_async(lambda: stand_in.cancelled, what="the cancel")
     assert stand_in.cancelled == 1
     client.call(3, LIVE, message(b""))  # the connection goes on
     assert status(await client.answer(3)) == ("0", "")
@@ -417,10 +415,7 @@ async def test_deadline_exceeded(client: RawClient, stand_in: StandInServer) -> 
     client.call(1, INFER, message(delay_request(30)), (("grpc-timeout", "200m"),))
     answer = await client.answer(1)
     assert status(answer) == ("4", "Deadline Exceeded")
-    for _ in range(100):
-        if stand_in.cancelled:
-            break
-        await asyncio.sleep(0.02)
+    await wait_until_async(lambda: stand_in.cancelled, what="the cancel")
     assert stand_in.cancelled == 1
 
 
@@ -437,7 +432,7 @@ async def test_client_streaming_call_over_raw_frames(client: RawClient) -> None:
         + h2.frame(h2.DATA, 0, 1, stream[3:20])  # and inside the message
         + h2.frame(h2.DATA, 0, 1, stream[20:])
     )
-    await asyncio.sleep(0.1)
+    await asyncio.sleep(0.1)  # the behaviour under test: the end of the stream comes later
     client.send(h2.frame(h2.DATA, h2.END_STREAM, 1, b""))
     answer = await client.answer(1)
     assert status(answer) == ("0", "")
@@ -501,11 +496,11 @@ async def test_stop_lets_calls_in_flight_finish_and_refuses_new_ones() -> None:
         client.call(1, INFER, message(delay_request(0.5)))
         await asyncio.wait_for(stand_in.started.wait(), 5)
         stopping = asyncio.ensure_future(server.stop(10))
-        await asyncio.sleep(0.1)
-        client.call(3, LIVE, message(b""))  # after GOAWAY: refused
-        answers = {}
+        answers: dict[int, tuple[str, Any]] = {}
         goaway = None
-        while len(answers) < 2:
+
+        async def read_one() -> None:
+            nonlocal goaway
             frame_type, flags, stream_id, payload = await client.read_frame()
             if frame_type == h2.GOAWAY:
                 goaway = struct.unpack(">LL", payload[:8])
@@ -515,6 +510,12 @@ async def test_stop_lets_calls_in_flight_finish_and_refuses_new_ones() -> None:
                 answers[stream_id] = ("status", dict(client.decoder.decode(payload)))
             elif frame_type == h2.HEADERS:
                 client.decoder.decode(payload)
+
+        while goaway is None:  # bounded: read_frame times out
+            await read_one()
+        client.call(3, LIVE, message(b""))  # after GOAWAY: refused
+        while len(answers) < 2:
+            await read_one()
         assert goaway == (1, h2.NO_ERROR)  # the last stream it will answer, no error
         assert answers[3] == ("reset", h2.REFUSED_STREAM)
         assert answers[1][1]["grpc-status"] == "0"  # the call in flight finished
@@ -582,7 +583,7 @@ class Recording:
 
         self.contexts.append(context)
         if self.wait:
-            await asyncio.sleep(30)
+            await asyncio.sleep(30)  # a call that runs until it is cancelled
         return health_pb2.HealthCheckResponse(status=health_pb2.HealthCheckResponse.SERVING)
 
     async def Watch(self, request: Any, context: Any) -> None:
@@ -607,13 +608,9 @@ async def test_context_cancelled_follows_resets_and_deadlines() -> None:
 
         servicer.wait = True
         client.call(3, check, message(b""))
-        while len(servicer.contexts) < 2:
-            await asyncio.sleep(0.01)
+        await wait_until_async(lambda: len(servicer.contexts) == 2, what="the second call")
         client.send(h2.frame(h2.RST_STREAM, 0, 3, struct.pack(">L", h2.CANCEL)))
-        for _ in range(100):
-            if servicer.contexts[1].cancelled():
-                break
-            await asyncio.sleep(0.01)
+        await wait_until_async(lambda: servicer.contexts[1].cancelled(), what="the cancel")
         assert servicer.contexts[1].cancelled() is True
 
         client.call(5, check, message(b""), (("grpc-timeout", "100m"),))

@@ -19,6 +19,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import numpy as np
 import pytest
 
+from tests.support import wait_until_async
 from tests.unit.test_grpc_http2 import (
     INFER,
     LIVE,
@@ -89,14 +90,6 @@ async def connected(serve: Serve, **limits: object) -> AsyncIterator[tuple[Serve
         yield served, client
     finally:
         await client.close()
-
-
-async def eventually(condition: Callable[[], object], seconds: float = 5.0) -> None:
-    """Poll ``condition`` until it holds, for ``seconds`` at most."""
-    deadline = asyncio.get_running_loop().time() + seconds
-    while not condition():
-        assert asyncio.get_running_loop().time() < deadline, "not within the deadline"
-        await asyncio.sleep(0.01)
 
 
 async def goaway(client: RawClient, timeout: float = 5.0) -> tuple[int, int, bytes]:
@@ -310,7 +303,7 @@ async def test_streams_refused_over_and_over_spend_the_reset_budget(serve: Serve
 async def test_connections_beyond_the_maximum_are_sent_away(serve: Serve) -> None:
     served = await serve(max_connections=2)
     first, second = await served.connect(), await served.connect()
-    await eventually(lambda: len(served.server._connections) == 2)
+    await wait_until_async(lambda: len(served.server._connections) == 2)
     third = await served.connect()
     _, code, reason = await goaway(third)
     await third.close()
@@ -319,7 +312,7 @@ async def test_connections_beyond_the_maximum_are_sent_away(serve: Serve) -> Non
         b"more than 2 connections (--grpc-max-connections)",
     )
     await first.close()
-    await eventually(lambda: len(served.server._connections) == 1)
+    await wait_until_async(lambda: len(served.server._connections) == 1)
     await second.close()
     await still_serves(served)  # room again
 
@@ -421,7 +414,7 @@ async def test_max_connection_age_sends_away_then_closes_after_the_grace(serve: 
         assert struct.unpack(">LL", payload[:8]) == (1, h2.NO_ERROR)
         assert payload[8:] == b"max_age"
         assert await asyncio.wait_for(client.reader.read(), 5) == b""  # closed at the grace
-        await eventually(lambda: served.stand_in.cancelled == 1)  # the call in flight too
+        await wait_until_async(lambda: served.stand_in.cancelled == 1)  # the call in flight too
 
 
 # ---------------------------------------------------------------------------------------
@@ -441,7 +434,7 @@ async def test_stream_window_update_of_zero_resets_the_stream(serve: Serve) -> N
         await asyncio.wait_for(served.stand_in.started.wait(), 5)
         client.send(h2.frame(h2.WINDOW_UPDATE, 0, 1, struct.pack(">L", 0)))
         assert await reset_of(client, 1) == h2.PROTOCOL_ERROR
-        await eventually(lambda: served.stand_in.cancelled == 1)  # cancelled with its stream
+        await wait_until_async(lambda: served.stand_in.cancelled == 1)  # cancelled with its stream
 
 
 async def test_stream_window_overflow_resets_the_stream(serve: Serve) -> None:
@@ -568,7 +561,7 @@ async def test_messages_still_arriving_are_bounded_over_all_calls(serve: Serve) 
         for client in clients:  # most of a message on each, one after the other
             client.send(headers_frame(client, 1, INFER))
             client.send_data(1, payload[:50_000], end_stream=False)
-            await eventually(lambda: served.server.buffered_input == 50_000)
+            await wait_until_async(lambda: served.server.buffered_input == 50_000)
         refused = status(await clients[1].answer(1))
         assert refused == (
             "8",
@@ -637,14 +630,14 @@ LARGE_ECHO = message(echo_request(np.arange(50_000, dtype=np.float32)))  # 200 k
 async def test_a_client_that_never_reads_is_dropped(serve: Serve) -> None:
     served = await serve(max_queued_output=1 << 16)
     client = await non_reading_client(served.server.port)
-    await eventually(lambda: served.server._connections)  # accepted
+    await wait_until_async(lambda: served.server._connections)  # accepted
     try:
         for stream_id in range(1, 121, 2):  # 12 MB of answers asked for, at most
             client.call(stream_id, INFER, LARGE_ECHO)
             if not served.server._connections:
                 break
             await asyncio.sleep(0.02)
-        await eventually(lambda: not served.server._connections)  # dropped, not left to queue
+        await wait_until_async(lambda: not served.server._connections)  # dropped, not left to queue
     finally:
         client.writer.transport.abort()
     await still_serves(served)
@@ -659,10 +652,10 @@ async def test_control_frames_owed_to_a_client_that_never_reads_are_bounded(serv
         max_ping_strikes=0,
     )
     client = await non_reading_client(served.server.port)
-    await eventually(lambda: served.server._connections)  # accepted
+    await wait_until_async(lambda: served.server._connections)  # accepted
     try:
         client.send(h2.frame(h2.PING, 0, 0, b"12345678") * 300_000)  # 5 MB of ACKs owed
-        await eventually(lambda: not served.server._connections, 20)
+        await wait_until_async(lambda: not served.server._connections, 20)
     finally:
         client.writer.transport.abort()
     await still_serves(served)
@@ -676,7 +669,7 @@ async def test_a_server_stream_waits_while_its_client_does_not_read(serve: Serve
         client.send(headers_frame(client, 1, "/inference.GRPCInferenceService/ModelStreamInfer"))
         for _ in range(60):  # 12 MB of answers asked for
             client.send_data(1, LARGE_ECHO, end_stream=False)
-        await eventually(lambda: len(served.stand_in.requests) >= 3)
+        await wait_until_async(lambda: len(served.stand_in.requests) >= 3)
         await asyncio.sleep(0.5)  # a bounded wait: answers would pile up now, if they could
         (conn,) = served.server._connections
         assert conn.transport is not None

@@ -17,13 +17,15 @@ import tritonclient.grpc.aio as tc_aio
 import uvloop
 from tritonclient.utils import InferenceServerException
 
+from tests.fake_server import FakeModel, FakeServer
+from tests.support import wait_until_async
 from triton_core.errors import Status, TritonError
 from triton_core.frontends.grpc import create_grpc_server
 from triton_core.frontends.grpc.server import TRANSPORTS
 from triton_core.frontends.grpc.servicer import DECOUPLED_MESSAGE
 from triton_core.protos import grpc_service_pb2 as pb
 from triton_core.protos import grpc_service_pb2_grpc as pb_grpc
-from triton_core.protos import health_pb2, health_pb2_grpc, model_config_pb2
+from triton_core.protos import health_pb2, health_pb2_grpc
 from triton_core.types import (
     InferenceRequest,
     InferenceResponse,
@@ -36,73 +38,35 @@ from triton_core.types import (
 MODELS = ("echo", "slow", "decoupled", "unavailable", "error_response", "crash")
 
 
-class StandInServer:
-    """The Server API the frontend relies on, with a few behaviours to test against.
+_TENSORS = ((TensorMetadata("x", "FP32", (-1, 4)),), (TensorMetadata("y", "FP32", (-1, 4)),))
+
+
+class StandInServer(FakeServer):
+    """The verified fake with a few behaviours to test the gRPC frontend against.
 
     ``echo`` answers its inputs as outputs (only the requested ones, when named); ``slow``
     also sleeps ``delay`` seconds first; ``decoupled`` is decoupled; the others fail.
     """
 
     def __init__(self) -> None:
-        self.live = True
-        self.ready = True
-        self.requests: list[InferenceRequest] = []
+        super().__init__(
+            [
+                FakeModel(name, *_TENSORS, decoupled=name == "decoupled")
+                for name in MODELS
+                if name not in ("echo", "unavailable")
+            ]
+            + [
+                FakeModel("echo", *_TENSORS, versions=(1, 2), ready={1, 2}),
+                FakeModel("unavailable", *_TENSORS, ready=set()),
+            ],
+            handler=self._answer,
+            metadata=ServerMetadata("triton", "2.73.0", ("classification", "model_configuration")),
+        )
         self.cancelled = 0
         self.started = asyncio.Event()
 
-    def _known(self, name: str) -> None:
-        if name not in MODELS:
-            raise TritonError(Status.NOT_FOUND, f"Request for unknown model: '{name}' is not found")
-
-    def is_live(self) -> bool:
-        return self.live
-
-    def is_ready(self) -> bool:
-        return self.ready
-
-    def model_ready(self, name: str, version: int = -1) -> bool:
-        self._known(name)
-        return name != "unavailable"
-
-    def metadata(self) -> ServerMetadata:
-        return ServerMetadata("triton", "2.73.0", ("classification", "model_configuration"))
-
-    def model_metadata(self, name: str, version: int = -1) -> ModelMetadata:
-        self._known(name)
-        return ModelMetadata(
-            name=name,
-            versions=("1",),
-            platform="python",
-            inputs=(TensorMetadata("x", "FP32", (-1, 4)),),
-            outputs=(TensorMetadata("y", "FP32", (-1, 4)),),
-        )
-
-    def model_config(self, name: str, version: int = -1) -> model_config_pb2.ModelConfig:
-        self._known(name)
-        config = model_config_pb2.ModelConfig(name=name, backend="python", max_batch_size=8)
-        config.input.add(name="x", data_type=model_config_pb2.TYPE_FP32, dims=[4])
-        config.model_transaction_policy.decoupled = name == "decoupled"
-        return config
-
-    def model_is_decoupled(self, name: str, version: int = -1) -> bool:
-        self._known(name)
-        return name == "decoupled"
-
-    async def infer_stream(self, request: InferenceRequest) -> AsyncIterator[InferenceResponse]:
-        """Ordinary models answer once on a stream, as the real server's do."""
-        response = await self.infer(request)
-        if response.error is not None:
-            raise response.error
-        yield response
-
-    def submit(self, request: InferenceRequest) -> asyncio.Future[InferenceResponse]:
-        self._known(request.model_name)  # unknown models raise at once, as the real server's do
-        return asyncio.ensure_future(self.infer(request))
-
-    async def infer(self, request: InferenceRequest) -> InferenceResponse:
+    async def _answer(self, request: InferenceRequest) -> InferenceResponse:
         name = request.model_name
-        self._known(name)
-        self.requests.append(request)
         if name == "unavailable":
             raise TritonError(Status.UNAVAILABLE, "model 'unavailable' is not at ready state")
         if name == "error_response":
@@ -110,12 +74,7 @@ class StandInServer:
         if name == "crash":
             raise RuntimeError("kaboom")
         if name == "slow":
-            self.started.set()
-            try:
-                await asyncio.sleep(float(request.inputs["delay"].data.flat[0]))
-            except asyncio.CancelledError:
-                self.cancelled += 1
-                raise
+            await self._sleep(float(request.inputs["delay"].data.flat[0]))
         outputs = list(request.inputs.values())
         if request.outputs is not None:
             wanted = request.output_names() or []
@@ -133,6 +92,15 @@ class StandInServer:
             model_version=1,
             id=request.id,
         )
+
+    async def _sleep(self, delay: float) -> None:
+        """The slow model's work: a client may cancel it (counted)."""
+        self.started.set()
+        try:
+            await asyncio.sleep(delay)
+        except asyncio.CancelledError:
+            self.cancelled += 1
+            raise
 
 
 @pytest.fixture
@@ -221,7 +189,7 @@ async def test_health_and_metadata_with_sync_client(
     }
     model = await in_thread(sync_client.get_model_metadata, "echo", as_json=True)
     assert model["name"] == "echo"
-    assert model["versions"] == ["1"]
+    assert model["versions"] == ["1", "2"]
     assert model["platform"] == "python"
     assert model["inputs"] == [{"name": "x", "datatype": "FP32", "shape": ["-1", "4"]}]
     config = await in_thread(sync_client.get_model_config, "decoupled", as_json=True)
@@ -254,7 +222,7 @@ async def test_unknown_model_is_an_error_status(
 ) -> None:
     with pytest.raises(InferenceServerException) as exc:
         await call(aio_client)
-    assert status_of(exc) == "StatusCode.NOT_FOUND"
+    assert status_of(exc) == "StatusCode.INVALID_ARGUMENT"
     assert exc.value.message() == "Request for unknown model: 'nope' is not found"
 
 
@@ -370,7 +338,7 @@ async def test_decoupled_model_on_model_infer_is_unimplemented(
 @pytest.mark.parametrize(
     ("model", "code", "message"),
     [
-        ("nope", "NOT_FOUND", "Request for unknown model: 'nope' is not found"),
+        ("nope", "INVALID_ARGUMENT", "Request for unknown model: 'nope' is not found"),
         ("unavailable", "UNAVAILABLE", "model 'unavailable' is not at ready state"),
         ("error_response", "INVALID_ARGUMENT", "bad input 'x'"),
         ("crash", "INTERNAL", "kaboom"),
@@ -519,12 +487,15 @@ async def test_stream_answers_as_each_finishes(
 async def test_stream_errors_stay_in_band_and_the_stream_goes_on(
     aio_client: tc_aio.InferenceServerClient,
 ) -> None:
+    got: list[Any] = []
+
     async def requests() -> AsyncIterator[dict[str, Any]]:
         yield {"model_name": "crash", "inputs": [make_input("x", np.zeros(1))], "request_id": "c"}
-        await asyncio.sleep(0.05)  # keep order deterministic
+        await wait_until_async(lambda: got, what="the first answer")  # answers in this order
         yield {"model_name": "decoupled", "inputs": [make_input("x", np.ones(1))]}
 
-    got = [item async for item in aio_client.stream_infer(requests())]
+    async for item in aio_client.stream_infer(requests()):
+        got.append(item)
     assert len(got) == 2
     (none, error), (result, no_error) = got
     assert none is None and error.message() == "kaboom"
@@ -552,9 +523,11 @@ async def test_stream_error_keeps_request_id(stub: pb_grpc.GRPCInferenceServiceS
 async def test_stream_with_triton_grpc_error_header_ends_with_status(
     url: str,
 ) -> None:
+    answered = asyncio.Event()
+
     async def requests() -> AsyncIterator[pb.ModelInferRequest]:
         yield raw_request("echo")
-        await asyncio.sleep(0.1)
+        await asyncio.wait_for(answered.wait(), 10)  # the error comes after the answer
         yield raw_request("unavailable")
         await asyncio.sleep(10)  # the server must not wait for the client to close
         yield raw_request("echo")
@@ -563,6 +536,7 @@ async def test_stream_with_triton_grpc_error_header_ends_with_status(
         stub = pb_grpc.GRPCInferenceServiceStub(channel)
         call = stub.ModelStreamInfer(requests(), metadata=(("triton_grpc_error", "true"),))
         first = await call.read()
+        answered.set()
         assert first.error_message == ""
         with pytest.raises(grpc.aio.AioRpcError) as exc:
             await asyncio.wait_for(call.read(), timeout=5)
@@ -579,7 +553,7 @@ async def test_stream_grpc_error_header_with_tritonclient(
     with pytest.raises(grpc.aio.AioRpcError) as exc:
         async for _ in aio_client.stream_infer(requests(), headers={"triton_grpc_error": "true"}):
             pass
-    assert exc.value.code() == grpc.StatusCode.NOT_FOUND
+    assert exc.value.code() == grpc.StatusCode.INVALID_ARGUMENT
 
 
 async def test_client_cancel_stops_work_in_flight(
@@ -595,10 +569,7 @@ async def test_client_cancel_stops_work_in_flight(
     stream.cancel()
     with pytest.raises(BaseException):  # noqa: B017 - cancelled read, type differs by version
         await reader
-    for _ in range(100):
-        if stand_in.cancelled:
-            break
-        await asyncio.sleep(0.02)
+    await wait_until_async(lambda: stand_in.cancelled, what="the cancel")
     assert stand_in.cancelled == 1
 
 
@@ -724,7 +695,7 @@ class BrokenServer(StandInServer):
         super().__init__()
         self.error = error
 
-    def _known(self, name: str) -> None:
+    def model(self, name: str, version: int = -1) -> FakeModel:
         raise self.error
 
     def is_live(self) -> bool:

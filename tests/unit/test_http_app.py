@@ -15,14 +15,13 @@ import orjson
 import pytest
 import tritonclient.http as httpclient
 
+from tests.fake_server import FakeModel, FakeServer
 from triton_core.errors import invalid_arg, not_found, unavailable
 from triton_core.frontends.http import create_app
 from triton_core.frontends.http.fast_path import create_asgi_app
 from triton_core.types import (
     InferenceRequest,
     InferenceResponse,
-    ModelMetadata,
-    ServerMetadata,
     Tensor,
     TensorMetadata,
 )
@@ -44,72 +43,26 @@ async def echo(request: InferenceRequest) -> InferenceResponse:
     )
 
 
-class StubServer:
-    """The Server API the frontend uses, with canned models."""
+#: the tensors of every canned model, as an ONNX identity model's
+_IDENTITY = (
+    (TensorMetadata("INPUT0", "FP32", (-1, -1)),),
+    (TensorMetadata("OUTPUT0", "FP32", (-1, -1)),),
+)
+
+
+class StubServer(FakeServer):
+    """The verified fake with the canned models the HTTP frontend is tested against."""
 
     def __init__(self) -> None:
-        self.live = True
-        self.ready = True
-        self.handler: Handler = echo
-        self.requests: list[InferenceRequest] = []
-        self.models: dict[str, dict[str, Any]] = {
-            "simple": {"decoupled": False, "versions": {1, 2}, "ready": {1}},
-            "my model": {"decoupled": False, "versions": {1}, "ready": {1}},
-            "streamer": {"decoupled": True, "versions": {1}, "ready": {1}},
-        }
-
-    def _model(self, name: str, version: int) -> dict[str, Any]:
-        model = self.models.get(name)
-        if model is None:
-            raise invalid_arg(f"Request for unknown model: '{name}' is not found")
-        if version != -1 and version not in model["versions"]:
-            raise invalid_arg(f"Request for unknown model: '{name}' version {version} is not found")
-        return model
-
-    def is_live(self) -> bool:
-        return self.live
-
-    def is_ready(self) -> bool:
-        return self.ready
-
-    def model_ready(self, name: str, version: int = -1) -> bool:
-        model = self._model(name, version)
-        return bool(model["ready"]) if version == -1 else version in model["ready"]
-
-    def metadata(self) -> ServerMetadata:
-        return ServerMetadata("triton", "2.73.0", ("binary_tensor_data", "model_configuration"))
-
-    def model_metadata(self, name: str, version: int = -1) -> ModelMetadata:
-        self._model(name, version)
-        return ModelMetadata(
-            name=name,
-            versions=("1",) if version == -1 else (str(version),),
-            platform="onnxruntime_onnx",
-            inputs=(TensorMetadata("INPUT0", "FP32", (-1, 16)),),
-            outputs=(TensorMetadata("OUTPUT0", "FP32", (-1, 16)),),
+        platform = "onnxruntime_onnx"
+        super().__init__(
+            [
+                FakeModel("simple", *_IDENTITY, versions=(1, 2), platform=platform),
+                FakeModel("my model", *_IDENTITY, platform=platform),
+                FakeModel("streamer", *_IDENTITY, decoupled=True, platform=platform),
+            ],
+            handler=echo,
         )
-
-    def model_config_json(self, name: str, version: int = -1) -> dict[str, Any]:
-        self._model(name, version)
-        return {
-            "name": name,
-            "max_batch_size": 8,
-            "input": [{"name": "INPUT0", "data_type": "TYPE_FP32", "dims": [-1]}],
-            "output": [{"name": "OUTPUT0", "data_type": "TYPE_FP32", "dims": [-1]}],
-        }
-
-    def model_is_decoupled(self, name: str, version: int = -1) -> bool:
-        return bool(self._model(name, version)["decoupled"])
-
-    async def infer(self, request: InferenceRequest) -> InferenceResponse:
-        self._model(request.model_name, request.model_version)
-        self.requests.append(request)
-        return await self.handler(request)
-
-    def submit(self, request: InferenceRequest) -> asyncio.Future[InferenceResponse]:
-        self._model(request.model_name, request.model_version)
-        self.requests.append(request)
-        return asyncio.ensure_future(self.handler(request))
 
 
 @pytest.fixture
@@ -183,7 +136,7 @@ def test_model_metadata(client: falcon.testing.TestClient, path: str, versions: 
     assert result.status_code == 200
     assert list(result.json) == ["name", "versions", "platform", "inputs", "outputs"]
     assert result.json["versions"] == versions
-    assert result.json["inputs"] == [{"name": "INPUT0", "datatype": "FP32", "shape": [-1, 16]}]
+    assert result.json["inputs"] == [{"name": "INPUT0", "datatype": "FP32", "shape": [-1, -1]}]
 
 
 def test_model_config(client: falcon.testing.TestClient) -> None:

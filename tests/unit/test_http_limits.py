@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from tests.support import wait_until_async
 from tests.unit.test_http_protocol import Served, infer_request, json_infer, read_answer
 from triton_core.frontends.http import protocol
 from triton_core.frontends.http.protocol import HttpLimits
@@ -436,37 +437,29 @@ async def test_a_client_that_takes_no_answers_is_read_no_more_then_closed() -> N
             return sent
 
         sending = asyncio.create_task(flood())
-        connection = await until(lambda: next(iter(served.server.server_state.connections), None))
-        await until(lambda: connection.flow.write_paused and connection.flow.read_paused)
+        connection = await wait_until_async(
+            lambda: next(iter(served.server.server_state.connections), None), 10
+        )
+        await wait_until_async(
+            lambda: connection.flow.write_paused and connection.flow.read_paused, 10
+        )
         assert connection.transport.get_write_buffer_size() < 1 << 20
         assert len(connection.pipeline) < 100  # requests read ahead: about a read's worth
-        await until(lambda: not served.server.server_state.connections)  # closed, unread
+        await wait_until_async(
+            lambda: not served.server.server_state.connections, 10
+        )  # closed, unread
         assert served.server.server_state.total_requests < 1000  # the rest were never read
         await asyncio.wait_for(sending, 10)
         writer.close()
-
-
-async def until(condition: Any, limit: float = 10.0) -> Any:
-    """``condition()`` once it is true, polled until ``limit`` seconds have passed."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + limit
-    while not (value := condition()):
-        assert loop.time() < deadline, "condition not met in time"
-        await asyncio.sleep(0.02)
-    return value
 
 
 async def test_bodies_held_over_all_connections_are_bounded_and_released() -> None:
     limits = HttpLimits(max_body_size=4096, max_buffered_input=6000)
     async with Served(limits=limits) as served:
         held = served.server.config.http_protocol_class.buffered_input
-        loop = asyncio.get_running_loop()
 
         async def until_held(count: int) -> None:
-            deadline = loop.time() + 5
-            while held.held != count:
-                assert loop.time() < deadline, held.held
-                await asyncio.sleep(0.01)
+            await wait_until_async(lambda: held.held == count, 5, what=f"{count} bytes held")
 
         big = json_infer([1, 2, 3]).ljust(4000)  # JSON may end in spaces
         first_reader, first = await served.connect()

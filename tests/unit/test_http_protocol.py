@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from tests.support import wait_until_async
 from triton_core.frontends.http.protocol import CorkedTransport, default_header_lines
 
 
@@ -105,8 +106,7 @@ def test_served_answers_arrive_whole(pipelined: int) -> None:
         )  # fmt: skip
         server = uvicorn.Server(config)
         task = asyncio.create_task(server.serve())
-        while not server.started:
-            await asyncio.sleep(0.01)
+        await wait_until_async(lambda: server.started, what="uvicorn to start")
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
         for round_ in range(3):
             paths = [f"/r{round_}/{i}" for i in range(pipelined)]
@@ -171,8 +171,7 @@ class Served:
         )  # fmt: skip
         self.server = uvicorn.Server(config)
         self.task = asyncio.create_task(self.server.serve())
-        while not self.server.started:
-            await asyncio.sleep(0.01)
+        await wait_until_async(lambda: self.server.started, what="uvicorn to start")
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -242,7 +241,7 @@ async def test_pipelined_requests_are_answered_in_order() -> None:
 
         async def slow_first(request):  # type: ignore[no-untyped-def]
             if request.id == "slow":
-                await asyncio.sleep(0.2)
+                await asyncio.sleep(0.2)  # slow work: the later request's answer is ready first
             response: InferenceResponse = await echo(request)
             return response
 

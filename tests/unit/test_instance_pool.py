@@ -9,8 +9,12 @@ import threading
 import numpy as np
 import pytest
 
-from triton_core.backend import ModelInstance
-from triton_core.scheduling.executor import InstancePool
+from triton_core.backend import EventDrivenInstance, ModelInstance
+from triton_core.scheduling.executor import (
+    EventDrivenInstancePool,
+    InstancePool,
+    ThreadedInstancePool,
+)
 from triton_core.types import InferenceRequest, InferenceResponse, Tensor
 
 
@@ -54,7 +58,7 @@ def finish(requests, responses, instance):  # type: ignore[no-untyped-def]
 @pytest.mark.parametrize("count", [1, 3])
 async def test_thread_started_runs_once_on_each_instance_thread(count: int) -> None:
     instances = [Recorder() for _ in range(count)]
-    pool = InstancePool(
+    pool = ThreadedInstancePool(
         instances, [f"m_{i}" for i in range(count)], asyncio.get_running_loop(), finish, "m"
     )
     try:
@@ -72,7 +76,7 @@ async def test_a_failing_thread_set_up_is_logged_and_the_instance_serves(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     instance = Recorder(fail_setup=True)
-    pool = InstancePool([instance], ["m_0"], asyncio.get_running_loop(), finish, "m")
+    pool = ThreadedInstancePool([instance], ["m_0"], asyncio.get_running_loop(), finish, "m")
     try:
         with caplog.at_level(logging.ERROR):
             responses = await run_batches(pool, 3)
@@ -86,17 +90,13 @@ async def test_a_failing_thread_set_up_is_logged_and_the_instance_serves(
 # event-driven instances that take a second batch while one runs
 
 
-class Pipelined(ModelInstance):
+class Pipelined(EventDrivenInstance):
     """An event-driven instance whose batches finish when the test says so."""
 
-    event_driven = True
     max_batches_in_flight = 2
 
     def __init__(self) -> None:
         self.started: list[tuple[list[InferenceRequest], object]] = []
-
-    def execute(self, requests: list[InferenceRequest]) -> list[InferenceResponse]:
-        raise AssertionError("event-driven instances are not run on threads")
 
     def begin_execute(self, requests, done) -> None:  # type: ignore[no-untyped-def]
         self.started.append((requests, done))
@@ -116,7 +116,7 @@ def submit(pool: InstancePool, value: float) -> asyncio.Future[InferenceResponse
 
 async def test_a_pipelined_instance_holds_two_batches_and_takes_the_next_as_one_ends() -> None:
     instance = Pipelined()
-    pool = InstancePool([instance], ["m_0"], asyncio.get_running_loop(), finish, "m")
+    pool = EventDrivenInstancePool([instance], ["m_0"], asyncio.get_running_loop(), finish, "m")
     futures = [submit(pool, value) for value in range(4)]
     assert len(instance.started) == 2  # the second waits in the instance, the rest here
     assert pool.idle_count == 0 and pool.outstanding == 4
@@ -134,7 +134,9 @@ async def test_a_pipelined_instance_holds_two_batches_and_takes_the_next_as_one_
 
 async def test_an_idle_instance_is_chosen_before_a_second_batch_for_a_busy_one() -> None:
     instances = [Pipelined(), Pipelined()]
-    pool = InstancePool(instances, ["m_0", "m_1"], asyncio.get_running_loop(), finish, "m")
+    pool = EventDrivenInstancePool(
+        instances, ["m_0", "m_1"], asyncio.get_running_loop(), finish, "m"
+    )
     futures = [submit(pool, value) for value in range(3)]
     # one each first; the third goes to an instance that may hold a second
     assert sorted(len(i.started) for i in instances) == [1, 2]
@@ -148,7 +150,7 @@ async def test_an_idle_instance_is_chosen_before_a_second_batch_for_a_busy_one()
 
 async def test_pinned_instances_hold_one_batch_at_a_time() -> None:
     instance = Pipelined()
-    pool = InstancePool([instance], ["m_0"], asyncio.get_running_loop(), finish, "m")
+    pool = EventDrivenInstancePool([instance], ["m_0"], asyncio.get_running_loop(), finish, "m")
     pool.pin()
     loop = asyncio.get_running_loop()
     futures = [loop.create_future() for _ in range(2)]
@@ -167,7 +169,7 @@ async def test_times_an_instance_reports_go_to_the_statistics() -> None:
     from triton_core.statistics import ExecutionTimes
 
     instance = Pipelined()
-    pool = InstancePool([instance], ["m_0"], asyncio.get_running_loop(), finish, "m")
+    pool = EventDrivenInstancePool([instance], ["m_0"], asyncio.get_running_loop(), finish, "m")
     future = submit(pool, 1.0)
     requests, _ = instance.started[0]
     requests[0].queued_ns = 1_000_000

@@ -9,9 +9,10 @@ import threading
 import numpy as np
 import pytest
 
-from triton_core.backend import ModelInstance
+from tests.support import wait_until_async
+from triton_core.backend import EventDrivenInstance, ModelInstance
 from triton_core.errors import TritonError
-from triton_core.scheduling.executor import InstancePool
+from triton_core.scheduling.executor import ThreadedInstancePool, pool_class
 from triton_core.scheduling.rate_limiter import (
     GLOBAL,
     PER_DEVICE,
@@ -127,7 +128,7 @@ async def test_pools_sharing_a_global_resource_never_run_at_once():
     never = threading.Event()
     needs = [(1, {GLOBAL: {"R": 1}})] * 2
     pools = [
-        InstancePool(
+        ThreadedInstancePool(
             [Overlap(never), Overlap(never)],
             [f"{name}_0", f"{name}_1"],
             loop,
@@ -154,17 +155,12 @@ async def test_pools_sharing_a_global_resource_never_run_at_once():
             pool.stop()
 
 
-class EventDriven(ModelInstance):
+class EventDriven(EventDrivenInstance):
     """Answers on the event loop, as a Python model's process does."""
-
-    event_driven = True
 
     def __init__(self, started: list[str], name: str) -> None:
         self.started = started
         self.name = name
-
-    def execute(self, requests: list[InferenceRequest]) -> list[InferenceResponse]:
-        raise AssertionError("event-driven instances are not executed on threads")
 
     running = 0
 
@@ -194,7 +190,7 @@ async def test_batches_for_a_chosen_instance_wait_for_its_resources(event_driven
         if event_driven
         else [Overlap(never), Overlap(never)]
     )
-    pool = InstancePool(
+    pool = pool_class(instances)(
         instances,
         ["m_0", "m_1"],
         loop,
@@ -254,7 +250,7 @@ async def test_batches_waiting_for_resources_fail_once_no_instance_is_healthy():
     an instance that may never come back."""
     loop = asyncio.get_running_loop()
     release = threading.Event()
-    pool = InstancePool(
+    pool = ThreadedInstancePool(
         [Hanging(release)],
         ["m_0"],
         loop,
@@ -306,10 +302,8 @@ async def test_a_dynamic_batching_model_runs_one_instance_at_a_time_under_the_li
             )
             for _ in range(6)
         ]
-        loop_time = asyncio.get_running_loop().time
-        end = loop_time() + 20
-        while not any(i.entered.is_set() for i in instances) and loop_time() < end:
-            await asyncio.sleep(0.01)
+        await wait_until_async(lambda: any(i.entered.is_set() for i in instances), 20)
+        # what must not happen has no event to wait for: a bounded window for it
         await asyncio.sleep(0.3)  # time for a second instance to start, were it allowed
         assert sum(i.entered.is_set() for i in instances) == 1
         gate.set()

@@ -7,7 +7,7 @@ import asyncio
 import numpy as np
 import pytest
 
-from tests.support import numpy_server, write_numpy_model
+from tests.support import numpy_server, wait_until_async, write_numpy_model
 from triton_core import InferenceRequest, RequestedOutput, Status, Tensor, TritonError
 
 
@@ -171,7 +171,8 @@ async def test_stop_waits_for_requests_in_flight(tmp_path):
     server = numpy_server(repo)
     await server.start()
     pending = asyncio.ensure_future(server.infer(request("slow")))
-    await asyncio.sleep(0.05)
+    pool = server.model("slow").pool
+    await wait_until_async(lambda: pool.outstanding == 1, what="the request to execute")
     await server.stop()
     assert (await pending).model_name == "slow"
     with pytest.raises(TritonError) as info:

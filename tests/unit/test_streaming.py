@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
-
 import numpy as np
 import pytest
 
 from tests.plugins import numpy_backend, stream_backend
-from tests.support import write_numpy_model, write_stream_model
+from tests.support import wait_until_async, write_numpy_model, write_stream_model
 from triton_core import InferenceRequest, Server, ServerOptions, Status, Tensor, TritonError
 from triton_core.plugins import create_plugin_manager
 
@@ -85,11 +83,7 @@ async def test_leaving_the_stream_cancels_the_request(repo):
         first = await anext(stream)
         assert not first.final
         await stream.aclose()
-        for _ in range(100):
-            if "gone" in stream_backend.CANCELLED:
-                break
-            await asyncio.sleep(0.02)
-        assert "gone" in stream_backend.CANCELLED
+        await wait_until_async(lambda: "gone" in stream_backend.CANCELLED, what="the cancel")
 
 
 async def test_a_response_of_the_wrong_dtype_ends_the_stream_with_an_attributed_error(tmp_path):

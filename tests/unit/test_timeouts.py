@@ -13,12 +13,12 @@ import numpy as np
 import pytest
 
 from tests.plugins import numpy_backend
-from tests.support import numpy_server, write_numpy_model
-from triton_core.backend import ModelInstance
+from tests.support import numpy_server, wait_until_async, write_numpy_model
+from triton_core.backend import EventDrivenInstance, ModelInstance
 from triton_core.config import ModelConfig, validate
 from triton_core.errors import Status, TritonError
 from triton_core.metrics import MetricsOptions, create_registry, exposition
-from triton_core.scheduling.executor import InstancePool
+from triton_core.scheduling.executor import InstancePool, pool_class
 from triton_core.server import Server
 from triton_core.testing import inference_request
 from triton_core.types import InferenceRequest, InferenceResponse, Tensor
@@ -78,17 +78,9 @@ async def test_a_hung_load_fails_only_its_model_and_is_unloaded_when_it_ends(tmp
         assert not server.is_ready()  # strict readiness: a model asked for is not serving
     finally:
         numpy_backend.RELEASE_LOADS.set()
-    await wait_until(lambda: "finished after all: unloading it" in caplog.text)
+    await wait_until_async(lambda: "finished after all: unloading it" in caplog.text)
     assert "its thread is abandoned" in caplog.text
     assert await server.stop(grace_seconds=60)
-
-
-async def wait_until(predicate: Callable[[], bool]) -> None:
-    for _ in range(6000):  # bounded: 60 s at most
-        if predicate():
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError("timed out waiting")
 
 
 async def gated_server(
@@ -137,7 +129,7 @@ async def test_a_hung_execute_marks_the_instance_unhealthy_until_it_returns(tmp_
             await server.infer(request("slow"))
         # the hung call returns: its results are dropped, the instance serves again
         gate.set()
-        await wait_until(lambda: server.models.is_ready("slow"))
+        await wait_until_async(lambda: server.models.is_ready("slow"))
         assert (await server.infer(request("slow"))).model_name == "slow"
         assert server.is_ready()
         text = exposition(registry).decode()
@@ -174,18 +166,13 @@ class Gated(ModelInstance):
         self.interrupted += 1
 
 
-class Killable(ModelInstance):
+class Killable(EventDrivenInstance):
     """Event-driven: holds its first batch until interrupted, which fails it (as a killed
     process's batches fail), then answers at once."""
-
-    event_driven = True
 
     def __init__(self) -> None:
         self.held: Callable[..., None] | None = None
         self.loop = asyncio.get_running_loop()
-
-    def execute(self, requests: list[InferenceRequest]) -> list[InferenceResponse]:
-        raise AssertionError("event-driven: begin_execute only")
 
     def begin_execute(self, requests: list[InferenceRequest], done: Callable[..., None]) -> None:
         responses = [InferenceResponse(outputs=list(r.inputs.values())) for r in requests]
@@ -206,7 +193,8 @@ def one_request() -> InferenceRequest:
 def pool_of(instances: list[ModelInstance]) -> InstancePool:
     names = [f"m_{index}" for index in range(len(instances))]
     loop = asyncio.get_running_loop()
-    return InstancePool(instances, names, loop, lambda _, r, __: list(r), "m", execute_timeout=0.5)
+    finish = lambda _, r, __: list(r)  # noqa: E731
+    return pool_class(instances)(instances, names, loop, finish, "m", execute_timeout=0.5)
 
 
 async def submitted(pool: InstancePool, index: int | None = None) -> InferenceResponse:
@@ -232,7 +220,7 @@ async def test_a_pinned_instance_that_hangs_refuses_its_batches_and_the_other_se
         await submitted(pool, 1)
         assert pool.healthy  # one instance still serves
         hung.gate.set()
-        await wait_until(lambda: pool.watch is not None and not pool.watch.unhealthy_count)
+        await wait_until_async(lambda: pool.watch is not None and not pool.watch.unhealthy_count)
         await submitted(pool, 0)
     finally:
         hung.gate.set()
@@ -246,7 +234,7 @@ async def test_an_event_driven_instance_is_interrupted_and_serves_once_its_call_
         with pytest.raises(TritonError, match="did not finish executing within"):
             await submitted(pool)
         # interrupting failed the held call, which returned the instance to health
-        await wait_until(lambda: pool.healthy)
+        await wait_until_async(lambda: pool.healthy)
         assert (await submitted(pool)).outputs[0].name == "x"
     finally:
         await asyncio.to_thread(pool.stop)

@@ -32,7 +32,7 @@ from triton_core.repository.agent_set import AgentSet
 from triton_core.repository.layout import is_within, select_versions, version_folders
 from triton_core.scheduling.base import SchedulerContext
 from triton_core.scheduling.ensemble import EnsembleModel, is_ensemble, validate_ensemble_config
-from triton_core.scheduling.executor import InstancePool, ResponseFinisher
+from triton_core.scheduling.executor import InstancePool, ResponseFinisher, pool_class
 from triton_core.scheduling.rate_limiter import RateLimiter, ResourceMap, slot_needs
 from triton_core.statistics import ModelStatistics
 from triton_core.warmup import Warmup, WarmupSample, build_samples
@@ -337,8 +337,9 @@ class ModelLoader:
         prepare = ragged.add_batch_inputs if ragged is not None and ragged.batch_inputs else None
         serving = [i for i, spec in enumerate(specs) if not spec.passive]
         warmup = Warmup(config.name, samples, signature, statistics, prepare) if samples else None
-        return InstancePool(
-            [instances[i] for i in serving],
+        serving_instances = [instances[i] for i in serving]
+        return pool_class(serving_instances)(
+            serving_instances,
             [specs[i].name for i in serving],
             self._loop,
             finish,
@@ -387,7 +388,7 @@ class ModelLoader:
             return signature.finish(requests, responses, version, instance)
 
         # An empty pool keeps LoadedModel's shape: no instances, no threads.
-        pool = InstancePool([], [], self._loop, finish, config.name, statistics)
+        pool = pool_class([])([], [], self._loop, finish, config.name, statistics)
         scheduler = factory.value(
             SchedulerContext(
                 config.name,

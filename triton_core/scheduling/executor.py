@@ -4,12 +4,16 @@ Each instance owns one thread that takes batches from a queue shared by the mode
 instances, so a free instance picks up the next batch. The event loop is woken once per
 finished batch, not once per request.
 
-Instances that execute in another process (``ModelInstance.event_driven``, e.g. Python
-models) get no thread: the pool hands them batches on the event loop with
+Instances that execute in another process (:class:`~triton_core.EventDrivenInstance`, e.g.
+Python models) get no thread: the pool hands them batches on the event loop with
 ``begin_execute`` and they answer through a callback on the loop, so a batch costs no
 thread hop and no GIL hand-over. Such an instance may hold a second batch while one runs
 (``max_batches_in_flight``): it goes on to the next without waiting for the loop. The
 dynamic and sequence batchers still hand over one batch per instance at a time.
+
+:class:`InstancePool` is what schedulers use; :class:`ThreadedInstancePool` and
+:class:`EventDrivenInstancePool` are its two ways of running batches, and
+:func:`pool_class` picks the one a model's instances need.
 
 With ``--rate-limit execution_count`` each instance gets its own queue and a batch goes to
 an instance only once the server's rate limiter granted it its resources (warm-up too);
@@ -21,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
@@ -29,6 +34,7 @@ from queue import Empty, SimpleQueue
 from time import monotonic_ns
 from typing import TYPE_CHECKING
 
+from triton_core.backend import EventDrivenInstance
 from triton_core.errors import Status, TritonError
 from triton_core.failures import RepeatedFailureLog, model_label, raised
 from triton_core.scheduling.timeouts import ExecuteWatch
@@ -56,8 +62,24 @@ Batch = tuple[list["InferenceRequest"], list["asyncio.Future[InferenceResponse]"
 _PIN: Batch = ([], [])
 
 
-class InstancePool:
-    """The instances of one model version, each running batches on its own thread."""
+def pool_class(instances: Sequence[ModelInstance]) -> type[InstancePool]:
+    """The pool that runs ``instances``: from the event loop when every one of them runs
+    event-driven now, else on worker threads (an empty pool too)."""
+    if instances and all(
+        isinstance(instance, EventDrivenInstance) and instance.event_driven
+        for instance in instances
+    ):
+        return EventDrivenInstancePool
+    return ThreadedInstancePool
+
+
+class InstancePool(ABC):
+    """The instances of one model version: schedulers hand it batches, it runs them and
+    answers their futures on the event loop. Create one with :func:`pool_class`.
+
+    Each pool writes out its own ``submit`` and ``submit_to`` (their first checks are the
+    same) so that a batch goes to its instance with no extra call.
+    """
 
     def __init__(
         self,
@@ -87,9 +109,6 @@ class InstancePool:
         #: the backend and plugin the instances come from, for error messages
         self._origin = origin or "the backend"
         self._failures = RepeatedFailureLog(logger, f"model '{model_name}'")
-        self._queue: SimpleQueue[Batch | None] = SimpleQueue()
-        #: one queue per instance once pin() was called (sequence batching)
-        self._pinned: list[SimpleQueue[Batch | None]] | None = None
         self._lock = threading.Lock()
         self._idle = len(self.instances)
         self._outstanding = 0  # batches submitted and not yet resolved (event loop only)
@@ -97,15 +116,6 @@ class InstancePool:
         #: called on the event loop after each batch's futures are resolved (an instance
         #: has become free): schedulers that form batches on demand hook in here
         self.on_batch_done: Callable[[], None] | None = None
-        #: event-driven instances: no threads; batches wait here for a free instance
-        self._event_driven = bool(self.instances) and all(
-            getattr(instance, "event_driven", False) for instance in self.instances
-        )
-        #: batches each event-driven instance holds, and how many it may hold
-        self._busy = [0] * len(self.instances)
-        self._depth = [max(1, getattr(i, "max_batches_in_flight", 1)) for i in self.instances]
-        self._waiting: deque[Batch] = deque()
-        self._waiting_for: list[deque[Batch]] | None = None
         #: execute_timeout_secs: which instances ran past it (None: no timeout)
         self.watch = (
             ExecuteWatch(execute_timeout, model_name, self.instances, names, loop, self._abandon)
@@ -121,17 +131,11 @@ class InstancePool:
         self._limiter = limiter
         if limiter is not None:
             self._limit(limiter, limits)
-        if self._event_driven:
-            self._threads: list[threading.Thread] = []
-            return
-        self._threads = [
-            threading.Thread(
-                target=self._run, args=(index, instance), name=f"instance:{name}", daemon=True
-            )
-            for index, (instance, name) in enumerate(zip(self.instances, names, strict=True))
-        ]
-        for thread in self._threads:
-            thread.start()
+        self._start()
+
+    @abstractmethod
+    def _start(self) -> None:
+        """Set up what runs batches (threads, queues), once the common state is in place."""
 
     @property
     def size(self) -> int:
@@ -148,42 +152,13 @@ class InstancePool:
         """Instances not executing a batch right now (approximate, for schedulers' hints)."""
         return self._idle
 
+    @abstractmethod
     def submit(
         self, requests: list[InferenceRequest], futures: list[asyncio.Future[InferenceResponse]]
     ) -> None:
         """Queue one batch; the next free instance executes it. Call on the event loop."""
-        watch = self.watch
-        if watch is not None and watch.unhealthy_count == len(self.instances):
-            _fail(futures, watch.unhealthy_error())
-            return
-        self._outstanding += 1
-        if self._limiter is not None:
-            self._limited_waiting.append((requests, futures))
-            self._stage_free()
-            return
-        if self._event_driven:
-            index = self._least_busy()
-            if index is None:
-                self._waiting.append((requests, futures))
-            else:
-                self._begin(index, (requests, futures))
-            return
-        self._queue.put((requests, futures))
 
-    def _least_busy(self) -> int | None:
-        """An idle event-driven instance, else one that may take another batch, else None."""
-        busy = self._busy
-        best = None
-        unhealthy = self.watch.unhealthy if self.watch is not None else None
-        for index, held in enumerate(busy):
-            if unhealthy is not None and unhealthy[index]:
-                continue
-            if not held:
-                return index
-            if held < self._depth[index] and (best is None or held < busy[best]):
-                best = index
-        return best
-
+    @abstractmethod
     def pin(self) -> None:
         """Give each instance its own queue, for schedulers that choose the instance.
 
@@ -191,16 +166,8 @@ class InstancePool:
         then submit with :meth:`submit_to` only. The sequence batcher does, so that a
         sequence stays on the instance (and thread) that holds its state.
         """
-        if self._pinned is not None or self._waiting_for is not None:
-            return
-        if self._event_driven:
-            self._waiting_for = [deque() for _ in self.instances]
-            return
-        self._pinned = [SimpleQueue() for _ in self.instances]
-        # Each thread takes exactly one _PIN: after taking it, it reads only its own queue.
-        for _ in self._threads:
-            self._queue.put(_PIN)
 
+    @abstractmethod
     def submit_to(
         self,
         index: int,
@@ -208,25 +175,6 @@ class InstancePool:
         futures: list[asyncio.Future[InferenceResponse]],
     ) -> None:
         """Queue one batch for instance ``index`` (after :meth:`pin`). Call on the event loop."""
-        watch = self.watch
-        if watch is not None and watch.unhealthy[index]:
-            _fail(futures, watch.unhealthy_error(index))
-            return
-        if self._limiter is not None:
-            self._outstanding += 1
-            self._limited_waiting_for[index].append((requests, futures))
-            self._limiter.stage(self._slots[index])
-            return
-        if self._waiting_for is not None:
-            self._outstanding += 1
-            if self._busy[index]:
-                self._waiting_for[index].append((requests, futures))
-            else:
-                self._begin(index, (requests, futures))
-            return
-        assert self._pinned is not None, "pin() the pool before submit_to()"
-        self._outstanding += 1
-        self._pinned[index].put((requests, futures))
 
     @property
     def outstanding(self) -> int:
@@ -239,62 +187,11 @@ class InstancePool:
             self._drained = asyncio.Event()
             await self._drained.wait()
 
-    def _begin(self, index: int, batch: Batch) -> None:
-        """Hand a batch to event-driven instance ``index`` (on the event loop)."""
-        self._busy[index] += 1
-        if self._busy[index] == 1:
-            self._idle -= 1
-        requests, futures = batch
-        if requests and requests[0].response_sender is not None:
-            note_instance(requests, self.names[index])
-        start = monotonic_ns()
-        watch = self.watch
-        if watch is not None:
-            watch.began(index, futures)
-
-        def done(
-            result: Sequence[InferenceResponse] | BaseException | None,
-            times: ExecutionTimes | None = None,
-        ) -> None:
-            end = monotonic_ns()
-            name = self.names[index]
-            if watch is not None:
-                watch.ended(index, futures)
-            if isinstance(result, BaseException):
-                results = self._failed(result, len(requests), name)
-            else:
-                try:
-                    results = self._finish(requests, result, name)  # type: ignore[arg-type]
-                except Exception as exc:  # fails the batch, as on a thread
-                    results = self._failed(exc, len(requests), name)
-            self._busy[index] -= 1
-            if not self._busy[index]:
-                self._idle += 1
-            # the instance takes its next batch before the futures' callbacks submit more;
-            # a pinned instance (sequences) holds one batch at a time
-            if self._limiter is not None:
-                self._limited_done(index)
-            elif self._waiting_for is None:
-                if self._waiting and self._busy[index] < self._depth[index]:
-                    self._begin(index, self._waiting.popleft())
-            elif self._waiting_for[index] and not self._busy[index]:
-                self._begin(index, self._waiting_for[index].popleft())
-            if times is None:
-                times = ExecutionTimes(start, 0, end - start, 0)
-            self._resolve(requests, futures, results, times)
-
-        try:
-            if self._prepare is not None:
-                self._prepare(requests)
-            self.instances[index].begin_execute(requests, done)
-        except Exception as exc:  # reported through done, after this returns
-            self._loop.call_soon(done, exc)
-
     # -- rate limiting (event loop, except _limit) ---------------------------------------------
 
     def _limit(self, limiter: RateLimiter, limits: Sequence[tuple[int, ResourceMap]]) -> None:
-        """Register the instances' needs (refused needs fail the load) and give each
-        instance its own queue: the limiter, not the first free thread, picks who runs."""
+        """Register the instances' needs (refused needs fail the load): the limiter, not the
+        first free instance, picks who runs."""
         from triton_core.scheduling.rate_limiter import InstanceSlot
 
         self._slots = [
@@ -306,8 +203,16 @@ class InstancePool:
         self._grant_waiters: dict[int, Callable[[], None]] = {}
         self._limited_waiting: deque[Batch] = deque()
         self._limited_waiting_for: list[deque[Batch]] = [deque() for _ in self.instances]
-        if not self._event_driven:
-            self._pinned = [SimpleQueue() for _ in self.instances]
+
+    def _submit_limited(self, batch: Batch) -> None:
+        """A batch for any instance, once one holds its resources."""
+        self._limited_waiting.append(batch)
+        self._stage_free()
+
+    def _submit_limited_to(self, index: int, batch: Batch) -> None:
+        assert self._limiter is not None
+        self._limited_waiting_for[index].append(batch)
+        self._limiter.stage(self._slots[index])
 
     def _stage_free(self) -> None:
         """Queue free instances for resources, as many as there are batches for any."""
@@ -332,12 +237,11 @@ class InstancePool:
         if not waiting:
             self._limiter.release(self._slots[index])
             return
-        batch = waiting.popleft()
-        if self._event_driven:
-            self._begin(index, batch)
-        else:
-            assert self._pinned is not None
-            self._pinned[index].put(batch)
+        self._run_granted(index, waiting.popleft())
+
+    @abstractmethod
+    def _run_granted(self, index: int, batch: Batch) -> None:
+        """Start ``batch`` on instance ``index``, which holds its resources."""
 
     def _limited_done(self, index: int) -> None:
         assert self._limiter is not None
@@ -347,61 +251,22 @@ class InstancePool:
         if self._limited_waiting:
             self._stage_free()
 
-    def wait_warm(self) -> None:
-        """Block until every instance ran the warm-up samples; raise the first failure.
-
-        Call off the event loop (the loader's thread), before the scheduler sends batches.
-        """
-        if self._warmup is None:
-            return
-        if self._event_driven:
-            asyncio.run_coroutine_threadsafe(self._warm_event_driven(), self._loop).result()
-        for future in self._warmed:
-            future.result()
-
-    def _warm_up(self, index: int, warmup: Warmup) -> None:
-        """Instance ``index``'s warm-up on its thread, holding its rate-limiter resources
-        (as Triton sends warm-up through the rate limiter)."""
-        instance, name = self.instances[index], self.names[index]
-        if self._limiter is None:
-            warmup.run(instance, name)
-            return
-        granted = threading.Event()
-        self._loop.call_soon_threadsafe(self._wait_for_grant, index, granted.set)
-        granted.wait()
-        try:
-            warmup.run(instance, name)
-        finally:
-            self._loop.call_soon_threadsafe(self._limited_done, index)
-
-    async def _warm_up_async(self, index: int, warmup: Warmup) -> None:
-        instance, name = self.instances[index], self.names[index]
-        if self._limiter is None:
-            await warmup.run_async(instance, name)
-            return
-        granted = self._loop.create_future()
-        self._wait_for_grant(index, lambda: granted.set_result(None))
-        await granted
-        try:
-            await warmup.run_async(instance, name)
-        finally:
-            self._limited_done(index)
-
     def _wait_for_grant(self, index: int, granted: Callable[[], None]) -> None:
         assert self._limiter is not None
         self._grant_waiters[index] = granted
         self._limiter.stage(self._slots[index])
 
-    async def _warm_event_driven(self) -> None:
-        assert self._warmup is not None
-        warmup = self._warmup
-        runs = [self._warm_up_async(index, warmup) for index in range(len(self.instances))]
-        results = await asyncio.gather(*runs, return_exceptions=True)
-        for future, result in zip(self._warmed, results, strict=True):
-            if isinstance(result, BaseException):
-                future.set_exception(result)
-            else:
-                future.set_result(None)
+    # -- warm-up ---------------------------------------------------------------------------------
+
+    def wait_warm(self) -> None:
+        """Block until every instance ran the warm-up samples; raise the first failure.
+
+        Call off the event loop (the loader's thread), before the scheduler sends batches.
+        """
+        for future in self._warmed:
+            future.result()
+
+    # -- answers -------------------------------------------------------------------------------
 
     def _failed(
         self, exc: BaseException, count: int, instance: str
@@ -419,6 +284,223 @@ class InstancePool:
         message = raised(where, self._origin, exc)
         self._failures.failed((instance, type(exc)), message, exc)
         return [TritonError(Status.INTERNAL, message, reason="BACKEND")] * count
+
+    def _resolve(
+        self,
+        requests: list[InferenceRequest],
+        futures: list[asyncio.Future[InferenceResponse]],
+        results: list[InferenceResponse | TritonError],
+        times: ExecutionTimes,
+    ) -> None:
+        if self.watch is not None and self.watch.abandoned and self.watch.late(futures):
+            if self.on_batch_done is not None:
+                self.on_batch_done()  # the instance is free again
+            return
+        self._outstanding -= 1
+        if self._drained is not None and not self._outstanding:
+            self._drained.set()
+        try:
+            if len(requests) == 1:
+                request = requests[0]
+                self.statistics.record_execution(request.batch_size, (request.queued_ns,), times)
+            else:
+                self.statistics.record_execution(
+                    sum(request.batch_size for request in requests),
+                    [request.queued_ns for request in requests],
+                    times,
+                )
+        except Exception:  # statistics must never keep a response from its client
+            logger.exception("recording statistics of model '%s' failed", self._model_name)
+        for request, future, result in zip(requests, futures, results, strict=True):
+            if request.trace is not None:
+                request.trace.compute(times)
+            if future.done():
+                continue
+            if isinstance(result, TritonError):
+                if result.reason is None:
+                    result.reason = "BACKEND"
+                future.set_exception(result)
+            else:
+                future.set_result(result)
+        if self.on_batch_done is not None:
+            self.on_batch_done()  # the scheduler may dispatch its next batch now
+
+    # -- execute timeouts ----------------------------------------------------------------------
+
+    def _abandon(
+        self, index: int, futures: list[asyncio.Future[InferenceResponse]], error: TritonError
+    ) -> None:
+        """Fail a batch of instance ``index`` that ran past ``execute_timeout_secs`` (on the
+        event loop), and the batches that now have no instance to run on."""
+        assert self.watch is not None
+        self._batch_gone()
+        _fail(futures, error)
+        limited = self._limiter is not None
+        waiting = self._take_limited(index) if limited else self._take_waiting(index)
+        if waiting:
+            refused = self.watch.unhealthy_error(index if self._chooses_instances else None)
+            for _, waiting_futures in waiting:
+                self._batch_gone()
+                _fail(waiting_futures, refused)
+
+    @property
+    @abstractmethod
+    def _chooses_instances(self) -> bool:
+        """Batches wait for a given instance (pinned or rate-limited), not for any."""
+
+    @abstractmethod
+    def _take_waiting(self, index: int) -> list[Batch]:
+        """Batches queued for instance ``index`` alone, or for any, when none is healthy
+        (without a rate limiter)."""
+
+    def _all_unhealthy(self) -> bool:
+        assert self.watch is not None
+        return self.watch.unhealthy_count == len(self.instances)
+
+    def _batch_gone(self) -> None:
+        self._outstanding -= 1
+        if self._drained is not None and not self._outstanding:
+            self._drained.set()
+
+    def _take_limited(self, index: int) -> list[Batch]:
+        """A rate-limited pool's batches for instance ``index``, and for any instance
+        when none is healthy (they wait for resources, not in an instance's queue)."""
+        taken = list(self._limited_waiting_for[index])
+        self._limited_waiting_for[index].clear()
+        if self._all_unhealthy():
+            taken += self._limited_waiting
+            self._limited_waiting.clear()
+        return taken
+
+    # -- stopping ------------------------------------------------------------------------------
+
+    def abort(self) -> None:
+        """The stop deadline passed: each instance ends what it runs now (any thread)."""
+        for instance in [*self.instances, *self._passive]:
+            try:
+                instance.abort()
+            except Exception:
+                logger.exception("aborting an instance of model '%s' failed", self._model_name)
+
+    def _hung(self) -> set[int]:
+        """Instances still in a call that ran past the timeout: a stop leaves them behind
+        (their threads end with the process) and does not finalize them under that call."""
+        watch = self.watch
+        if watch is None:
+            return set()
+        watch.stop()
+        hung = {index for index, unhealthy in enumerate(watch.unhealthy) if unhealthy}
+        for index in sorted(hung):
+            logger.warning(
+                "model '%s' instance '%s' is still in a timed-out call; leaving it behind",
+                self._model_name,
+                self.names[index],
+            )
+        return hung
+
+    def stop(self) -> None:
+        """Let queued batches finish, then end the workers and finalize the instances."""
+        if self._limiter is not None:
+            self._limiter.unregister(self._slots)
+        hung = self._stop_workers()
+        for index, instance in enumerate([*self.instances, *self._passive]):
+            if index in hung:
+                continue
+            try:
+                instance.finalize()
+            except Exception:
+                logger.exception("finalizing an instance of model '%s' failed", self._model_name)
+
+    @abstractmethod
+    def _stop_workers(self) -> set[int]:
+        """End what runs batches once the queued ones finished; the hung instances."""
+
+
+class ThreadedInstancePool(InstancePool):
+    """Each instance runs batches on its own thread, taking them from a queue shared by
+    the model's instances, so a free instance picks up the next batch."""
+
+    def _start(self) -> None:
+        self._queue: SimpleQueue[Batch | None] = SimpleQueue()
+        #: one queue per instance after pin() (sequence batching), or with a rate limiter
+        self._pinned: list[SimpleQueue[Batch | None]] | None = (
+            [SimpleQueue() for _ in self.instances] if self._limiter is not None else None
+        )
+        self._threads = [
+            threading.Thread(
+                target=self._run, args=(index, instance), name=f"instance:{name}", daemon=True
+            )
+            for index, (instance, name) in enumerate(zip(self.instances, self.names, strict=True))
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    def submit(
+        self, requests: list[InferenceRequest], futures: list[asyncio.Future[InferenceResponse]]
+    ) -> None:
+        watch = self.watch
+        if watch is not None and watch.unhealthy_count == len(self.instances):
+            _fail(futures, watch.unhealthy_error())
+            return
+        self._outstanding += 1
+        if self._limiter is not None:
+            self._submit_limited((requests, futures))
+            return
+        self._queue.put((requests, futures))
+
+    def pin(self) -> None:
+        if self._pinned is not None:
+            return
+        self._pinned = [SimpleQueue() for _ in self.instances]
+        # Each thread takes exactly one _PIN: after taking it, it reads only its own queue.
+        for _ in self._threads:
+            self._queue.put(_PIN)
+
+    def submit_to(
+        self,
+        index: int,
+        requests: list[InferenceRequest],
+        futures: list[asyncio.Future[InferenceResponse]],
+    ) -> None:
+        watch = self.watch
+        if watch is not None and watch.unhealthy[index]:
+            _fail(futures, watch.unhealthy_error(index))
+            return
+        if self._limiter is not None:
+            self._outstanding += 1
+            self._submit_limited_to(index, (requests, futures))
+            return
+        assert self._pinned is not None, "pin() the pool before submit_to()"
+        self._outstanding += 1
+        self._pinned[index].put((requests, futures))
+
+    def _run_granted(self, index: int, batch: Batch) -> None:
+        assert self._pinned is not None
+        self._pinned[index].put(batch)
+
+    @property
+    def _chooses_instances(self) -> bool:
+        return self._pinned is not None
+
+    def _take_waiting(self, index: int) -> list[Batch]:
+        if self._pinned is not None:
+            return _take_all(self._pinned[index])
+        return _take_all(self._queue) if self._all_unhealthy() else []
+
+    def _warm_up(self, index: int, warmup: Warmup) -> None:
+        """Instance ``index``'s warm-up on its thread, holding its rate-limiter resources
+        (as Triton sends warm-up through the rate limiter)."""
+        instance, name = self.instances[index], self.names[index]
+        if self._limiter is None:
+            warmup.run(instance, name)
+            return
+        granted = threading.Event()
+        self._loop.call_soon_threadsafe(self._wait_for_grant, index, granted.set)
+        granted.wait()
+        try:
+            warmup.run(instance, name)
+        finally:
+            self._loop.call_soon_threadsafe(self._limited_done, index)
 
     def _run(self, index: int, instance: ModelInstance) -> None:
         name = self.names[index]
@@ -476,125 +558,7 @@ class InstancePool:
             except RuntimeError:  # loop closed during shutdown
                 return
 
-    def _resolve(
-        self,
-        requests: list[InferenceRequest],
-        futures: list[asyncio.Future[InferenceResponse]],
-        results: list[InferenceResponse | TritonError],
-        times: ExecutionTimes,
-    ) -> None:
-        if self.watch is not None and self.watch.abandoned and self.watch.late(futures):
-            if self.on_batch_done is not None:
-                self.on_batch_done()  # the instance is free again
-            return
-        self._outstanding -= 1
-        if self._drained is not None and not self._outstanding:
-            self._drained.set()
-        try:
-            if len(requests) == 1:
-                request = requests[0]
-                self.statistics.record_execution(request.batch_size, (request.queued_ns,), times)
-            else:
-                self.statistics.record_execution(
-                    sum(request.batch_size for request in requests),
-                    [request.queued_ns for request in requests],
-                    times,
-                )
-        except Exception:  # statistics must never keep a response from its client
-            logger.exception("recording statistics of model '%s' failed", self._model_name)
-        for request, future, result in zip(requests, futures, results, strict=True):
-            if request.trace is not None:
-                request.trace.compute(times)
-            if future.done():
-                continue
-            if isinstance(result, TritonError):
-                if result.reason is None:
-                    result.reason = "BACKEND"
-                future.set_exception(result)
-            else:
-                future.set_result(result)
-        if self.on_batch_done is not None:
-            self.on_batch_done()  # the scheduler may dispatch its next batch now
-
-    def _abandon(
-        self, index: int, futures: list[asyncio.Future[InferenceResponse]], error: TritonError
-    ) -> None:
-        """Fail a batch of instance ``index`` that ran past ``execute_timeout_secs`` (on the
-        event loop), and the batches that now have no instance to run on."""
-        assert self.watch is not None
-        self._batch_gone()
-        _fail(futures, error)
-        waiting = self._take_waiting(index)
-        if waiting:
-            pinned = self._pinned is not None or self._waiting_for is not None
-            refused = self.watch.unhealthy_error(index if pinned else None)
-            for _, waiting_futures in waiting:
-                self._batch_gone()
-                _fail(waiting_futures, refused)
-
-    def _batch_gone(self) -> None:
-        self._outstanding -= 1
-        if self._drained is not None and not self._outstanding:
-            self._drained.set()
-
-    def _take_waiting(self, index: int) -> list[Batch]:
-        """Batches queued for instance ``index`` alone, or for any, when none is healthy."""
-        assert self.watch is not None
-        if self._limiter is not None:
-            return self._take_limited(index)
-        if self._pinned is not None:
-            return _take_all(self._pinned[index])
-        if self._waiting_for is not None:
-            taken = list(self._waiting_for[index])
-            self._waiting_for[index].clear()
-            return taken
-        if self.watch.unhealthy_count < len(self.instances):
-            return []
-        if self._event_driven:
-            taken = list(self._waiting)
-            self._waiting.clear()
-            return taken
-        return _take_all(self._queue)
-
-    def _take_limited(self, index: int) -> list[Batch]:
-        """A rate-limited pool's batches for instance ``index``, and for any instance
-        when none is healthy (they wait for resources, not in an instance's queue)."""
-        assert self.watch is not None
-        taken = list(self._limited_waiting_for[index])
-        self._limited_waiting_for[index].clear()
-        if self.watch.unhealthy_count == len(self.instances):
-            taken += self._limited_waiting
-            self._limited_waiting.clear()
-        return taken
-
-    def abort(self) -> None:
-        """The stop deadline passed: each instance ends what it runs now (any thread)."""
-        for instance in [*self.instances, *self._passive]:
-            try:
-                instance.abort()
-            except Exception:
-                logger.exception("aborting an instance of model '%s' failed", self._model_name)
-
-    def _hung(self) -> set[int]:
-        """Instances still in a call that ran past the timeout: a stop leaves them behind
-        (their threads end with the process) and does not finalize them under that call."""
-        watch = self.watch
-        if watch is None:
-            return set()
-        watch.stop()
-        hung = {index for index, unhealthy in enumerate(watch.unhealthy) if unhealthy}
-        for index in sorted(hung):
-            logger.warning(
-                "model '%s' instance '%s' is still in a timed-out call; leaving it behind",
-                self._model_name,
-                self.names[index],
-            )
-        return hung
-
-    def stop(self) -> None:
-        """Let queued batches finish, then end the threads and finalize the instances."""
-        if self._limiter is not None:
-            self._limiter.unregister(self._slots)
+    def _stop_workers(self) -> set[int]:
         queues = self._pinned or [self._queue] * len(self._threads)
         for queue in queues:
             queue.put(None)
@@ -602,13 +566,181 @@ class InstancePool:
         for index, thread in enumerate(self._threads):
             if index not in hung:
                 thread.join()
-        for index, instance in enumerate([*self.instances, *self._passive]):
-            if index in hung:
+        return hung
+
+
+class EventDrivenInstancePool(InstancePool):
+    """Event-driven instances, with no threads: batches are handed to them on the event
+    loop and wait here for a free instance; each may hold ``max_batches_in_flight``."""
+
+    def _start(self) -> None:
+        driven = [i for i in self.instances if isinstance(i, EventDrivenInstance)]
+        if len(driven) != len(self.instances):
+            raise TypeError("not every instance is event-driven: use pool_class() for the pool")
+        self._driven = driven
+        #: batches each instance holds, and how many it may hold
+        self._busy = [0] * len(driven)
+        self._depth = [max(1, instance.max_batches_in_flight) for instance in driven]
+        self._waiting: deque[Batch] = deque()
+        #: one queue per instance after pin() (sequence batching)
+        self._waiting_for: list[deque[Batch]] | None = None
+
+    def submit(
+        self, requests: list[InferenceRequest], futures: list[asyncio.Future[InferenceResponse]]
+    ) -> None:
+        watch = self.watch
+        if watch is not None and watch.unhealthy_count == len(self.instances):
+            _fail(futures, watch.unhealthy_error())
+            return
+        self._outstanding += 1
+        if self._limiter is not None:
+            self._submit_limited((requests, futures))
+            return
+        index = self._least_busy()
+        if index is None:
+            self._waiting.append((requests, futures))
+        else:
+            self._begin(index, (requests, futures))
+
+    def _least_busy(self) -> int | None:
+        """An idle instance, else one that may take another batch, else None."""
+        busy = self._busy
+        best = None
+        unhealthy = self.watch.unhealthy if self.watch is not None else None
+        for index, held in enumerate(busy):
+            if unhealthy is not None and unhealthy[index]:
                 continue
-            try:
-                instance.finalize()
-            except Exception:
-                logger.exception("finalizing an instance of model '%s' failed", self._model_name)
+            if not held:
+                return index
+            if held < self._depth[index] and (best is None or held < busy[best]):
+                best = index
+        return best
+
+    def pin(self) -> None:
+        if self._waiting_for is None:
+            self._waiting_for = [deque() for _ in self.instances]
+
+    def submit_to(
+        self,
+        index: int,
+        requests: list[InferenceRequest],
+        futures: list[asyncio.Future[InferenceResponse]],
+    ) -> None:
+        watch = self.watch
+        if watch is not None and watch.unhealthy[index]:
+            _fail(futures, watch.unhealthy_error(index))
+            return
+        if self._limiter is not None:
+            self._outstanding += 1
+            self._submit_limited_to(index, (requests, futures))
+            return
+        assert self._waiting_for is not None, "pin() the pool before submit_to()"
+        self._outstanding += 1
+        if self._busy[index]:
+            self._waiting_for[index].append((requests, futures))
+        else:
+            self._begin(index, (requests, futures))
+
+    def _begin(self, index: int, batch: Batch) -> None:
+        """Hand a batch to event-driven instance ``index`` (on the event loop)."""
+        self._busy[index] += 1
+        if self._busy[index] == 1:
+            self._idle -= 1
+        requests, futures = batch
+        if requests and requests[0].response_sender is not None:
+            note_instance(requests, self.names[index])
+        start = monotonic_ns()
+        watch = self.watch
+        if watch is not None:
+            watch.began(index, futures)
+
+        def done(
+            result: Sequence[InferenceResponse] | BaseException | None,
+            times: ExecutionTimes | None = None,
+        ) -> None:
+            end = monotonic_ns()
+            name = self.names[index]
+            if watch is not None:
+                watch.ended(index, futures)
+            if isinstance(result, BaseException):
+                results = self._failed(result, len(requests), name)
+            else:
+                try:
+                    results = self._finish(requests, result, name)  # type: ignore[arg-type]
+                except Exception as exc:  # fails the batch, as on a thread
+                    results = self._failed(exc, len(requests), name)
+            self._busy[index] -= 1
+            if not self._busy[index]:
+                self._idle += 1
+            # the instance takes its next batch before the futures' callbacks submit more;
+            # a pinned instance (sequences) holds one batch at a time
+            if self._limiter is not None:
+                self._limited_done(index)
+            elif self._waiting_for is None:
+                if self._waiting and self._busy[index] < self._depth[index]:
+                    self._begin(index, self._waiting.popleft())
+            elif self._waiting_for[index] and not self._busy[index]:
+                self._begin(index, self._waiting_for[index].popleft())
+            if times is None:
+                times = ExecutionTimes(start, 0, end - start, 0)
+            self._resolve(requests, futures, results, times)
+
+        try:
+            if self._prepare is not None:
+                self._prepare(requests)
+            self._driven[index].begin_execute(requests, done)
+        except Exception as exc:  # reported through done, after this returns
+            self._loop.call_soon(done, exc)
+
+    def _run_granted(self, index: int, batch: Batch) -> None:
+        self._begin(index, batch)
+
+    @property
+    def _chooses_instances(self) -> bool:
+        return self._waiting_for is not None
+
+    def _take_waiting(self, index: int) -> list[Batch]:
+        if self._waiting_for is not None:
+            taken = list(self._waiting_for[index])
+            self._waiting_for[index].clear()
+            return taken
+        if not self._all_unhealthy():
+            return []
+        taken = list(self._waiting)
+        self._waiting.clear()
+        return taken
+
+    def wait_warm(self) -> None:
+        if self._warmup is not None:
+            asyncio.run_coroutine_threadsafe(self._warm_all(), self._loop).result()
+        super().wait_warm()
+
+    async def _warm_all(self) -> None:
+        assert self._warmup is not None
+        warmup = self._warmup
+        runs = [self._warm_up(index, warmup) for index in range(len(self.instances))]
+        results = await asyncio.gather(*runs, return_exceptions=True)
+        for future, result in zip(self._warmed, results, strict=True):
+            if isinstance(result, BaseException):
+                future.set_exception(result)
+            else:
+                future.set_result(None)
+
+    async def _warm_up(self, index: int, warmup: Warmup) -> None:
+        instance, name = self._driven[index], self.names[index]
+        if self._limiter is None:
+            await warmup.run_async(instance, name)
+            return
+        granted = self._loop.create_future()
+        self._wait_for_grant(index, lambda: granted.set_result(None))
+        await granted
+        try:
+            await warmup.run_async(instance, name)
+        finally:
+            self._limited_done(index)
+
+    def _stop_workers(self) -> set[int]:
+        return self._hung()
 
 
 def _fail(futures: list[asyncio.Future[InferenceResponse]], error: TritonError) -> None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import onnxruntime as ort
 import pytest
-from triton_core_onnx import backend as ort_backend
 from triton_core_onnx import plugin
+from triton_core_onnx import settings as ort_settings
 from triton_core_onnx.backend import OnnxRuntimeBackend
 
 from triton_core.errors import Status, TritonError
@@ -55,7 +55,7 @@ def test_thread_defaults_share_the_cpus(
     builders, model_file, instance, monkeypatch, cpus, count, threads
 ):
     builders.mlp(model_file)
-    monkeypatch.setattr(ort_backend, "_available_cpus", lambda: cpus)
+    monkeypatch.setattr(ort_settings, "_available_cpus", lambda: cpus)
     inst = instance(GROUPS.format(count=count))
     options = options_of(inst)
     assert options.intra_op_num_threads == threads
@@ -67,7 +67,7 @@ def test_thread_defaults_share_the_cpus(
 
 def test_instance_count_over_groups(builders, model_file, load, monkeypatch):
     builders.mlp(model_file)
-    monkeypatch.setattr(ort_backend, "_available_cpus", lambda: 12)
+    monkeypatch.setattr(ort_settings, "_available_cpus", lambda: 12)
     model = load(
         """
         instance_group [

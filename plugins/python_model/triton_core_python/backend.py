@@ -48,6 +48,7 @@ from google.protobuf import json_format
 from triton_core import (
     Backend,
     BackendModel,
+    EventDrivenInstance,
     InstanceSpec,
     ModelConfig,
     ModelContext,
@@ -263,7 +264,7 @@ class PythonModel(BackendModel):
         return PythonInstance(self, spec)
 
 
-class PythonInstance(ModelInstance):
+class PythonInstance(EventDrivenInstance):
     """A model instance: one stub process, restarted when it dies.
 
     With a server loop the instance is event-driven: the pool hands it batches on the loop
@@ -280,7 +281,7 @@ class PythonInstance(ModelInstance):
         self.event_driven = self._loop is not None and not model.backend.instance_thread
         # the next batch waits in the process's socket while one executes: the process goes
         # on to it without a round trip through the event loop
-        self.max_batches_in_flight = 2 if self.event_driven else 1  # type: ignore[misc]
+        self.max_batches_in_flight = 2 if self.event_driven else 1
         self._lock = threading.Lock()  # held while (re)starting or stopping the process
         self._closing = False
         self._restart_error: TritonError | None = None

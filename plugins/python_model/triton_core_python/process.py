@@ -29,19 +29,17 @@ from triton_core import (
     ExecutionTimes,
     InferenceRequest,
     InferenceResponse,
-    RequestedOutput,
-    RequestFlag,
-    Status,
-    Tensor,
     TritonError,
     internal,
     unavailable,
-    unsupported,
 )
 from triton_core_python import ipc
+from triton_core_python.batches import BatchCodec
+from triton_core_python.calls import ModelCalls
+from triton_core_python.codes import status_of
 from triton_core_python.metrics import ModelMetricBudget, StubMetrics
 from triton_core_python.shm import Arena, SharedMemoryError
-from triton_core_python.wire import Descriptor, Packer, unpack
+from triton_core_python.wire import Packer
 
 if TYPE_CHECKING:
     from triton_core import Server
@@ -53,18 +51,6 @@ model_logger = logging.getLogger("triton_core_python.model")
 #: pb_utils.LogLevel -> logging levels
 _LOG_LEVELS = {0: logging.INFO, 1: logging.WARNING, 2: logging.ERROR, 3: logging.DEBUG}
 
-#: pb_utils.TritonError codes (TRITONSERVER_Error_Code order) -> statuses
-STATUSES = (
-    Status.UNKNOWN,
-    Status.INTERNAL,
-    Status.NOT_FOUND,
-    Status.INVALID_ARG,
-    Status.UNAVAILABLE,
-    Status.UNSUPPORTED,
-    Status.ALREADY_EXISTS,
-    Status.CANCELLED,
-)
-CODES = {status: code for code, status in enumerate(STATUSES)}
 
 _PACKAGE = Path(__file__).resolve().parent
 _UTILS = _PACKAGE.parent / "triton_python_backend_utils.py"
@@ -107,10 +93,6 @@ def stub_command(python: str, *arguments: str) -> tuple[list[str], dict[str, str
 _EVENTS_PER_CALLBACK = 64
 #: batches with more tensor bytes than this are copied into shared memory off the loop
 _OFFLOAD_BYTES = 1 << 20
-
-
-def status_of(code: int) -> Status:
-    return STATUSES[code] if 0 <= code < len(STATUSES) else Status.INTERNAL
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,12 +156,13 @@ class StubProcess:
         #: (requests, done, StubDied) of a batch from begin_execute the process never
         #: answered, instead of done(StubDied): the owner retries or fails it
         self.on_batch_died: Any = None
-        #: decoupled requests by key, until their final response
-        self._pending: dict[int, InferenceRequest] = {}
         self._ids = itertools.count(1)
-        self._bls_tasks: dict[int, asyncio.Task[None]] = {}
         #: the traces of traced requests sent to the stub, by id: their BLS calls continue them
         self._traces: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
+        #: BLS and model-management calls the model makes
+        self.calls = ModelCalls(server, loop, self._send_event, self._traces)
+        #: batches to the stub's wire form and back; its decoupled requests by key
+        self.codec = BatchCodec(settings, self._traces)
         self._death_lock = threading.Lock()
         self._reader_thread: threading.Thread | None = None
         self._flush_scheduled = False
@@ -252,7 +235,7 @@ class StubProcess:
         finally:
             control_theirs.close()
             events_theirs.close()
-        self.memory = memory
+        self.memory = self.calls.memory = self.codec.memory = memory
         self.control = ipc.Channel(control, memory, 0)
         self.events = ipc.Channel(events, memory, 1)
         self._watch_events()
@@ -372,12 +355,12 @@ class StubProcess:
         assert control is not None
         if self.dead:
             raise StubDied(sent=False)
-        body, packer, keys = self._encode(requests)
+        body, packer, keys = self.codec.encode(requests)
         self._send_batch(next(self._ids), body, packer, keys)
         try:
             message = control.recv()
         except ipc.PeerClosed:
-            self._forget(keys)
+            self.codec.forget(keys)
             raise StubDied(sent=True, description=self.exit_description()) from None
         assert message is not None
         return self._result(message, keys, requests)
@@ -394,7 +377,7 @@ class StubProcess:
             raise StubDied(sent=False)
         ident = next(self._ids)
         if _estimated_bytes(requests) < _OFFLOAD_BYTES:
-            body, packer, keys = self._encode(requests)
+            body, packer, keys = self.codec.encode(requests)
             self._in_flight[ident] = [keys, done, requests]
             try:
                 self._send_batch(ident, body, packer, keys)
@@ -410,7 +393,7 @@ class StubProcess:
     def _send_off_loop(self, ident: int, requests: list[InferenceRequest]) -> None:
         assert self._loop is not None
         try:
-            body, packer, keys = self._encode(requests)
+            body, packer, keys = self.codec.encode(requests)
             self._loop.call_soon_threadsafe(self._set_keys, ident, keys)
             self._send_batch(ident, body, packer, keys)
         except BaseException as exc:
@@ -426,53 +409,6 @@ class StubProcess:
         if entry is not None:
             self._fail_batch(entry, exc)
 
-    def _encode(self, requests: list[InferenceRequest]) -> tuple[list[Any], Packer, list[int]]:
-        packer = Packer()
-        add = packer.add
-        decoupled = self.decoupled
-        reshapes = self.settings.input_reshapes
-        body = []
-        keys = []
-        for index, request in enumerate(requests):
-            if reshapes:
-                inputs = [
-                    add(name, t.datatype, _reshaped(reshapes, name, t.data))
-                    for name, t in request.inputs.items()
-                ]
-            else:
-                inputs = [add(name, t.datatype, t.data) for name, t in request.inputs.items()]
-            if decoupled:
-                # a rescheduled request comes back with the same key, so responses its model
-                # sent before rescheduling still find it
-                key = id(request)
-                self._pending[key] = request
-                keys.append(key)
-            else:
-                key = index
-            outputs = request.outputs
-            body.append(
-                (
-                    key,
-                    request.id,
-                    request.correlation_id,
-                    int(request.flags),
-                    request.parameters or None,
-                    None if outputs is None else [output.name for output in outputs],
-                    inputs,
-                    request.timeout_us,
-                    self._trace_reference(request),
-                )
-            )
-        return body, packer, keys
-
-    def _trace_reference(self, request: InferenceRequest) -> tuple[int, str] | None:
-        """(trace id, W3C context) of a traced request, for ``request.trace()`` in the stub."""
-        trace = request.trace
-        if trace is None:
-            return None
-        self._traces[trace.id] = trace
-        return trace.id, trace.context()
-
     def _send_batch(self, ident: int, body: list[Any], packer: Packer, keys: list[int]) -> None:
         memory, control = self.memory, self.control
         assert memory is not None and control is not None
@@ -480,17 +416,17 @@ class StubProcess:
             block = packer.write(memory.arena)
             control.send(ipc.EXECUTE, ident, body, block)
         except SharedMemoryError as exc:
-            self._forget(keys)
+            self.codec.forget(keys)
             raise unavailable(
                 f"model '{self.settings.model_name}' instance '{self.settings.instance_name}': "
                 f"{exc}"
             ) from None
         except ipc.PeerClosed:
-            self._forget(keys)
+            self.codec.forget(keys)
             raise StubDied(sent=False) from None
         except (ValueError, OSError):
             # the process died and its memory was released while this batch was copied
-            self._forget(keys)
+            self.codec.forget(keys)
             if self.dead:
                 raise StubDied(sent=False) from None
             raise
@@ -500,7 +436,7 @@ class StubProcess:
     ) -> list[InferenceResponse | None] | None:
         status, payload, _ = message.body
         if status:
-            self._forget(keys)
+            self.codec.forget(keys)
             code, text = payload
             raise TritonError(status_of(code), text)
         if self.decoupled:
@@ -508,7 +444,7 @@ class StubProcess:
             for index in payload or ():
                 requests[index].reschedule = True
             return None
-        responses = self._responses(message.block, payload)
+        responses = self.codec.responses(message.block, payload)
         for index, item in enumerate(payload):
             if item == ipc.RESCHEDULED:
                 requests[index].reschedule = True
@@ -548,7 +484,7 @@ class StubProcess:
         """Fail the batches sent to the process when it ended (on the loop)."""
         in_flight, self._in_flight = self._in_flight, {}
         for entry in in_flight.values():
-            self._forget(entry[0])
+            self.codec.forget(entry[0])
             self._fail_batch(entry, StubDied(sent=True, description=description))
 
     def _fail_batch(self, entry: list[Any], exc: BaseException) -> None:
@@ -558,67 +494,6 @@ class StubProcess:
             self.on_batch_died(requests, done, exc)
         else:
             done(exc)
-
-    def _responses(self, block: Any, items: list[Any]) -> list[InferenceResponse | None]:
-        memory = self.memory
-        assert memory is not None
-        owner = memory.take_block(block)
-        responses: list[InferenceResponse | None] = []
-        for item in items:
-            if item == ipc.RESCHEDULED:
-                responses.append(None)  # no response: the request runs again
-                continue
-            if item is None:
-                responses.append(
-                    InferenceResponse(
-                        error=internal(
-                            f"model '{self.settings.model_name}' returned None instead of a "
-                            "response for a request"
-                        )
-                    )
-                )
-                continue
-            descriptors, error, parameters = item
-            if error is not None:
-                responses.append(
-                    InferenceResponse(error=TritonError(status_of(error[0]), error[1]))
-                )
-                continue
-            outputs = [Tensor(d[0], self._datatype(d), unpack(owner, d)) for d in descriptors]
-            if self.settings.output_reshapes:
-                reshape_error = self._reshape_outputs(outputs)
-                if reshape_error is not None:
-                    responses.append(InferenceResponse(error=reshape_error))
-                    continue
-            responses.append(InferenceResponse(outputs, parameters or {}))
-        return responses
-
-    def _reshape_outputs(self, outputs: list[Tensor]) -> TritonError | None:
-        """View outputs in the config's dims where the config reshapes them."""
-        reshapes = self.settings.output_reshapes
-        for tensor in outputs:
-            reshape = reshapes.get(tensor.name)
-            if reshape is None:
-                continue
-            try:
-                tensor.data = reshape(tensor.data)
-            except ValueError:
-                return internal(
-                    f"model '{self.settings.model_name}' returned output '{tensor.name}' with "
-                    f"shape {list(tensor.data.shape)}, which does not match its config reshape"
-                )
-        return None
-
-    def _datatype(self, descriptor: Descriptor) -> str:
-        """An output's datatype: the bits of a BF16 output travel as UINT16."""
-        datatype = descriptor[1]
-        if datatype == "UINT16" and descriptor[0] in self.settings.bf16_outputs:
-            return "BF16"
-        return datatype
-
-    def _forget(self, keys: list[int]) -> None:
-        for key in keys:
-            self._pending.pop(key, None)
 
     # -- events (the event loop) ----------------------------------------------------------------
 
@@ -698,20 +573,18 @@ class StubProcess:
         if kind == ipc.RESPONSE:
             self._on_response(message)
         elif kind == ipc.BLS_REQUEST:
-            self._start_call(message.ident, self._bls(message.ident, message.body, message.block))
+            self.calls.start_infer(message)
         elif kind == ipc.BLS_CANCEL:
-            task = self._bls_tasks.get(message.ident)
-            if task is not None:
-                task.cancel()
+            self.calls.cancel(message.ident)
         elif kind == ipc.CANCEL_QUERY:
-            request = self._pending.get(message.body)
+            request = self.codec.pending.get(message.body)
             sender = request.response_sender if request is not None else None
             cancelled = sender is None or sender.is_cancelled()
             self._send_event(ipc.CANCEL_ANSWER, message.ident, cancelled, None)
         elif kind == ipc.LOG:
             self._log(*message.body)
         elif kind == ipc.CONTROL:
-            self._start_call(message.ident, self._control(message.ident, *message.body))
+            self.calls.start_management(message)
         elif kind == ipc.METRIC:
             self._on_metric(message.ident, *message.body)
 
@@ -754,12 +627,12 @@ class StubProcess:
         flags, item = message.body
         final = bool(flags & 1)
         key = message.ident
-        request = self._pending.pop(key, None) if final else self._pending.get(key)
+        request = self.codec.pending.pop(key, None) if final else self.codec.pending.get(key)
         if request is None or request.response_sender is None:
             return  # its stream already failed (execute raised, or the process restarted)
         response = None
         if item is not None:
-            response = self._responses(message.block, [item])[0]
+            response = self.codec.responses(message.block, [item])[0]
         try:
             request.response_sender.send(response, final=final)
         except TritonError as error:
@@ -814,8 +687,7 @@ class StubProcess:
             with contextlib.suppress(RuntimeError):  # the loop is closed
                 if self.event_driven:
                     loop.call_soon_threadsafe(self._fail_in_flight, description)
-                for task in list(self._bls_tasks.values()):
-                    loop.call_soon_threadsafe(task.cancel)
+                self.calls.cancel_all()
         self._fail_pending(
             f"the Python process of model '{self.settings.model_name}' instance "
             f"'{self.settings.instance_name}' {description}; the instance is restarting"
@@ -825,8 +697,8 @@ class StubProcess:
             self.on_death(self)
 
     def _fail_pending(self, reason: str) -> None:
-        pending = list(self._pending.items())
-        self._pending.clear()
+        pending = list(self.codec.pending.items())
+        self.codec.pending.clear()
         if not pending:
             return
 
@@ -844,118 +716,6 @@ class StubProcess:
             with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits
                 self._loop.call_soon_threadsafe(fail)
 
-    # -- calls the model makes (tasks on the event loop) ----------------------------------------
-
-    def _start_call(self, ident: int, coroutine: Any) -> None:
-        if self._loop is None:
-            coroutine.close()
-            self._send_event(
-                ipc.BLS_RESPONSE,
-                ident,
-                (True, ((), (CODES[Status.UNSUPPORTED], "no server to call"), None)),
-                None,
-            )
-            return
-        task = self._loop.create_task(coroutine)
-        self._bls_tasks[ident] = task
-        task.add_done_callback(lambda _: self._bls_tasks.pop(ident, None))
-
-    async def _bls(self, ident: int, body: Any, block: Any) -> None:
-        (
-            model_name, version, request_id, correlation_id, flags, timeout, parameters,
-            outputs, descriptors, decoupled, trace_id,
-        ) = body  # fmt: skip
-        memory = self.memory
-        assert memory is not None and self._server is not None
-        owner = memory.take_block(block)
-        request = InferenceRequest(
-            model_name,
-            {d[0]: Tensor(d[0], d[1], unpack(owner, d)) for d in descriptors},
-            model_version=version,
-            id=request_id,
-            outputs=[RequestedOutput(name) for name in outputs] if outputs else None,
-            parameters=dict(parameters or {}),
-            timeout_us=timeout,
-            correlation_id=correlation_id,
-            flags=RequestFlag(flags & 3),
-        )
-        parent = self._traces.get(trace_id) if isinstance(trace_id, int) else None
-        if parent is not None:  # pb_utils.InferenceRequest(..., trace=request.trace())
-            request.trace = parent.child()
-        del owner
-        server = self._server
-        try:
-            if decoupled:
-                async for response in server.infer_stream(request):
-                    self._send_bls(ident, response.final, response)
-            else:
-                response = await server.infer(request, nested=True)
-                self._send_bls(ident, True, response)
-        except asyncio.CancelledError:
-            self._send_bls_error(ident, TritonError(Status.CANCELLED, "BLS request cancelled"))
-        except TritonError as error:
-            self._send_bls_error(ident, error)
-        except Exception as exc:
-            logger.exception("BLS request to model '%s' failed", model_name)
-            self._send_bls_error(
-                ident, internal(f"BLS request to model '{model_name}' failed: {exc}")
-            )
-
-    def _send_bls(self, ident: int, final: bool, response: InferenceResponse) -> None:
-        memory = self.memory
-        assert memory is not None
-        packer = Packer()
-        descriptors = tuple(
-            packer.add(tensor.name, tensor.datatype, tensor.data) for tensor in response.outputs
-        )
-        parameters = {
-            key: value
-            for key, value in response.parameters.items()
-            if key != "triton_final_response"
-        }
-        try:
-            block = packer.write(memory.arena)
-        except SharedMemoryError as exc:
-            self._send_bls_error(ident, unavailable(str(exc)))
-            return
-        self._send_event(
-            ipc.BLS_RESPONSE, ident, (final, (descriptors, None, parameters or None)), block
-        )
-
-    def _send_bls_error(self, ident: int, error: TritonError) -> None:
-        self._send_event(
-            ipc.BLS_RESPONSE,
-            ident,
-            (True, ((), (CODES.get(error.status, 1), error.message), None)),
-            None,
-        )
-
-    async def _control(self, ident: int, operation: str, args: Any) -> None:
-        server = self._server
-        assert server is not None
-        try:
-            value: Any = None
-            if operation == "ready":
-                name, version = args
-                try:
-                    value = server.model_ready(name, int(version) if version else -1)
-                except (TritonError, ValueError):
-                    value = False
-            elif operation == "load":
-                name, config, files = args
-                # Triton's BLS names uploaded files "file:<version>/<path>"
-                files = {key.removeprefix("file:"): data for key, data in files.items()}
-                await server.load_model(name, config or None, files or None)
-            elif operation == "unload":
-                name, unload_dependents = args
-                await server.unload_model(name, bool(unload_dependents))
-            else:
-                raise unsupported(f"unknown model management call '{operation}'")
-            answer: tuple[bool, Any] = (True, value)
-        except TritonError as error:
-            answer = (False, error.message)
-        self._send_event(ipc.CONTROL_ANSWER, ident, answer, None)
-
 
 def _times(measured: tuple[int, int, int, int] | None) -> ExecutionTimes | None:
     """The statistics' times of a batch from the process's clock readings (the same
@@ -966,11 +726,6 @@ def _times(measured: tuple[int, int, int, int] | None) -> ExecutionTimes | None:
     if not received <= started <= ended <= answered:
         return None
     return ExecutionTimes(received, started - received, ended - started, answered - ended)
-
-
-def _reshaped(reshapes: Mapping[str, Callable[[Any], Any]], name: str, array: Any) -> Any:
-    reshape = reshapes.get(name)
-    return array if reshape is None else reshape(array)
 
 
 def _estimated_bytes(requests: list[InferenceRequest]) -> int:

@@ -646,6 +646,91 @@ def _input_converter(
     return lambda array: _from_numpy(array).to(device)
 
 
+class ForwardOutputs:
+    """Reads the config's outputs out of what ``forward`` returned, as numpy arrays: by
+    position or key, checked against the config's datatypes, reshaped, on the host."""
+
+    def __init__(self, model: PyTorchModel, keys: dict[str, int | str], gpu: bool) -> None:
+        self._model_name = model.name
+        self._output_keys = keys
+        self._dtypes = model.output_dtypes
+        self._output_reshapes = model.output_reshapes
+        self._gpu = gpu
+        bytes_outputs = [n for n, d in model.output_datatypes.items() if d == "BYTES"]
+        # A model returning a bare List[str] as its only output (Triton allows it).
+        self._single_strings = len(model.plan.outputs) == 1 and len(bytes_outputs) == 1
+
+    def read(self, result: Any, names: list[str]) -> list[np.ndarray]:
+        """The requested outputs of a forward's result, as numpy arrays."""
+        if isinstance(result, torch.Tensor):
+            values: Any = (result,)
+        elif isinstance(result, tuple | list):
+            strings = self._single_strings and (not result or isinstance(result[0], str))
+            values = (result,) if strings else result
+        elif isinstance(result, dict):
+            values = result
+        else:
+            raise TritonError(
+                Status.INTERNAL,
+                f"model '{self._model_name}' returned {type(result).__name__}; expected a "
+                f"Tensor, a tuple/list of Tensors, a dict of Tensors or a List[str]",
+            )
+        arrays = []
+        for name in names:
+            key = self._output_keys[name]
+            try:
+                value = values[key]
+            except (KeyError, IndexError, TypeError):
+                raise TritonError(
+                    Status.INTERNAL, self._missing_output(name, key, values)
+                ) from None
+            array = self._to_numpy(name, value)
+            reshape = self._output_reshapes.get(name)
+            arrays.append(array if reshape is None else reshape(array))
+        return arrays
+
+    def _missing_output(self, name: str, key: int | str, values: Any) -> str:
+        if isinstance(values, dict):
+            got = f"a dict with keys {', '.join(map(str, values)) or 'none'}"
+            if isinstance(key, int):
+                got += " (dict outputs are bound by name: name config outputs after the keys)"
+        else:
+            got = f"{len(values)} output(s)"
+        return (
+            f"model '{self._model_name}': config output '{name}' refers to "
+            f"{'key' if isinstance(key, str) else 'output'} {key!r} but the model returned {got}"
+        )
+
+    def _to_numpy(self, name: str, value: Any) -> np.ndarray:
+        if isinstance(value, torch.Tensor):
+            expected = self._dtypes[name]
+            if value.dtype != expected:
+                model_type = TORCH_TO_CONFIG.get(value.dtype, str(value.dtype))
+                config_type = "TYPE_STRING" if expected is None else TORCH_TO_CONFIG[expected]
+                raise TritonError(
+                    Status.INVALID_ARG,
+                    f"model '{self._model_name}': configuration expects datatype "
+                    f"{config_type} for output '{name}', model provides {model_type}",
+                )
+            if self._gpu and value.device.type != "cpu":
+                value = value.cpu()  # one device-to-host copy per output per batch
+            if value.requires_grad:
+                value = value.detach()
+            if expected is torch.bfloat16:
+                # numpy has no bfloat16: the server carries BF16 as uint16 bit patterns.
+                return value.view(torch.int16).numpy().view(np.uint16)
+            return value.numpy()
+        if isinstance(value, list) and self._dtypes[name] is None:
+            array = np.empty(len(value), dtype=object)
+            array[:] = [v.encode("utf-8") if isinstance(v, str) else bytes(v) for v in value]
+            return array
+        raise TritonError(
+            Status.INTERNAL,
+            f"model '{self._model_name}': output '{name}' is a {type(value).__name__}; "
+            f"expected a Tensor" + (" or a List[str]" if self._dtypes[name] is None else ""),
+        )
+
+
 class PyTorchInstance(ModelInstance):
     """One module on one device; ``execute`` runs a whole batch as one ``forward``."""
 
@@ -675,14 +760,13 @@ class PyTorchInstance(ModelInstance):
         self._wire = model.output_datatypes
         self._dtypes = model.output_dtypes
         self._output_reshapes = model.output_reshapes
-        bytes_outputs = [n for n, d in model.output_datatypes.items() if d == "BYTES"]
-        # A model returning a bare List[str] as its only output (Triton allows it).
-        self._single_strings = len(self._all_outputs) == 1 and len(bytes_outputs) == 1
         self._converters = {
             name: _input_converter(model.name, name, wire, device)
             for name, wire in model.input_datatypes.items()
         }
         self._gpu = device is not None and device.type == "cuda"
+        #: the requested outputs of a forward's result, as numpy arrays
+        self._outputs = ForwardOutputs(model, binding.outputs, self._gpu).read
         self._stream: Any = torch.cuda.Stream(device) if self._gpu else None
         self._grad_mode: Callable[[], Any] = (
             torch.inference_mode if self._settings.inference_mode else torch.no_grad
@@ -844,76 +928,6 @@ class PyTorchInstance(ModelInstance):
         if self._dict_input:
             return self._forward(dict(zip(self._arguments, args, strict=True)))
         return self._forward(*args)
-
-    def _outputs(self, result: Any, names: list[str]) -> list[np.ndarray]:
-        """The requested outputs of a forward's result, as numpy arrays."""
-        if isinstance(result, torch.Tensor):
-            values: Any = (result,)
-        elif isinstance(result, tuple | list):
-            strings = self._single_strings and (not result or isinstance(result[0], str))
-            values = (result,) if strings else result
-        elif isinstance(result, dict):
-            values = result
-        else:
-            raise TritonError(
-                Status.INTERNAL,
-                f"model '{self._model_name}' returned {type(result).__name__}; expected a "
-                f"Tensor, a tuple/list of Tensors, a dict of Tensors or a List[str]",
-            )
-        arrays = []
-        for name in names:
-            key = self._output_keys[name]
-            try:
-                value = values[key]
-            except (KeyError, IndexError, TypeError):
-                raise TritonError(
-                    Status.INTERNAL, self._missing_output(name, key, values)
-                ) from None
-            array = self._to_numpy(name, value)
-            reshape = self._output_reshapes.get(name)
-            arrays.append(array if reshape is None else reshape(array))
-        return arrays
-
-    def _missing_output(self, name: str, key: int | str, values: Any) -> str:
-        if isinstance(values, dict):
-            got = f"a dict with keys {', '.join(map(str, values)) or 'none'}"
-            if isinstance(key, int):
-                got += " (dict outputs are bound by name: name config outputs after the keys)"
-        else:
-            got = f"{len(values)} output(s)"
-        return (
-            f"model '{self._model_name}': config output '{name}' refers to "
-            f"{'key' if isinstance(key, str) else 'output'} {key!r} but the model returned {got}"
-        )
-
-    def _to_numpy(self, name: str, value: Any) -> np.ndarray:
-        if isinstance(value, torch.Tensor):
-            expected = self._dtypes[name]
-            if value.dtype != expected:
-                model_type = TORCH_TO_CONFIG.get(value.dtype, str(value.dtype))
-                config_type = "TYPE_STRING" if expected is None else TORCH_TO_CONFIG[expected]
-                raise TritonError(
-                    Status.INVALID_ARG,
-                    f"model '{self._model_name}': configuration expects datatype "
-                    f"{config_type} for output '{name}', model provides {model_type}",
-                )
-            if self._gpu and value.device.type != "cpu":
-                value = value.cpu()  # one device-to-host copy per output per batch
-            if value.requires_grad:
-                value = value.detach()
-            if expected is torch.bfloat16:
-                # numpy has no bfloat16: the server carries BF16 as uint16 bit patterns.
-                return value.view(torch.int16).numpy().view(np.uint16)
-            return value.numpy()
-        if isinstance(value, list) and self._dtypes[name] is None:
-            array = np.empty(len(value), dtype=object)
-            array[:] = [v.encode("utf-8") if isinstance(v, str) else bytes(v) for v in value]
-            return array
-        raise TritonError(
-            Status.INTERNAL,
-            f"model '{self._model_name}': output '{name}' is a {type(value).__name__}; "
-            f"expected a Tensor" + (" or a List[str]" if self._dtypes[name] is None else ""),
-        )
 
 
 def _unloaded(model: str) -> Callable[..., Any]:

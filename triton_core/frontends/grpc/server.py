@@ -10,10 +10,11 @@ import grpc
 
 from triton_core.frontends.common import listen_socket
 from triton_core.frontends.grpc.limits import DEFAULT_LIMITS, GrpcLimits, grpcio_options
-from triton_core.frontends.grpc.servicer import GRPCInferenceServicer, HealthServicer, ServerAPI
+from triton_core.frontends.grpc.servicer import GRPCInferenceServicer, HealthServicer
 from triton_core.frontends.grpc.transport import GrpcServer, method_table
 from triton_core.frontends.header_forwarding import HeaderForwarder
 from triton_core.frontends.restricted import Restrictions
+from triton_core.frontends.server_api import ServerAPI
 from triton_core.frontends.tls import TlsOptions
 from triton_core.protos import grpc_service_pb2, grpc_service_pb2_grpc, health_pb2, health_pb2_grpc
 

@@ -15,7 +15,7 @@ import logging
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from time import monotonic_ns
-from typing import TYPE_CHECKING, Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import unquote
 
 import falcon
@@ -44,21 +44,14 @@ from triton_core.frontends.http.generate import GenerateResource
 from triton_core.frontends.http.restricted import RestrictedApiMiddleware
 from triton_core.frontends.http.trace import TraceSettingResource
 from triton_core.frontends.restricted import Restrictions
+from triton_core.frontends.server_api import ServerAPI
 from triton_core.frontends.tracing import sent, start_http_trace, tracer_of
 from triton_core.shared_memory.cuda import BAD_HANDLE as CUDA_BAD_HANDLE
 
 if TYPE_CHECKING:
-    from collections.abc import AsyncIterator
-
-    from triton_core.shared_memory.region import CudaRegionStatus, SystemRegionStatus
-    from triton_core.statistics import ModelStatistics
     from triton_core.tracing import Trace
     from triton_core.types import (
-        InferenceRequest,
         InferenceResponse,
-        ModelIndexEntry,
-        ModelMetadata,
-        ServerMetadata,
         TensorMetadata,
     )
 
@@ -79,40 +72,8 @@ _CUDA_HANDLE_B64_CHARS: Final = 88
 _CUDA_REGISTER_BODY_BYTES: Final = 1 << 16
 
 
-class InferenceServerAPI(Protocol):
-    """What the frontend needs from :class:`triton_core.server.Server`."""
-
-    def is_live(self) -> bool: ...
-    def is_ready(self) -> bool: ...
-    def model_ready(self, name: str, version: int = -1) -> bool: ...
-    def metadata(self) -> ServerMetadata: ...
-    def model_metadata(self, name: str, version: int = -1) -> ModelMetadata: ...
-    def model_config_json(self, name: str, version: int = -1) -> dict[str, Any]: ...
-    def model_is_decoupled(self, name: str, version: int = -1) -> bool: ...
-    async def infer(self, request: InferenceRequest) -> InferenceResponse: ...
-    def submit(self, request: InferenceRequest) -> asyncio.Future[InferenceResponse]: ...
-    def statistics(self, name: str = "", version: int = -1) -> list[ModelStatistics]: ...
-    def repository_index(self, ready_only: bool = False) -> list[ModelIndexEntry]: ...
-    async def load_model(
-        self, name: str, config: str | None = None, files: dict[str, bytes] | None = None
-    ) -> None: ...
-    async def unload_model(self, name: str, unload_dependents: bool = False) -> None: ...
-    def infer_stream(self, request: InferenceRequest) -> AsyncIterator[InferenceResponse]: ...
-    def check_client_shm(self) -> None: ...
-    def register_system_shared_memory(
-        self, name: str, key: str, byte_size: int, offset: int = 0
-    ) -> None: ...
-    def register_cuda_shared_memory(
-        self, name: str, raw_handle: bytes, device_id: int, byte_size: int
-    ) -> None: ...
-    def system_shared_memory_status(self, name: str = "") -> list[SystemRegionStatus]: ...
-    def unregister_system_shared_memory(self, name: str = "") -> None: ...
-    def cuda_shared_memory_status(self, name: str = "") -> list[CudaRegionStatus]: ...
-    def unregister_cuda_shared_memory(self, name: str = "") -> None: ...
-
-
 def create_app(
-    server: InferenceServerAPI,
+    server: ServerAPI,
     *,
     max_input_size: int = 1 << 26,
     restrictions: Restrictions | None = None,
@@ -195,7 +156,7 @@ def create_app(
 class _HealthResource:
     """``/v2/health/live|ready``: 200 or 400, empty bodies."""
 
-    def __init__(self, server: InferenceServerAPI) -> None:
+    def __init__(self, server: ServerAPI) -> None:
         self._server = server
 
     async def on_get_live(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
@@ -208,7 +169,7 @@ class _HealthResource:
 class _ServerMetadataResource:
     """``/v2``: server name, version and extensions."""
 
-    def __init__(self, server: InferenceServerAPI) -> None:
+    def __init__(self, server: ServerAPI) -> None:
         self._server = server
 
     async def on_get(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
@@ -228,7 +189,7 @@ class _ModelResource:
 
     def __init__(
         self,
-        server: InferenceServerAPI,
+        server: ServerAPI,
         max_input_size: int,
         json_limits: JsonLimits,
         header_forwarder: HeaderForwarder | None = None,
@@ -357,14 +318,14 @@ class _ModelResource:
         return await _read_body(req, self._max_input_size)
 
 
-def check_not_decoupled(server: InferenceServerAPI, model_name: str, model_version: int) -> None:
+def check_not_decoupled(server: ServerAPI, model_name: str, model_version: int) -> None:
     """Refuse infer on a decoupled model; Triton checks this before it looks at the body."""
     if server.model_is_decoupled(model_name, model_version):
         raise unsupported("HTTP end point doesn't support models with decoupled transaction policy")
 
 
 def decode_infer_body(
-    server: InferenceServerAPI,
+    server: ServerAPI,
     model_name: str,
     model_version: int,
     body: bytes,
@@ -387,7 +348,7 @@ def decode_infer_body(
     return decode_request(model_name, model_version, body, length, json_limits, model_inputs)
 
 
-def model_input_names(server: InferenceServerAPI, model_name: str, model_version: int) -> list[str]:
+def model_input_names(server: ServerAPI, model_name: str, model_version: int) -> list[str]:
     return [tensor.name for tensor in server.model_metadata(model_name, model_version).inputs]
 
 
@@ -407,7 +368,7 @@ _decoder: ThreadPoolExecutor | None = None
 
 
 def decode_in_thread(
-    server: InferenceServerAPI,
+    server: ServerAPI,
     model_name: str,
     model_version: int,
     body: bytes,
@@ -449,7 +410,7 @@ def encode_infer_answer(
 
 
 async def infer_body(
-    server: InferenceServerAPI,
+    server: ServerAPI,
     model_name: str,
     model_version: int,
     body: bytes,
@@ -504,9 +465,7 @@ async def _read_body(req: falcon.asgi.Request, limit: int) -> bytes:
 class _RepositoryResource:
     """The model repository extension: index, load (with overrides), unload."""
 
-    def __init__(
-        self, server: InferenceServerAPI, max_input_size: int, json_limits: JsonLimits
-    ) -> None:
+    def __init__(self, server: ServerAPI, max_input_size: int, json_limits: JsonLimits) -> None:
         self._server = server
         self._max_input_size = max_input_size
         self._json_limits = json_limits
@@ -602,9 +561,7 @@ class _SharedMemoryResource:
 class _SystemSharedMemoryResource(_SharedMemoryResource):
     """``/v2/systemsharedmemory[/region/{r}]/status|register|unregister``."""
 
-    def __init__(
-        self, server: InferenceServerAPI, max_input_size: int, json_limits: JsonLimits
-    ) -> None:
+    def __init__(self, server: ServerAPI, max_input_size: int, json_limits: JsonLimits) -> None:
         super().__init__(
             lambda region: server.system_shared_memory_status(region),
             lambda region: server.unregister_system_shared_memory(region),
@@ -639,9 +596,7 @@ class _SystemSharedMemoryResource(_SharedMemoryResource):
 class _CudaSharedMemoryResource(_SharedMemoryResource):
     """``/v2/cudasharedmemory[/region/{r}]/status|unregister``, ``/region/{r}/register``."""
 
-    def __init__(
-        self, server: InferenceServerAPI, max_input_size: int, json_limits: JsonLimits
-    ) -> None:
+    def __init__(self, server: ServerAPI, max_input_size: int, json_limits: JsonLimits) -> None:
         super().__init__(
             lambda region: server.cuda_shared_memory_status(region),
             lambda region: server.unregister_cuda_shared_memory(region),
@@ -724,7 +679,7 @@ class _LoggingResource:
 class _AllStatisticsResource:
     """``/v2/models/stats``: every ready model version."""
 
-    def __init__(self, server: InferenceServerAPI) -> None:
+    def __init__(self, server: ServerAPI) -> None:
         self._server = server
 
     async def on_get(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:

@@ -13,7 +13,6 @@ from typing import Final
 
 from triton_core.errors import TritonError, invalid_arg
 from triton_core.frontends.http.app import (
-    InferenceServerAPI,
     check_not_decoupled,
     error_body,
     infer_body,
@@ -32,6 +31,7 @@ from triton_core.frontends.http.fast_path import (
 from triton_core.frontends.http.fast_path import _read_body as read_whole_body
 from triton_core.frontends.http.restricted import HeaderCheck
 from triton_core.frontends.restricted import Restrictions, first_value
+from triton_core.frontends.server_api import ServerAPI
 
 _CONTENT_TYPE: Final = b"content-type"
 _CONTENT_LENGTH: Final = b"content-length"
@@ -123,7 +123,7 @@ class CloudEndpoint:
 
     def __init__(
         self,
-        server: InferenceServerAPI,
+        server: ServerAPI,
         app: ASGIApp,
         *,
         max_input_size: int,

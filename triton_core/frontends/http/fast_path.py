@@ -19,7 +19,6 @@ from triton_core.errors import TritonError
 from triton_core.frontends.header_forwarding import HeaderForwarder
 from triton_core.frontends.http import compression
 from triton_core.frontends.http.app import (
-    InferenceServerAPI,
     check_not_decoupled,
     error_body,
     infer_body,
@@ -27,6 +26,7 @@ from triton_core.frontends.http.app import (
 from triton_core.frontends.http.codec import DEFAULT_JSON_LIMITS, JsonLimits
 from triton_core.frontends.http.restricted import HeaderCheck
 from triton_core.frontends.restricted import Restrictions
+from triton_core.frontends.server_api import ServerAPI
 from triton_core.frontends.tracing import sent, start_http_trace, tracer_of
 
 logger = logging.getLogger(__name__)
@@ -161,7 +161,7 @@ class InferFastPath:
     def __init__(
         self,
         app: ASGIApp,
-        server: InferenceServerAPI,
+        server: ServerAPI,
         max_input_size: int,
         inference_check: HeaderCheck | None = None,
         json_limits: JsonLimits = DEFAULT_JSON_LIMITS,
@@ -249,7 +249,7 @@ async def _read_body(receive: Receive) -> bytes | None:
 
 
 def create_asgi_app(
-    server: InferenceServerAPI,
+    server: ServerAPI,
     *,
     max_input_size: int = 1 << 26,
     restrictions: Restrictions | None = None,

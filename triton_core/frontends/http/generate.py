@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator
 from time import monotonic_ns
-from typing import TYPE_CHECKING, Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import unquote
 
 import numpy as np
@@ -36,6 +36,7 @@ from triton_core.frontends.http.codec import (
     check_json_depth,
     check_json_elements,
 )
+from triton_core.frontends.server_api import ServerAPI
 from triton_core.frontends.tracing import sent, start_http_trace, tracer_of
 from triton_core.types import InferenceRequest, Tensor
 
@@ -47,13 +48,6 @@ if TYPE_CHECKING:
 
 SSE_CONTENT_TYPE: Final = "text/event-stream; charset=utf-8"
 _JSON: Final = "application/json"
-
-
-class GenerateServerAPI(Protocol):
-    """What the generate endpoints need from :class:`triton_core.server.Server`."""
-
-    def model_metadata(self, name: str, version: int = -1) -> ModelMetadata: ...
-    def infer_stream(self, request: InferenceRequest) -> AsyncIterator[InferenceResponse]: ...
 
 
 # ------------------------------------------------------------------------------------------
@@ -268,7 +262,7 @@ class GenerateResource:
 
     def __init__(
         self,
-        server: GenerateServerAPI,
+        server: ServerAPI,
         max_input_size: int,
         *,
         streaming: bool,

@@ -24,9 +24,9 @@ from triton_core.frontends.http.codec import HEADER_LENGTH
 from triton_core.frontends.http.fast_path import ASGIApp, Receive, Scope, Send
 from triton_core.frontends.http.sagemaker_mme import (
     MultiModelEndpoint,
-    RepositoryServerAPI,
     out_of_memory_status,
 )
+from triton_core.frontends.server_api import ServerAPI
 
 logger = logging.getLogger(__name__)
 
@@ -43,7 +43,7 @@ class SageMakerApp(CloudEndpoint):
 
     def __init__(
         self,
-        server: RepositoryServerAPI,
+        server: ServerAPI,
         app: ASGIApp,
         options: SageMakerOptions,
         **limits: Any,

@@ -23,15 +23,16 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final, Protocol
+from typing import Final
 
 import orjson
 
 from triton_core.errors import Status, TritonError, invalid_arg
-from triton_core.frontends.http.app import InferenceServerAPI, error_body
+from triton_core.frontends.http.app import error_body
 from triton_core.frontends.http.cloud import header, read_body, respond
 from triton_core.frontends.http.codec import JsonLimits, parse_json
 from triton_core.frontends.http.fast_path import Receive, Scope, Send
+from triton_core.frontends.server_api import ServerAPI
 
 logger = logging.getLogger(__name__)
 
@@ -62,15 +63,6 @@ _OUT_OF_MEMORY: Final = (
     "failed to allocate memory",
     "No space left on device",
 )
-
-
-class RepositoryServerAPI(InferenceServerAPI, Protocol):
-    """What the multi-model endpoint needs of the server besides inference."""
-
-    def register_model_repository(
-        self, path: str, mapping: dict[str, str] | None = None
-    ) -> None: ...
-    def unregister_model_repository(self, path: str) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,7 +125,7 @@ def _model_subfolder(folder: Path) -> str:
 class MultiModelEndpoint:
     """The ``/models`` routes' state: the models loaded through them, by hash."""
 
-    def __init__(self, server: RepositoryServerAPI, root: str, json_limits: JsonLimits) -> None:
+    def __init__(self, server: ServerAPI, root: str, json_limits: JsonLimits) -> None:
         self.server = server
         self.root = root
         self.json_limits = json_limits

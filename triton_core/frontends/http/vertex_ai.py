@@ -17,9 +17,9 @@ import re
 from typing import Any, Final
 
 from triton_core.frontends.common import parse_version
-from triton_core.frontends.http.app import InferenceServerAPI
 from triton_core.frontends.http.cloud import CloudEndpoint, header, raw_path, respond
 from triton_core.frontends.http.fast_path import ASGIApp, Receive, Scope, Send, infer_failure
+from triton_core.frontends.server_api import ServerAPI
 
 logger = logging.getLogger(__name__)
 
@@ -40,7 +40,7 @@ _REPOSITORY: Final = re.compile(r"/v2/repository(?:/([^/]+))?/(index|models/([^/
 _MODEL_GETS: Final = frozenset(("", "ready", "config", "stats"))
 
 
-def default_model(server: InferenceServerAPI, name: str) -> str:
+def default_model(server: ServerAPI, name: str) -> str:
     """The model predict runs; raises ValueError with Triton's words when there is none."""
     ready = [entry.name for entry in server.repository_index(ready_only=True)]
     if not name:
@@ -62,7 +62,7 @@ class VertexAiApp(CloudEndpoint):
 
     def __init__(
         self,
-        server: InferenceServerAPI,
+        server: ServerAPI,
         app: ASGIApp,
         *,
         predict_route: re.Pattern[str],

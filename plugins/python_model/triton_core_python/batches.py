@@ -1,0 +1,151 @@
+"""A batch of requests in the stub's wire form, and its answers back as responses.
+
+Inputs go into one shared-memory block with a descriptor per tensor (config ``reshape``
+applied); outputs come back as numpy views of the stub's block (BF16 bits, reshapes).
+Decoupled requests get a key each, under which the stub's responses find them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from triton_core import InferenceRequest, InferenceResponse, Tensor, TritonError, internal
+from triton_core_python import ipc
+from triton_core_python.codes import status_of
+from triton_core_python.wire import Descriptor, Packer, unpack
+
+if TYPE_CHECKING:
+    import weakref
+
+    from triton_core_python.process import StubSettings
+
+
+class BatchCodec:
+    """Encodes batches for one stub process and decodes its responses."""
+
+    def __init__(
+        self, settings: StubSettings, traces: weakref.WeakValueDictionary[int, Any]
+    ) -> None:
+        self.settings = settings
+        self.decoupled = settings.decoupled
+        #: the process's shared memory, once it started
+        self.memory: ipc.Memory | None = None
+        #: decoupled requests by key, until their final response
+        self.pending: dict[int, InferenceRequest] = {}
+        #: the traces of traced requests sent to the stub, by id: their BLS calls continue them
+        self._traces = traces
+
+    def encode(self, requests: list[InferenceRequest]) -> tuple[list[Any], Packer, list[int]]:
+        packer = Packer()
+        add = packer.add
+        decoupled = self.decoupled
+        reshapes = self.settings.input_reshapes
+        body = []
+        keys = []
+        for index, request in enumerate(requests):
+            if reshapes:
+                inputs = [
+                    add(name, t.datatype, _reshaped(reshapes, name, t.data))
+                    for name, t in request.inputs.items()
+                ]
+            else:
+                inputs = [add(name, t.datatype, t.data) for name, t in request.inputs.items()]
+            if decoupled:
+                # a rescheduled request comes back with the same key, so responses its model
+                # sent before rescheduling still find it
+                key = id(request)
+                self.pending[key] = request
+                keys.append(key)
+            else:
+                key = index
+            outputs = request.outputs
+            body.append(
+                (
+                    key,
+                    request.id,
+                    request.correlation_id,
+                    int(request.flags),
+                    request.parameters or None,
+                    None if outputs is None else [output.name for output in outputs],
+                    inputs,
+                    request.timeout_us,
+                    self._trace_reference(request),
+                )
+            )
+        return body, packer, keys
+
+    def _trace_reference(self, request: InferenceRequest) -> tuple[int, str] | None:
+        """(trace id, W3C context) of a traced request, for ``request.trace()`` in the stub."""
+        trace = request.trace
+        if trace is None:
+            return None
+        self._traces[trace.id] = trace
+        return trace.id, trace.context()
+
+    def responses(self, block: Any, items: list[Any]) -> list[InferenceResponse | None]:
+        """The responses of a batch; None for a request its model rescheduled."""
+        memory = self.memory
+        assert memory is not None
+        owner = memory.take_block(block)
+        responses: list[InferenceResponse | None] = []
+        for item in items:
+            if item == ipc.RESCHEDULED:
+                responses.append(None)  # no response: the request runs again
+                continue
+            if item is None:
+                responses.append(
+                    InferenceResponse(
+                        error=internal(
+                            f"model '{self.settings.model_name}' returned None instead of a "
+                            "response for a request"
+                        )
+                    )
+                )
+                continue
+            descriptors, error, parameters = item
+            if error is not None:
+                responses.append(
+                    InferenceResponse(error=TritonError(status_of(error[0]), error[1]))
+                )
+                continue
+            outputs = [Tensor(d[0], self._datatype(d), unpack(owner, d)) for d in descriptors]
+            if self.settings.output_reshapes:
+                reshape_error = self._reshape_outputs(outputs)
+                if reshape_error is not None:
+                    responses.append(InferenceResponse(error=reshape_error))
+                    continue
+            responses.append(InferenceResponse(outputs, parameters or {}))
+        return responses
+
+    def _reshape_outputs(self, outputs: list[Tensor]) -> TritonError | None:
+        """View outputs in the config's dims where the config reshapes them."""
+        reshapes = self.settings.output_reshapes
+        for tensor in outputs:
+            reshape = reshapes.get(tensor.name)
+            if reshape is None:
+                continue
+            try:
+                tensor.data = reshape(tensor.data)
+            except ValueError:
+                return internal(
+                    f"model '{self.settings.model_name}' returned output '{tensor.name}' with "
+                    f"shape {list(tensor.data.shape)}, which does not match its config reshape"
+                )
+        return None
+
+    def _datatype(self, descriptor: Descriptor) -> str:
+        """An output's datatype: the bits of a BF16 output travel as UINT16."""
+        datatype = descriptor[1]
+        if datatype == "UINT16" and descriptor[0] in self.settings.bf16_outputs:
+            return "BF16"
+        return datatype
+
+    def forget(self, keys: list[int]) -> None:
+        for key in keys:
+            self.pending.pop(key, None)
+
+
+def _reshaped(reshapes: Mapping[str, Callable[[Any], Any]], name: str, array: Any) -> Any:
+    reshape = reshapes.get(name)
+    return array if reshape is None else reshape(array)

@@ -1,0 +1,192 @@
+"""What a Python model asks of the server while it runs: BLS inference calls and model
+management (``pb_utils.is_model_ready``, ``load_model``, ``unload_model``).
+
+Each call runs as a task on the server's event loop and answers on the stub's events
+socket; the stub may cancel a BLS call (its response iterator was dropped).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from triton_core import (
+    InferenceRequest,
+    InferenceResponse,
+    RequestedOutput,
+    RequestFlag,
+    Status,
+    Tensor,
+    TritonError,
+    internal,
+    unavailable,
+    unsupported,
+)
+from triton_core_python import ipc
+from triton_core_python.codes import CODES
+from triton_core_python.shm import SharedMemoryError
+from triton_core_python.wire import Packer, unpack
+
+if TYPE_CHECKING:
+    import weakref
+
+    from triton_core import Server
+
+logger = logging.getLogger("triton_core_python")
+
+#: sends one message on the stub's events socket: (kind, ident, body, shared-memory block)
+SendEvent = Callable[[int, int, Any, Any], None]
+
+
+class ModelCalls:
+    """The calls one stub process makes, as tasks on the server's loop."""
+
+    def __init__(
+        self,
+        server: Server | None,
+        loop: asyncio.AbstractEventLoop | None,
+        send_event: SendEvent,
+        traces: weakref.WeakValueDictionary[int, Any],
+    ) -> None:
+        self._server = server
+        self._loop = loop
+        self._send_event = send_event
+        #: the traces of requests sent to the stub, by id: their BLS calls continue them
+        self._traces = traces
+        #: the process's shared memory, once it started
+        self.memory: ipc.Memory | None = None
+        self._tasks: dict[int, asyncio.Task[None]] = {}
+
+    def start_infer(self, message: ipc.Message) -> None:
+        """A BLS request: run it through the server, answer each response."""
+        self._start(message.ident, self._infer(message.ident, message.body, message.block))
+
+    def start_management(self, message: ipc.Message) -> None:
+        """A model-management call (ready, load, unload)."""
+        self._start(message.ident, self._manage(message.ident, *message.body))
+
+    def cancel(self, ident: int) -> None:
+        """The model dropped a BLS call's responses: cancel the call (on the loop)."""
+        task = self._tasks.get(ident)
+        if task is not None:
+            task.cancel()
+
+    def cancel_all(self) -> None:
+        """The process ended: cancel every call (from any thread)."""
+        loop = self._loop
+        if loop is None:
+            return
+        for task in list(self._tasks.values()):
+            loop.call_soon_threadsafe(task.cancel)
+
+    def _start(self, ident: int, coroutine: Any) -> None:
+        if self._loop is None:
+            coroutine.close()
+            self._send_event(
+                ipc.BLS_RESPONSE,
+                ident,
+                (True, ((), (CODES[Status.UNSUPPORTED], "no server to call"), None)),
+                None,
+            )
+            return
+        task = self._loop.create_task(coroutine)
+        self._tasks[ident] = task
+        task.add_done_callback(lambda _: self._tasks.pop(ident, None))
+
+    async def _infer(self, ident: int, body: Any, block: Any) -> None:
+        (
+            model_name, version, request_id, correlation_id, flags, timeout, parameters,
+            outputs, descriptors, decoupled, trace_id,
+        ) = body  # fmt: skip
+        memory = self.memory
+        assert memory is not None and self._server is not None
+        owner = memory.take_block(block)
+        request = InferenceRequest(
+            model_name,
+            {d[0]: Tensor(d[0], d[1], unpack(owner, d)) for d in descriptors},
+            model_version=version,
+            id=request_id,
+            outputs=[RequestedOutput(name) for name in outputs] if outputs else None,
+            parameters=dict(parameters or {}),
+            timeout_us=timeout,
+            correlation_id=correlation_id,
+            flags=RequestFlag(flags & 3),
+        )
+        parent = self._traces.get(trace_id) if isinstance(trace_id, int) else None
+        if parent is not None:  # pb_utils.InferenceRequest(..., trace=request.trace())
+            request.trace = parent.child()
+        del owner
+        server = self._server
+        try:
+            if decoupled:
+                async for response in server.infer_stream(request):
+                    self._answer(ident, response.final, response)
+            else:
+                response = await server.infer(request, nested=True)
+                self._answer(ident, True, response)
+        except asyncio.CancelledError:
+            self._answer_error(ident, TritonError(Status.CANCELLED, "BLS request cancelled"))
+        except TritonError as error:
+            self._answer_error(ident, error)
+        except Exception as exc:
+            logger.exception("BLS request to model '%s' failed", model_name)
+            self._answer_error(
+                ident, internal(f"BLS request to model '{model_name}' failed: {exc}")
+            )
+
+    def _answer(self, ident: int, final: bool, response: InferenceResponse) -> None:
+        memory = self.memory
+        assert memory is not None
+        packer = Packer()
+        descriptors = tuple(
+            packer.add(tensor.name, tensor.datatype, tensor.data) for tensor in response.outputs
+        )
+        parameters = {
+            key: value
+            for key, value in response.parameters.items()
+            if key != "triton_final_response"
+        }
+        try:
+            block = packer.write(memory.arena)
+        except SharedMemoryError as exc:
+            self._answer_error(ident, unavailable(str(exc)))
+            return
+        self._send_event(
+            ipc.BLS_RESPONSE, ident, (final, (descriptors, None, parameters or None)), block
+        )
+
+    def _answer_error(self, ident: int, error: TritonError) -> None:
+        self._send_event(
+            ipc.BLS_RESPONSE,
+            ident,
+            (True, ((), (CODES.get(error.status, 1), error.message), None)),
+            None,
+        )
+
+    async def _manage(self, ident: int, operation: str, args: Any) -> None:
+        server = self._server
+        assert server is not None
+        try:
+            value: Any = None
+            if operation == "ready":
+                name, version = args
+                try:
+                    value = server.model_ready(name, int(version) if version else -1)
+                except (TritonError, ValueError):
+                    value = False
+            elif operation == "load":
+                name, config, files = args
+                # Triton's BLS names uploaded files "file:<version>/<path>"
+                files = {key.removeprefix("file:"): data for key, data in files.items()}
+                await server.load_model(name, config or None, files or None)
+            elif operation == "unload":
+                name, unload_dependents = args
+                await server.unload_model(name, bool(unload_dependents))
+            else:
+                raise unsupported(f"unknown model management call '{operation}'")
+            answer: tuple[bool, Any] = (True, value)
+        except TritonError as error:
+            answer = (False, error.message)
+        self._send_event(ipc.CONTROL_ANSWER, ident, answer, None)
