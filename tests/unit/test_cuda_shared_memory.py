@@ -115,7 +115,7 @@ def test_registering_needs_allow_client_shm_before_anything_else() -> None:
 
 def test_a_name_registered_as_system_memory_is_refused(shm_key: str) -> None:
     registry = SharedMemoryRegistry(ALLOWED)
-    registry.register_system("taken", shm_key, 0, 4096)
+    registry.register_system("taken", shm_key, 4096)
     try:
         error = error_of(registry.register_cuda, "taken", HANDLE, 0, 16)
         assert error.status is Status.ALREADY_EXISTS
