@@ -340,8 +340,14 @@ class Server:
         return self.models.all_ready() if self.options.strict_readiness else True
 
     def model_ready(self, name: str, version: int = -1) -> bool:
-        """Whether a model (version) is ready; raises for a model the server does not know."""
-        return self._accepting and self.models.is_ready(name, version)
+        """Whether a model (version) is ready; a model the server does not know is not (as
+        Triton answers on both protocols)."""
+        if not self._accepting:
+            return False
+        try:
+            return self.models.is_ready(name, version)
+        except TritonError:
+            return False
 
     def metadata(self) -> ServerMetadata:
         return self._metadata
