@@ -117,7 +117,7 @@ def test_explicit_mode_load_unload_and_index_over_both_protocols(repo):
         status, body = post(process, "/v2/repository/index", b'{"ready": true}')
         assert status == 200 and [e["name"] for e in json.loads(body)] == ["beta"]
         status, body = post(process, "/v2/repository/index", b'{"ready": "yes"}')
-        assert status == 400
+        assert status == 500  # Triton 2.51's status for a body it cannot read
         assert http_client.is_server_ready()  # unloading alpha did not make it unready
 
         with pytest.raises(

@@ -86,20 +86,29 @@ class PollFailure(TritonError):
 NOT_IN_REPOSITORY = "model not found in any model repository"
 
 
+class LoadFailure(TritonError):
+    """A model that was found but failed to load: Triton's "load failed for model"."""
+
+    def __init__(self, name: str, detail: str) -> None:
+        super().__init__(Status.INVALID_ARG, f"load failed for model '{name}': {detail}\n")
+
+
 def load_failure(name: str, error: TritonError) -> TritonError:
-    """Triton's answer to a model that was found but failed to load."""
-    if isinstance(error, PollFailure):
+    """Triton's answer to a load request that failed (as it was, when it already is)."""
+    if isinstance(error, PollFailure | LoadFailure):
         return error
-    return invalid_arg(f"load failed for model '{name}': {error.message}\n")
+    return LoadFailure(name, error.message)
 
 
-def versions_failure(failures: list[tuple[int, TritonError]]) -> TritonError:
+def versions_failure(name: str, failures: list[tuple[int, TritonError]]) -> LoadFailure:
     """Triton's account of the versions that failed: ``version N is at UNAVAILABLE state``."""
-    text = "".join(
-        f"version {version} is at {UNAVAILABLE} state: {error.message};"
-        for version, error in failures
+    return LoadFailure(
+        name,
+        "".join(
+            f"version {version} is at {UNAVAILABLE} state: {error.message};"
+            for version, error in failures
+        ),
     )
-    return TritonError(failures[0][1].status, text)
 
 
 def qualified_key(source: ModelSource, name: str) -> str:
@@ -311,7 +320,8 @@ class ModelRepositoryManager:
         if record.error is not None and (
             record.source is None or "more than one model repository" in record.error.message
         ):
-            logger.error("%s", record.error.message)
+            if not isinstance(record.error, PollFailure):  # that one logged itself
+                logger.error("%s", record.error.message)
             return record.error
         async with self._load_slots:
             try:
@@ -462,7 +472,7 @@ class ModelRepositoryManager:
             await asyncio.gather(*(self._unload_model(model) for model in loaded))
             await self._agents_send(prepared.agents, AgentAction.LOAD_FAIL)
             logger.error("reload of '%s' failed; the loaded versions keep serving", record.name)
-            return versions_failure(errors)
+            return versions_failure(record.name, errors)
         action = AgentAction.LOAD_FAIL if errors else AgentAction.LOAD_COMPLETE
         await self._agents_send(prepared.agents, action)
         new = {state.model for state in new_states.values()}
@@ -477,7 +487,7 @@ class ModelRepositoryManager:
                 model.retired = True
             await self._agents_send(old_agents, AgentAction.UNLOAD)
             self._retire(old, old_agents)
-        return versions_failure(errors) if errors else None
+        return versions_failure(record.name, errors) if errors else None
 
     async def _load_version(self, prepared: PreparedModel, version: int) -> LoadedModel:
         """One version, within the config's ``load_timeout_secs`` if it sets one; a failed
