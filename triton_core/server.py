@@ -382,6 +382,9 @@ class Server:
             return [model.statistics for model in self.models.ready_models()]
         if version >= 0:
             if not self._safe_is_ready(name, version):
+                # as Triton: a model with no ready version is named as such first
+                if not self._safe_is_ready(name, -1):
+                    raise invalid_arg(f"requested model '{name}' is not available")
                 raise invalid_arg(f"requested model version is not available for model '{name}'")
             return [self.models.get(name, version).statistics]
         try:

@@ -8,6 +8,7 @@ import json
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import grpc
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
@@ -171,3 +172,46 @@ def test_version_strings_are_read_as_triton_reads_them(server: ServerProcess) ->
         finally:
             connection.close()
     client.unload_model("simple")
+
+
+def test_grpc_repository_parameters_of_the_wrong_type_get_tritons_words(
+    server: ServerProcess,
+) -> None:
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    pb = grpcclient.service_pb2
+    channel = grpc.insecure_channel(server.grpc_url)
+    stub = grpcclient.service_pb2_grpc.GRPCInferenceServiceStub(channel)
+    parameter = pb.ModelRepositoryParameter
+    cases = [
+        (
+            {"config": parameter(int64_param=5)},
+            "invalid value type for load parameter 'config', expected string_param.",
+        ),
+        (
+            {
+                "config": parameter(string_param="{}"),
+                "file:1/model.npy": parameter(string_param=""),
+            },
+            "invalid value type for load parameter 'file:1/model.npy', expected bytes_param.",
+        ),
+        ({"foo": parameter(string_param="x")}, "unrecognized load parameter 'foo'."),
+    ]
+    for parameters, message in cases:
+        request = pb.RepositoryModelLoadRequest(model_name="simple", parameters=parameters)
+        with pytest.raises(grpc.RpcError) as info:
+            stub.RepositoryModelLoad(request)
+        assert (info.value.code(), info.value.details()) == (
+            grpc.StatusCode.INVALID_ARGUMENT,
+            message,
+        )
+    request = pb.RepositoryModelUnloadRequest(
+        model_name="simple", parameters={"unload_dependents": parameter(string_param="yes")}
+    )
+    with pytest.raises(grpc.RpcError) as info:
+        stub.RepositoryModelUnload(request)
+    assert info.value.details() == (
+        "invalid value type for 'unload_dependents' parameter, expected bool_param."
+    )
+    channel.close()
+    error = error_of(lambda: client.get_inference_statistics("nothere", "7"))
+    assert error.message() == "requested model 'nothere' is not available"
