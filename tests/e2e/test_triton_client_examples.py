@@ -3,7 +3,8 @@
 The examples (tests/data/triton_client_examples, see its README) are what a Triton user runs
 first; each exits 0 and most print "PASS". The repository holds the models they expect, built
 here: Triton's ``simple`` (INT32 add/sub, 16 elements) and ``simple_int8`` as ONNX models,
-``simple_string``, ``simple_identity`` and ``simple_sequence`` as Python models.
+``simple_string``, ``simple_identity``, ``simple_sequence`` and the decoupled
+``repeat_int32`` as Python models.
 """
 
 from __future__ import annotations
@@ -121,6 +122,45 @@ class TritonPythonModel:
 """
 
 
+REPEAT_CONFIG = """
+name: "repeat_int32"
+backend: "python"
+max_batch_size: 0
+model_transaction_policy { decoupled: true }
+input [
+  { name: "IN" data_type: TYPE_INT32 dims: [ -1 ] },
+  { name: "DELAY" data_type: TYPE_UINT32 dims: [ -1 ] },
+  { name: "WAIT" data_type: TYPE_UINT32 dims: [ 1 ] }
+]
+output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+"""
+
+# Triton's repeat backend as a decoupled Python model: one response per element of IN, each
+# after its DELAY (ms); WAIT (ms) before the request is released
+REPEAT_MODEL = """
+import time
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        for request in requests:
+            sender = request.get_response_sender()
+            values = pb_utils.get_input_tensor_by_name(request, "IN").as_numpy()
+            delays = pb_utils.get_input_tensor_by_name(request, "DELAY").as_numpy()
+            wait = pb_utils.get_input_tensor_by_name(request, "WAIT").as_numpy()
+            for value, delay in zip(values, delays):
+                time.sleep(int(delay) / 1000)
+                output = pb_utils.Tensor("OUT", np.array([value], dtype=np.int32))
+                sender.send(pb_utils.InferenceResponse([output]))
+            time.sleep(int(wait[0]) / 1000)
+            sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        return None
+"""
+
+
 def write_python_model(root: Path, name: str, config: str, source: str) -> None:
     (root / name / "1").mkdir(parents=True)
     (root / name / "config.pbtxt").write_text(config)
@@ -140,7 +180,8 @@ def build_repository(root: Path, model_count: int) -> Path:
     write_python_model(root, "simple_string", STRING_CONFIG, STRING_MODEL)
     write_python_model(root, "simple_identity", IDENTITY_CONFIG, IDENTITY_MODEL)
     write_python_model(root, "simple_sequence", SEQUENCE_CONFIG, SEQUENCE_MODEL)
-    for datatype in ("FP32", "INT16", "INT64")[: model_count - 5]:
+    write_python_model(root, "repeat_int32", REPEAT_CONFIG, REPEAT_MODEL)
+    for datatype in ("FP32", "INT16")[: model_count - 6]:
         write_add_sub(root, f"simple_{datatype.lower()}", datatype)
     assert len(list(root.iterdir())) == model_count
     return root
@@ -192,6 +233,7 @@ GRPC_EXAMPLES = (
     "grpc_explicit_int_content_client",
     "grpc_explicit_int8_content_client",
     "grpc_explicit_byte_content_client",
+    "simple_grpc_custom_repeat",
 )
 
 
