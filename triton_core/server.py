@@ -340,8 +340,14 @@ class Server:
         return self.models.all_ready() if self.options.strict_readiness else True
 
     def model_ready(self, name: str, version: int = -1) -> bool:
-        """Whether a model (version) is ready; raises for a model the server does not know."""
-        return self._accepting and self.models.is_ready(name, version)
+        """Whether a model (version) is ready; a model the server does not know is not (as
+        Triton answers on both protocols)."""
+        if not self._accepting:
+            return False
+        try:
+            return self.models.is_ready(name, version)
+        except TritonError:
+            return False
 
     def metadata(self) -> ServerMetadata:
         return self._metadata
@@ -376,6 +382,9 @@ class Server:
             return [model.statistics for model in self.models.ready_models()]
         if version >= 0:
             if not self._safe_is_ready(name, version):
+                # as Triton: a model with no ready version is named as such first
+                if not self._safe_is_ready(name, -1):
+                    raise invalid_arg(f"requested model '{name}' is not available")
                 raise invalid_arg(f"requested model version is not available for model '{name}'")
             return [self.models.get(name, version).statistics]
         try:

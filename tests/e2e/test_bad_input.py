@@ -139,10 +139,10 @@ def test_broken_bytes_length_prefix(server):
 @pytest.mark.parametrize(
     ("path", "status", "fragment"),
     [
-        ("/v2/models/nope/infer", 400, "Request for unknown model: 'nope' is not found"),
-        ("/v2/models/simple/versions/9/infer", 400, "'simple' version 9 is not found"),
-        ("/v2/models/..%2F..%2Fetc/infer", 400, "unknown model"),
-        ("/v2/models/%2E%2E/infer", 400, "unknown model"),
+        ("/v2/models/nope/infer", 404, "Request for unknown model: 'nope' is not found"),
+        ("/v2/models/simple/versions/9/infer", 404, "'simple' version 9 is not found"),
+        ("/v2/models/..%2F..%2Fetc/infer", 404, "unknown model"),
+        ("/v2/models/%2E%2E/infer", 404, "unknown model"),
     ],
 )
 def test_unknown_models_versions_and_traversal(server, path, status, fragment):

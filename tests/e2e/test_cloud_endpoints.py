@@ -490,7 +490,7 @@ def test_sagemaker_without_a_default_model_names_tritons_placeholder(
     prediction_server: ServerProcess,
 ) -> None:
     answer = sagemaker(prediction_server, "POST", "/invocations", json_body())
-    assert answer.status == 400
+    assert answer.status == 404
     assert answer.error == (
         "Request for unknown model: 'unspecified_SAGEMAKER_TRITON_DEFAULT_MODEL_NAME' is not found"
     )

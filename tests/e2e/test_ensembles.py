@@ -226,3 +226,25 @@ def test_an_ensemble_whose_member_fails_is_not_ready_and_the_rest_serve(ensemble
     assert "Model 'broken' loading failed with error" in ensemble_server.log()
     assert not client.is_server_ready()  # strict readiness: some models failed
     assert client.is_model_ready("dag") and client.is_model_ready("mlp_chain")
+
+
+def ready_models(client: httpclient.InferenceServerClient) -> set[str]:
+    return {e["name"] for e in client.get_model_repository_index() if e.get("state") == "READY"}
+
+
+def test_load_model_of_an_ensemble_at_start_loads_its_members(tmp_path):
+    """Explicit mode, ``--load-model dag``: the models its steps call load with it (Triton
+    does the same); unloading it with its dependents unloads them again."""
+    repo = build_repository(tmp_path / "models")
+    process = ServerProcess([repo], "--model-control-mode=explicit", "--load-model", "dag")
+    try:
+        process.wait_ready()
+        client = httpclient.InferenceServerClient(process.http_url)
+        assert ready_models(client) == {"dag", "e_pre", "e_left", "e_right", "e_post"}
+        x, y = np.ones((1, 4), np.float32), np.full((1, 4), 2, np.float32)
+        result = client.infer("dag", http_inputs(x, y))
+        np.testing.assert_allclose(result.as_numpy("OUT0"), 3 * x + y)
+        client.unload_model("dag", unload_dependents=True)
+        assert not ready_models(client)
+    finally:
+        assert process.stop() == 0, process.log()[-4000:]

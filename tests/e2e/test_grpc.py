@@ -62,7 +62,7 @@ def test_mixed_input_datatypes(client):
 @pytest.mark.parametrize(
     ("model", "datatype", "shape", "code", "message"),
     [
-        ("nope", "FP32", (1, 3), "StatusCode.INVALID_ARGUMENT", "unknown model: 'nope'"),
+        ("nope", "FP32", (1, 3), "StatusCode.NOT_FOUND", "unknown model: 'nope'"),
         ("identity_fp32", "INT32", (1, 3), "StatusCode.INVALID_ARGUMENT", "data-type is 'INT32'"),
         ("identity_fp32", "FP32", (9, 3), "StatusCode.INVALID_ARGUMENT", "batch-size must be <= 4"),
         ("nobatch", "FP32", (1, 4), "StatusCode.INVALID_ARGUMENT", "unexpected shape for input"),

@@ -110,10 +110,12 @@ def test_explicit_mode_load_unload_and_index_over_both_protocols(repo):
         status, body = post(process, "/v2/repository/index", b'{"ready": true}')
         assert status == 200 and [e["name"] for e in json.loads(body)] == ["beta"]
         status, body = post(process, "/v2/repository/index", b'{"ready": "yes"}')
-        assert status == 400
+        assert status == 500  # Triton 2.51's status for a body it cannot read
         assert http_client.is_server_ready()  # unloading alpha did not make it unready
 
-        with pytest.raises(InferenceServerException, match="no model named 'gamma'"):
+        with pytest.raises(
+            InferenceServerException, match="failed to load 'gamma', failed to poll"
+        ):
             http_client.load_model("gamma")
         status, body = post(process, "/v2/repository/other/models/beta/load")
         assert status == 501 and b"'repository_name' specification" in body
@@ -151,7 +153,9 @@ def test_config_and_file_overrides(repo, tmp_path):
                 {"parameters": {"file:1/model.npy": base64.b64encode(b"").decode()}}
             ).encode(),
         )
-        assert status == 400 and b"need a 'config'" in body
+        # Triton's status and words (INTERNAL, "failed to poll"), then what was wrong
+        assert status == 500 and b"failed to load 'alpha', failed to poll" in body
+        assert b"Load parameter 'config' must be specified for model file override" in body
         status, body = post(
             process, "/v2/repository/models/alpha/load", b'{"parameters": {"bogus": "x"}}'
         )
@@ -238,14 +242,16 @@ def test_readiness_never_flips_while_another_model_loads(repo):
         assert client.is_model_ready("slow") and client.is_server_ready()
 
 
-def test_readiness_with_no_model_follows_strict_readiness(repo):
-    with ServerProcess([repo], "--model-control-mode=explicit", env=PLUGINS) as process:
-        process.wait_ready(path="/v2/health/live")
-        assert not httpclient.InferenceServerClient(process.http_url).is_server_ready()
-    with ServerProcess(
-        [repo], "--model-control-mode=explicit", "--strict-readiness=false", env=PLUGINS
-    ) as process:
-        process.wait_ready()
+def test_a_server_with_nothing_to_serve_is_ready_as_tritons_is(repo, tmp_path):
+    # Triton 2.51 answers 200 on /v2/health/ready with an empty repository, and in explicit
+    # mode with nothing loaded: strict readiness counts failed models, and none failed
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    for repository, mode in ((repo, "explicit"), (empty, "none"), (empty, "explicit")):
+        with ServerProcess([repository], f"--model-control-mode={mode}", env=PLUGINS) as process:
+            process.wait_ready()
+            assert httpclient.InferenceServerClient(process.http_url).is_server_ready()
+            assert grpcclient.InferenceServerClient(process.grpc_url).is_server_ready()
 
 
 def test_poll_mode_follows_the_repository(repo):
@@ -385,10 +391,10 @@ def test_checksum_agent_passes_and_refuses(repo):
 @pytest.mark.parametrize(
     ("name", "status", "fragment"),
     [
-        ("..", "400", "unknown model"),
-        ("%2E%2E", "400", "unknown model"),
-        ("..%2F..%2Fetc", "400", "unknown model"),
-        ("%2Fetc", "400", "unknown model"),
+        ("..", "500", "failed to load '..', failed to poll from model repository"),
+        ("%2E%2E", "500", "failed to load '..', failed to poll from model repository"),
+        ("..%2F..%2Fetc", "500", "failed to poll from model repository"),
+        ("%2Fetc", "500", "failed to load '/etc', failed to poll from model repository"),
         ("a" * 300, "500", "failed to poll from model repository"),
     ],
 )

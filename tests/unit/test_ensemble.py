@@ -517,7 +517,7 @@ async def test_readiness_follows_the_members(dag_server):
         assert "dag" not in [e.name for e in dag_server.repository_index(ready_only=True)]
         with pytest.raises(TritonError) as info:
             await dag_server.infer(request("dag", ints([[1] * 4]), ints([[1] * 4])))
-        assert info.value.status is Status.UNAVAILABLE
+        assert info.value.status is Status.NOT_FOUND  # the member's status, as Triton's
         assert "step 2 (model 'right') failed" in info.value.message
     finally:
         record.versions[1].state = "READY"

@@ -211,11 +211,10 @@ async def test_model_version_is_parsed(
 @pytest.mark.parametrize(
     "call",
     [
-        lambda c: c.is_model_ready("nope"),
         lambda c: c.get_model_metadata("nope"),
         lambda c: c.get_model_config("nope"),
     ],
-    ids=["ModelReady", "ModelMetadata", "ModelConfig"],
+    ids=["ModelMetadata", "ModelConfig"],
 )
 async def test_unknown_model_is_an_error_status(
     aio_client: tc_aio.InferenceServerClient, call: Callable[[Any], Any]
@@ -650,6 +649,7 @@ async def test_real_server_end_to_end(real_url: str) -> None:
     async with tc_aio.InferenceServerClient(real_url) as client:
         assert await client.is_server_live() and await client.is_server_ready()
         assert await client.is_model_ready("add_sub")
+        assert not await client.is_model_ready("nope")  # as Triton: false, no error status
         meta = await client.get_model_metadata("add_sub", as_json=True)
         assert meta["inputs"][0] == {"name": "INPUT0", "datatype": "INT32", "shape": ["-1", "4"]}
         config = (await client.get_model_config("add_sub")).config
@@ -663,7 +663,7 @@ async def test_real_server_end_to_end(real_url: str) -> None:
 
         with pytest.raises(InferenceServerException) as exc:
             await client.infer("nope", inputs)
-        assert status_of(exc) == "StatusCode.INVALID_ARGUMENT"
+        assert status_of(exc) == "StatusCode.NOT_FOUND"
         assert exc.value.message() == "Request for unknown model: 'nope' is not found"
 
         with pytest.raises(InferenceServerException) as exc:

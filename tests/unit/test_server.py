@@ -73,7 +73,9 @@ async def test_classification_returns_top_k_strings(server):
 async def test_invalid_requests_are_rejected_with_the_culprit_named(server, kwargs, message):
     with pytest.raises(TritonError) as info:
         await server.infer(request(**kwargs))
-    assert info.value.status is Status.INVALID_ARG
+    # as Triton 2.51: an unknown model or version is NOT_FOUND, the rest INVALID_ARG
+    expected = Status.NOT_FOUND if "is not found" in message else Status.INVALID_ARG
+    assert info.value.status is expected
     assert message in info.value.message
     assert (await server.infer(request())).model_name == "add_sub"
 
@@ -90,8 +92,7 @@ async def test_metadata_and_readiness(server):
     assert server.model_metadata("identity").inputs[0].shape == (4,)
     assert server.is_ready() and server.model_ready("add_sub")
     assert server.model_ready("add_sub", 1) and not server.model_ready("add_sub", 2)
-    with pytest.raises(TritonError, match="unknown model"):
-        server.model_ready("nope")
+    assert not server.model_ready("nope")  # as Triton: not ready, not an error
     assert server.metadata().name == "triton"
 
 

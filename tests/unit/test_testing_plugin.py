@@ -108,7 +108,7 @@ async def test_the_in_process_server_answers_async_tests_on_their_own_loop(trito
 def test_in_process_errors_arrive_as_triton_errors(triton_server):
     with pytest.raises(TritonError) as info:
         triton_server.infer(inference_request("nope", {"INPUT0": np.ones((1, 4), np.int32)}))
-    assert info.value.status is Status.INVALID_ARG and "unknown model: 'nope'" in info.value.message
+    assert info.value.status is Status.NOT_FOUND and "unknown model: 'nope'" in info.value.message
 
 
 def test_the_factory_takes_server_options(triton_server_factory, model_repository):
@@ -230,7 +230,6 @@ def test_a_process_that_exits_badly_fails_its_test_at_teardown(pytester):
     pytester.makepyfile(
         """
         def test_killed(triton_process_factory):
-            # an empty repository is never ready under strict readiness
             process = triton_process_factory("--strict-readiness=false")
             process.process.kill()
             process.process.wait()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import socket
 from typing import Final
 
@@ -22,13 +23,36 @@ RESERVED_PARAMETERS = frozenset(
 )
 
 
+_VERSION_PREFIX: Final = re.compile(r"\s*[+-]?[0-9]+")
+_INT64_MAX: Final = 2**63 - 1
+
+
 def parse_version(text: str) -> int:
-    """A URL or message version string: "" means the server picks (-1)."""
+    """A URL or message version string: "" means the server picks (-1).
+
+    Read as Triton reads it (``std::stol``: leading blanks, a sign, the leading digits), with
+    its messages for a string that is no number, out of range, or negative.
+    """
     if not text:
         return -1
-    if not text.isdigit():
-        raise invalid_arg(f"failed to parse model version '{text}': expected a number")
-    return int(text)
+    if text.isdigit() and len(text) < 19:
+        return int(text)
+    match = _VERSION_PREFIX.match(text)
+    # at most 19 significant digits reach int(): a client's long string costs nothing
+    number = match.group().strip() if match else ""
+    sign, digits = ("-", number[1:]) if number.startswith("-") else ("", number.lstrip("+"))
+    digits = digits.lstrip("0") or "0"
+    version = int(sign + digits) if match and len(digits) <= 19 else None
+    if version is None or not -_INT64_MAX - 1 <= version <= _INT64_MAX:
+        raise invalid_arg(
+            f"failed to get model version from specified version string '{text}' (details: "
+            "stol), version should be an integral value > 0"
+        )
+    if version < 0:
+        raise invalid_arg(
+            f"invalid model version specified '{text}' , version should be an integral value > 0"
+        )
+    return version
 
 
 #: request parameters meant for the frontend alone: they set nothing on the request

@@ -32,18 +32,27 @@ from triton_core.config import (
     config_from_json,
     timeout_parameter,
 )
-from triton_core.errors import Status, TritonError, internal, invalid_arg, unavailable, unsupported
+from triton_core.errors import (
+    Status,
+    TritonError,
+    internal,
+    invalid_arg,
+    not_found,
+    unavailable,
+    unsupported,
+)
 from triton_core.model import LoadedModel
 from triton_core.registry import RepositoryAgentRegistry
 from triton_core.repository.agent_set import AgentSet, notify, run_detached
 from triton_core.repository.agents import AgentAction, AgentModel, RepositoryAgent
+from triton_core.repository.layout import safe_model_name
 from triton_core.repository.loader import (
     ModelLoader,
     PreparedModel,
     load_error,
     read_model_config,
 )
-from triton_core.repository.remote import check_relative_key
+from triton_core.repository.remote import MAX_COMPONENT_BYTES, check_relative_key
 from triton_core.repository.sources import MappedSource, ModelSource, check_name
 from triton_core.scheduling.ensemble import ensemble_load_order, is_ensemble, step_models
 from triton_core.types import ModelIndexEntry
@@ -60,6 +69,46 @@ UNLOADED_REASON = "unloaded"
 UNHEALTHY_REASON = (
     "every instance is unhealthy: each ran past execute_timeout_secs and has not returned"
 )
+
+
+class PollFailure(TritonError):
+    """A load whose model could not be found or read: Triton's "failed to poll" answer."""
+
+    def __init__(self, name: str, detail: str) -> None:
+        # Triton's words first (clients look for them), then what was wrong
+        super().__init__(
+            Status.INTERNAL,
+            f"failed to load '{name}', failed to poll from model repository: {detail}",
+        )
+        logger.error("Poll failed for model directory '%s': %s", name, detail)
+
+
+NOT_IN_REPOSITORY = "model not found in any model repository"
+
+
+class LoadFailure(TritonError):
+    """A model that was found but failed to load: Triton's "load failed for model"."""
+
+    def __init__(self, name: str, detail: str) -> None:
+        super().__init__(Status.INVALID_ARG, f"load failed for model '{name}': {detail}\n")
+
+
+def load_failure(name: str, error: TritonError) -> TritonError:
+    """Triton's answer to a load request that failed (as it was, when it already is)."""
+    if isinstance(error, PollFailure | LoadFailure):
+        return error
+    return LoadFailure(name, error.message)
+
+
+def versions_failure(name: str, failures: list[tuple[int, TritonError]]) -> LoadFailure:
+    """Triton's account of the versions that failed: ``version N is at UNAVAILABLE state``."""
+    return LoadFailure(
+        name,
+        "".join(
+            f"version {version} is at {UNAVAILABLE} state: {error.message};"
+            for version, error in failures
+        ),
+    )
 
 
 def qualified_key(source: ModelSource, name: str) -> str:
@@ -206,21 +255,22 @@ class ModelRepositoryManager:
             if not named:
                 named = [ModelRecord(name, None)]
                 self._models[name] = named[0]
-                named[0].error = invalid_arg(
-                    f"failed to load '{name}': no model named '{name}' in the model repository"
-                )
+                named[0].error = PollFailure(name, NOT_IN_REPOSITORY)
             records += named
         return await self._load_many(records)
 
     def _describe_sources(self) -> str:
         return ", ".join(source.location for source in self.sources)
 
-    async def _load_many(self, records: list[ModelRecord]) -> list[TritonError]:
-        """Load models at once; ensembles after the models they use."""
+    async def _load_many(
+        self, records: list[ModelRecord], loaded_by: dict[str, str] | None = None
+    ) -> list[TritonError]:
+        """Load models at once; ensembles after the models they use, which are loaded too
+        when nobody asked for them (``--load-model <ensemble>`` in explicit mode)."""
         for record in records:
             record.wanted = True
             record.loading = True
-            record.loaded_by.add("")
+            record.loaded_by.add((loaded_by or {}).get(record.key, ""))
         try:
             return await self._load_prepared(records)
         finally:
@@ -240,8 +290,27 @@ class ModelRepositoryManager:
             else:
                 plain.append(self._swap_in(record, ready))
         errors += await asyncio.gather(*plain)
+        errors += await self._load_unasked_members(ensembles)
         errors += await self._load_ensembles(ensembles)
         return [error for error in errors if error is not None]
+
+    async def _load_unasked_members(
+        self, ensembles: dict[str, tuple[ModelRecord, PreparedModel]]
+    ) -> list[TritonError]:
+        """The models these ensembles call that no one asked to load, loaded first."""
+        members: dict[str, ModelRecord] = {}
+        loaded_by: dict[str, str] = {}
+        for record, _ in ensembles.values():
+            for member in sorted(record.dependencies):
+                key = self._member_key(record, member)
+                found = self._models.get(key)
+                if found is None or found.source is None or found.wanted or key in ensembles:
+                    continue
+                members.setdefault(key, found)
+                loaded_by.setdefault(key, record.key)
+        if not members:
+            return []
+        return await self._load_many(list(members.values()), loaded_by)
 
     # -- loading one model -----------------------------------------------------------------------
 
@@ -251,7 +320,8 @@ class ModelRepositoryManager:
         if record.error is not None and (
             record.source is None or "more than one model repository" in record.error.message
         ):
-            logger.error("%s", record.error.message)
+            if not isinstance(record.error, PollFailure):  # that one logged itself
+                logger.error("%s", record.error.message)
             return record.error
         async with self._load_slots:
             try:
@@ -371,7 +441,7 @@ class ModelRepositoryManager:
         """
         reloading = record.serving
         new_states: dict[int, VersionState] = {}
-        errors: list[TritonError] = []
+        errors: list[tuple[int, TritonError]] = []
         if not reloading:
             record.versions = {version: VersionState(LOADING) for version in prepared.versions}
         async with self._load_slots:
@@ -390,7 +460,7 @@ class ModelRepositoryManager:
                     logger.error(
                         "failed to load '%s' version %d: %s", record.name, version, error.message
                     )
-                    errors.append(error)
+                    errors.append((version, error))
                 new_states[version] = state
                 if not reloading:
                     record.versions[version] = state
@@ -402,7 +472,7 @@ class ModelRepositoryManager:
             await asyncio.gather(*(self._unload_model(model) for model in loaded))
             await self._agents_send(prepared.agents, AgentAction.LOAD_FAIL)
             logger.error("reload of '%s' failed; the loaded versions keep serving", record.name)
-            return errors[0]
+            return versions_failure(record.name, errors)
         action = AgentAction.LOAD_FAIL if errors else AgentAction.LOAD_COMPLETE
         await self._agents_send(prepared.agents, action)
         new = {state.model for state in new_states.values()}
@@ -417,7 +487,7 @@ class ModelRepositoryManager:
                 model.retired = True
             await self._agents_send(old_agents, AgentAction.UNLOAD)
             self._retire(old, old_agents)
-        return errors[0] if errors else None
+        return versions_failure(record.name, errors) if errors else None
 
     async def _load_version(self, prepared: PreparedModel, version: int) -> LoadedModel:
         """One version, within the config's ``load_timeout_secs`` if it sets one; a failed
@@ -595,13 +665,19 @@ class ModelRepositoryManager:
         a failed reload leaves the serving versions serving. With namespacing, a name in
         several repositories loads the model of that name in each.
         """
-        check_name(name, self._describe_sources())
+        if len(name.encode()) > MAX_COMPONENT_BYTES:
+            raise PollFailure(name, f"model name is longer than {MAX_COMPONENT_BYTES} bytes")
+        if not safe_model_name(name):
+            raise PollFailure(name, NOT_IN_REPOSITORY)
         if files and config is None:
-            raise invalid_arg(
-                f"failed to load '{name}': file overrides need a 'config' parameter as well"
+            raise PollFailure(
+                name, "Load parameter 'config' must be specified for model file override"
             )
-        for key in await self._keys_for_load(name):
-            await self._load_key(key, config, files, "", frozenset())
+        try:
+            for key in await self._keys_for_load(name):
+                await self._load_key(key, config, files, "", frozenset())
+        except TritonError as error:
+            raise load_failure(name, error) from None
 
     async def _keys_for_load(self, name: str) -> list[str]:
         if name in self._models or not self._namespacing:
@@ -686,17 +762,22 @@ class ModelRepositoryManager:
         if record is None and uploaded:
             record = self._models[name] = ModelRecord(name, None)
         if record is None or (record.source is None and not uploaded):
-            raise invalid_arg(
-                f"failed to load '{name}': no model named '{name}' in the model repository"
-            )
+            raise PollFailure(name, NOT_IN_REPOSITORY)
         return record
 
     def _build_override(
         self, name: str, config: str, files: dict[str, bytes], key: str = ""
     ) -> LoadOverride:
-        parsed = config_from_json(
-            config, f"the 'config' parameter of the load request for '{name}'"
-        )
+        try:
+            parsed = config_from_json(config, "the load request's 'config' parameter")
+        except TritonError as error:
+            raise PollFailure(name, f"Invalid config override: {error.message}") from None
+        if parsed.name and parsed.name != name:
+            raise PollFailure(
+                name,
+                f"unexpected directory name '{name}' for model '{parsed.name}', directory "
+                "name must equal model name",
+            )
         if not files:
             return LoadOverride(parsed)
         # one folder per model name; a namespaced model of that name gets one of its own
@@ -706,10 +787,14 @@ class ModelRepositoryManager:
         shutil.rmtree(folder, ignore_errors=True)
         folder.mkdir(parents=True)
         for key, content in files.items():
-            relative = check_relative_key(key, f"file override of model '{name}'")
+            try:
+                relative = check_relative_key(key, f"file override of model '{name}'")
+            except TritonError as error:
+                raise PollFailure(name, error.message) from None
             if not relative.parts[0].isdigit():
-                raise invalid_arg(
-                    f"file override '{key}' of model '{name}' must start with a version folder"
+                raise PollFailure(
+                    name,
+                    f"file override '{key}' of model '{name}' must start with a version folder",
                 )
             target = folder.joinpath(*relative.parts)
             target.parent.mkdir(parents=True, exist_ok=True)
@@ -760,8 +845,6 @@ class ModelRepositoryManager:
         if name not in self._models:
             check_name(name, self._describe_sources())
         named = [self._models[name]] if name in self._models else self._records_named(name)
-        if not named:
-            raise invalid_arg(f"failed to unload '{name}': no model named '{name}' is known")
         for record in named:
             await self._unload_with_dependents(record, unload_dependents)
 
@@ -909,10 +992,10 @@ class ModelRepositoryManager:
                 return record.latest
             if self._gone(record):
                 raise self._unknown(name)
-            raise unavailable(f"Request for unknown model: '{name}' has no available versions")
+            raise not_found(f"Request for unknown model: '{name}' has no available versions")
         state = record.versions.get(version)
         if state is None:
-            raise invalid_arg(f"Request for unknown model: '{name}' version {version} is not found")
+            raise not_found(f"Request for unknown model: '{name}' version {version} is not found")
         if state.model is None or state.state != READY:
             raise unavailable(
                 f"Request for unknown model: '{name}' version {version} is not at ready state"
@@ -942,7 +1025,7 @@ class ModelRepositoryManager:
                 f"There are {len(named)} identifiers of model '{name}' in global map, model "
                 "namespace must be provided to resolve ambiguity."
             )
-        return invalid_arg(f"Request for unknown model: '{name}' is not found")
+        return not_found(f"Request for unknown model: '{name}' is not found")
 
     def _records_named(self, name: str) -> list[ModelRecord]:
         """The records of one model name (several only with namespacing), by key."""
@@ -984,13 +1067,12 @@ class ModelRepositoryManager:
         return sorted(v for v, s in record.versions.items() if s.state == READY)
 
     def all_ready(self) -> bool:
-        """Strict readiness: every model asked for serves, and at least one model does.
+        """Strict readiness: every model asked for serves (none asked for: ready, as Triton).
 
         Models that are loading for the first time or unloading do not count against it, so
         loading or unloading one model never makes the server unready; a model that failed to
-        load does, and so does serving no model at all.
+        load does.
         """
-        serving = False
         for record in self._models.values():
             if not record.wanted:
                 continue
@@ -998,7 +1080,6 @@ class ModelRepositoryManager:
                 if record.loading:
                     continue
                 return False
-            serving = True
             if any(
                 state.state == UNAVAILABLE
                 or (state.model is not None and not state.model.pool.healthy)
@@ -1007,7 +1088,7 @@ class ModelRepositoryManager:
                 return False
             if record.dependencies and self.unready_member(record) is not None:
                 return False
-        return serving
+        return True
 
     def ready_models(self) -> list[LoadedModel]:
         """Every ready model version, by name then version."""

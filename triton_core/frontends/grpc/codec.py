@@ -108,7 +108,7 @@ def _decode_inputs(message: pb.ModelInferRequest, model: str, request: Inference
     shm: SharedMemoryTensors | None = None
     raws = message.raw_input_contents
     tensors = message.inputs
-    if raws and len(raws) != len(tensors):
+    if len(raws) > len(tensors):
         _check_raw_count(tensors, len(raws), model)
     in_shm = 0  # raw contents are for the inputs not in shared memory, in order
     for index, tensor in enumerate(tensors):
@@ -136,6 +136,10 @@ def _decode_inputs(message: pb.ModelInferRequest, model: str, request: Inference
                     "contents field must not be specified when using raw_input_contents "
                     f"for '{name}' for model '{model}'"
                 )
+            if index - in_shm >= len(raws):  # Triton checks the contents field first
+                raise invalid_arg(
+                    f"unable to find data for input tensor '{name}' for model '{model}' in request."
+                )
             data = _decode_raw(raws[index - in_shm], datatype, shape, name, model)
         elif tensor.HasField("contents"):
             data = _decode_contents(tensor.contents, datatype, shape, name, model)
@@ -144,6 +148,8 @@ def _decode_inputs(message: pb.ModelInferRequest, model: str, request: Inference
                 f"unable to find data for input tensor '{name}' for model '{model}' in request."
             )
         inputs[name] = Tensor(name, datatype, data)
+    if raws and len(raws) != len(tensors) - in_shm:
+        _check_raw_count(tensors, len(raws), model)
 
 
 def _check_raw_count(

@@ -340,12 +340,12 @@ class GRPCInferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
                 elif key.startswith("file:") and choice == "bytes_param":
                     files[key[5:]] = parameter.bytes_param
                 elif key == "config" or key.startswith("file:"):
+                    expected = "string_param" if key == "config" else "bytes_param"
                     raise invalid_arg(
-                        f"load parameter '{key}' must be a "
-                        f"{'string' if key == 'config' else 'bytes'} parameter"
+                        f"invalid value type for load parameter '{key}', expected {expected}."
                     )
                 else:
-                    raise internal(f"unrecognized load parameter '{key}'")
+                    raise invalid_arg(f"unrecognized load parameter '{key}'.")
             await self._server.load_model(request.model_name, config, files or None)
             return pb.RepositoryModelLoadResponse()
         except TritonError as exc:
@@ -364,7 +364,9 @@ class GRPCInferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
             parameter = request.parameters.get("unload_dependents")
             if parameter is not None:
                 if parameter.WhichOneof("parameter_choice") != "bool_param":
-                    raise invalid_arg("unload parameter 'unload_dependents' must be a boolean")
+                    raise invalid_arg(
+                        "invalid value type for 'unload_dependents' parameter, expected bool_param."
+                    )
                 dependents = parameter.bool_param
             await self._server.unload_model(request.model_name, dependents)
             return pb.RepositoryModelUnloadResponse()

@@ -471,19 +471,24 @@ class _RepositoryResource:
         self._json_limits = json_limits
 
     async def _json_body(self, req: falcon.asgi.Request) -> dict[str, Any]:
+        """The body as a JSON object; what is not answers INTERNAL (500), as Triton's
+        repository routes do."""
         body = await _read_body(req, self._max_input_size)
         if not body.strip():
             return {}
-        parsed = parse_json(body, self._json_limits, "the request JSON body")
+        try:
+            parsed = parse_json(body, self._json_limits, "the request JSON buffer")
+        except TritonError as error:
+            raise internal(error.message) from None
         if not isinstance(parsed, dict):
-            raise invalid_arg("the request body must be a JSON object")
+            raise internal("the request body must be a JSON object")
         return parsed
 
     async def on_post_index(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
         body = await self._json_body(req)
         ready = body.get("ready", False)
         if not isinstance(ready, bool):
-            raise invalid_arg("'ready' must be a boolean in a repository index request")
+            raise internal("'ready' must be a boolean in a repository index request")
         entries = []
         for entry in self._server.repository_index(ready):
             item: dict[str, Any] = {"name": entry.name}
@@ -506,7 +511,7 @@ class _RepositoryResource:
         files: dict[str, bytes] = {}
         for key, value in parameters.items():
             if not isinstance(value, str):
-                raise invalid_arg(f"load parameter '{key}' must be a string")
+                raise internal(f"load parameter '{key}' must be a string")
             if key == "config":
                 config = value
             elif key.startswith("file:"):
@@ -532,7 +537,7 @@ class _RepositoryResource:
 def _parameters_of(body: dict[str, Any]) -> dict[str, Any]:
     parameters = body.get("parameters", {})
     if not isinstance(parameters, dict):
-        raise invalid_arg("'parameters' must be a JSON object")
+        raise internal("'parameters' must be a JSON object")
     return parameters
 
 

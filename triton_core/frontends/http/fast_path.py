@@ -99,8 +99,10 @@ def infer_target(path: str) -> tuple[str, int] | None:
         return None
     if len(parts) == 1:
         return parts[0], -1
-    if len(parts) == 3 and parts[1] == "versions" and parts[2].isascii() and parts[2].isdigit():
-        return parts[0], int(parts[2])
+    version = parts[2] if len(parts) == 3 and parts[1] == "versions" else ""
+    # a version past int64 goes the slow way, which answers Triton's message for it
+    if version.isascii() and version.isdigit() and len(version) < 19:
+        return parts[0], int(version)
     return None
 
 
