@@ -29,9 +29,15 @@ from triton_core.model import LoadedModel, ModelSignature
 from triton_core.ragged import RaggedBatching, validate_batch_io
 from triton_core.registry import BackendRegistry, BatchStrategyRegistry, SchedulerRegistry
 from triton_core.repository.agent_set import AgentSet
+from triton_core.repository.ensembles import (
+    EnsembleMembers,
+    EnsembleModel,
+    is_ensemble,
+    plan_ensemble,
+    validate_ensemble_config,
+)
 from triton_core.repository.layout import is_within, select_versions, version_folders
 from triton_core.scheduling.base import SchedulerContext
-from triton_core.scheduling.ensemble import EnsembleModel, is_ensemble, validate_ensemble_config
 from triton_core.scheduling.executor import InstancePool, ResponseFinisher, pool_class
 from triton_core.scheduling.rate_limiter import RateLimiter, ResourceMap, slot_needs
 from triton_core.statistics import ModelStatistics
@@ -78,6 +84,8 @@ class PreparedModel:
     versions: dict[int, Path]
     #: the repository agents that saw this load's LOAD (the manager fills it in)
     agents: AgentSet = field(default_factory=AgentSet)
+    #: an ensemble's composing models, for its plan (the manager fills it in)
+    members: EnsembleMembers | None = None
 
 
 #: the folder of a model's alternative configs (``--model-config-name``)
@@ -377,8 +385,11 @@ class ModelLoader:
                 f"ensemble '{config.name}' uses '{choice}' but no installed plugin provides "
                 f"that scheduler (available: {', '.join(self._schedulers.names())})"
             )
+        if prepared.members is None:
+            raise internal(f"ensemble '{config.name}' was prepared without its members")
         signature = ModelSignature(config)
         signature.labels = self._read_labels(config, prepared.model_dir)
+        plan = plan_ensemble(config, prepared.members)
         statistics = ModelStatistics(
             config.name, version, self._latency_buckets(config), self._options.latency_summaries
         )
@@ -398,6 +409,8 @@ class ModelLoader:
                 self._loop,
                 statistics,
                 server=self._server,
+                model_dir=prepared.model_dir,
+                ensemble=plan,
             )
         )
         return LoadedModel(config, version, signature, EnsembleModel(), pool, scheduler, statistics)
