@@ -30,6 +30,7 @@ from triton_core.repository.sources import open_source
 from triton_core.scheduling.rate_limiter import MODES as RATE_LIMIT_MODES
 from triton_core.scheduling.rate_limiter import OFF as RATE_LIMIT_OFF
 from triton_core.scheduling.rate_limiter import RateLimiter
+from triton_core.scheduling.runtime import SchedulingRuntime
 from triton_core.shared_memory import tensors as shm_tensors
 from triton_core.shared_memory.cuda import cuda_support
 from triton_core.shared_memory.region import CudaRegionStatus, RegionKind, SystemRegionStatus
@@ -172,9 +173,17 @@ class Server:
         except ValueError as exc:
             raise invalid_arg(str(exc)) from None
         self.cache = self._create_cache()
-        self._loader = ModelLoader(
-            self.plugins.register_backends(),
+        backends = self.plugins.register_backends()
+        runtime = SchedulingRuntime(
             self.plugins.register_schedulers(),
+            loop,
+            batch_strategies=self.plugins.register_batch_strategies(),
+            rate_limiter=self._create_rate_limiter(),
+            server=self,
+        )
+        self._loader = ModelLoader(
+            backends,
+            runtime,
             LoaderOptions(
                 auto_complete_config=self.options.auto_complete_config,
                 backend_options=self.options.backend_options,
@@ -183,11 +192,9 @@ class Server:
                 latency_summaries=self.options.latency_summaries,
                 model_config_name=self.options.model_config_name,
                 model_load_retry_count=self.options.model_load_retry_count,
-                rate_limiter=self._create_rate_limiter(),
                 response_cache=self.cache is not None,
             ),
             loop,
-            batch_strategies=self.plugins.register_batch_strategies(),
             server=self,
         )
         try:

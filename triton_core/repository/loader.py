@@ -13,32 +13,32 @@ from typing import TYPE_CHECKING
 from triton_core.backend import Backend, BackendModel, InstanceSpec, ModelContext, ModelInstance
 from triton_core.config import (
     CONFIG_FILENAME,
-    EXECUTE_TIMEOUT_PARAMETER,
     ModelConfig,
     instance_kind_name,
     normalize,
     read_config_file,
-    scheduling_choice,
-    timeout_parameter,
     validate,
 )
 from triton_core.config.audit import audit
 from triton_core.errors import TritonError, internal, invalid_arg
 from triton_core.failures import exception_text, model_label, raised
 from triton_core.model import LoadedModel, ModelSignature
-from triton_core.ragged import RaggedBatching, validate_batch_io
-from triton_core.registry import BackendRegistry, BatchStrategyRegistry, SchedulerRegistry
+from triton_core.ragged import validate_batch_io
+from triton_core.registry import BackendRegistry
 from triton_core.repository.agent_set import AgentSet
+from triton_core.repository.ensembles import (
+    EnsembleMembers,
+    EnsembleModel,
+    is_ensemble,
+    plan_ensemble,
+    validate_ensemble_config,
+)
 from triton_core.repository.layout import is_within, select_versions, version_folders
-from triton_core.scheduling.base import SchedulerContext
-from triton_core.scheduling.ensemble import EnsembleModel, is_ensemble, validate_ensemble_config
-from triton_core.scheduling.executor import InstancePool, ResponseFinisher, pool_class
-from triton_core.scheduling.rate_limiter import RateLimiter, ResourceMap, slot_needs
+from triton_core.repository.runtime import ModelRuntime, VersionParts, discard
 from triton_core.statistics import ModelStatistics
-from triton_core.warmup import Warmup, WarmupSample, build_samples
+from triton_core.warmup import build_samples
 
 if TYPE_CHECKING:
-    from triton_core.scheduling.strategy import BatchStrategy
     from triton_core.server import Server
 
 logger = logging.getLogger(__name__)
@@ -61,8 +61,6 @@ class LoaderOptions:
     model_config_name: str = ""
     #: ``--model-load-retry-count``: how many more times a failed version load is tried
     model_load_retry_count: int = 0
-    #: the server's rate limiter (``--rate-limit execution_count``); None when off
-    rate_limiter: RateLimiter | None = None
     #: a response cache is configured (``--cache-config``)
     response_cache: bool = False
 
@@ -78,6 +76,8 @@ class PreparedModel:
     versions: dict[int, Path]
     #: the repository agents that saw this load's LOAD (the manager fills it in)
     agents: AgentSet = field(default_factory=AgentSet)
+    #: an ensemble's composing models, for its plan (the manager fills it in)
+    members: EnsembleMembers | None = None
 
 
 #: the folder of a model's alternative configs (``--model-config-name``)
@@ -85,20 +85,22 @@ CUSTOM_CONFIG_FOLDER = "configs"
 
 
 class ModelLoader:
-    """Builds :class:`LoadedModel` objects; one per server, shared by all repositories."""
+    """Builds :class:`LoadedModel` objects; one per server, shared by all repositories.
+
+    It makes a version's config, backend model and instances; ``runtime`` (the server's
+    scheduling) puts them in a pool behind a scheduler.
+    """
 
     def __init__(
         self,
         backends: BackendRegistry,
-        schedulers: SchedulerRegistry,
+        runtime: ModelRuntime,
         options: LoaderOptions,
         loop: asyncio.AbstractEventLoop,
-        batch_strategies: BatchStrategyRegistry | None = None,
         server: Server | None = None,
     ) -> None:
         self._backends = backends
-        self._schedulers = schedulers
-        self._batch_strategies = batch_strategies or BatchStrategyRegistry()
+        self._runtime = runtime
         self._server = server
         self._options = options
         self._loop = loop
@@ -251,14 +253,7 @@ class ModelLoader:
             server=self._server,
             loop=self._loop,
         )
-        choice = scheduling_choice(config)
-        factory = self._schedulers.get(choice)
-        if factory is None:
-            raise invalid_arg(
-                f"model '{config.name}' uses '{choice}' but no installed plugin provides that "
-                f"scheduler (available: {', '.join(self._schedulers.names())})"
-            )
-        strategy = self._batch_strategy(config)
+        serve = self._runtime.serving(config)
         signature = ModelSignature(config)
         signature.labels = self._read_labels(config, prepared.model_dir)
         backend_name = prepared.backend.name
@@ -269,43 +264,18 @@ class ModelLoader:
             backend_model = prepared.backend.load_model(context)
         specs = instance_specs(config)
         instances = self._create_instances(backend_model, specs, backend_name, where)
-
-        # untyped: ResponseFinisher does not say yet that a decoupled batch resolves to None
-        def finish(requests, responses, instance):
-            return signature.finish(requests, responses, version, instance)
-
-        statistics = ModelStatistics(
-            config.name, version, self._latency_buckets(config), self._options.latency_summaries
+        parts = VersionParts(
+            config,
+            version,
+            prepared.model_dir,
+            signature,
+            self._statistics(config, version),
+            backend_model,
+            specs,
+            instances,
+            samples,
         )
-        try:
-            pool = self._instance_pool(
-                config, specs, instances, finish, signature, statistics, samples
-            )
-        except Exception:  # the rate limiter refused the instances' resources
-            _discard(instances, backend_model)
-            raise
-        try:
-            pool.wait_warm()
-            scheduler = factory.value(
-                SchedulerContext(
-                    config.name,
-                    version,
-                    config,
-                    pool,
-                    self._loop,
-                    statistics,
-                    batch_strategy=strategy,
-                    server=self._server,
-                    model_dir=prepared.model_dir,
-                )
-            )
-        except Exception:
-            # a failed warm-up or a scheduler that rejects the config must not leak the
-            # threads and instances
-            pool.stop()
-            backend_model.finalize()
-            raise
-        return LoadedModel(config, version, signature, backend_model, pool, scheduler, statistics)
+        return serve(parts)
 
     def _create_instances(
         self, backend_model: BackendModel, specs: list[InstanceSpec], backend: str, where: str
@@ -317,42 +287,9 @@ class ModelLoader:
                 with self._plugin_call(where, backend, "create_instance"):
                     instances.append(backend_model.create_instance(spec))
         except Exception:
-            _discard(instances, backend_model)
+            discard(instances, backend_model)
             raise
         return instances
-
-    def _instance_pool(
-        self,
-        config: ModelConfig,
-        specs: list[InstanceSpec],
-        instances: list[ModelInstance],
-        finish: ResponseFinisher,
-        signature: ModelSignature,
-        statistics: ModelStatistics,
-        samples: list[WarmupSample],
-    ) -> InstancePool:
-        """The pool of the serving instances, with the warm-up, batch inputs and rate limits
-        the config asks for; instances of passive groups only ride along to be finalized."""
-        ragged = RaggedBatching.of(config)
-        prepare = ragged.add_batch_inputs if ragged is not None and ragged.batch_inputs else None
-        serving = [i for i, spec in enumerate(specs) if not spec.passive]
-        warmup = Warmup(config.name, samples, signature, statistics, prepare) if samples else None
-        serving_instances = [instances[i] for i in serving]
-        return pool_class(serving_instances)(
-            serving_instances,
-            [specs[i].name for i in serving],
-            self._loop,
-            finish,
-            config.name,
-            statistics,
-            origin=signature.origin,
-            execute_timeout=timeout_parameter(config, EXECUTE_TIMEOUT_PARAMETER),
-            warmup=warmup,
-            limiter=self._options.rate_limiter,
-            limits=rate_limits(config, [specs[i] for i in serving]),
-            prepare=prepare,
-            passive=[instance for i, instance in enumerate(instances) if i not in serving],
-        )
 
     # -- ensembles: no backend and no instances; the scheduler calls the composing models ------
 
@@ -370,43 +307,39 @@ class ModelLoader:
     def _load_ensemble(self, prepared: PreparedModel, version: int) -> LoadedModel:
         """An ensemble version; its composing models must be loaded (the manager sees to it)."""
         config = prepared.config
-        choice = scheduling_choice(config)
-        factory = self._schedulers.get(choice)
-        if factory is None:
-            raise invalid_arg(
-                f"ensemble '{config.name}' uses '{choice}' but no installed plugin provides "
-                f"that scheduler (available: {', '.join(self._schedulers.names())})"
-            )
+        serve = self._runtime.serving(config)
+        if prepared.members is None:
+            raise internal(f"ensemble '{config.name}' was prepared without its members")
         signature = ModelSignature(config)
         signature.labels = self._read_labels(config, prepared.model_dir)
-        statistics = ModelStatistics(
-            config.name, version, self._latency_buckets(config), self._options.latency_summaries
-        )
-
-        # untyped: ResponseFinisher does not say yet that a decoupled batch resolves to None
-        def finish(requests, responses, instance):
-            return signature.finish(requests, responses, version, instance)
-
-        # An empty pool keeps LoadedModel's shape: no instances, no threads.
-        pool = pool_class([])([], [], self._loop, finish, config.name, statistics)
-        scheduler = factory.value(
-            SchedulerContext(
-                config.name,
-                version,
+        plan = plan_ensemble(config, prepared.members)
+        statistics = self._statistics(config, version)
+        no_instances: list[ModelInstance] = []
+        return serve(
+            VersionParts(
                 config,
-                pool,
-                self._loop,
+                version,
+                prepared.model_dir,
+                signature,
                 statistics,
-                server=self._server,
+                EnsembleModel(),
+                specs=[],
+                instances=no_instances,
+                samples=[],
+                ensemble=plan,
             )
         )
-        return LoadedModel(config, version, signature, EnsembleModel(), pool, scheduler, statistics)
+
+    def _statistics(self, config: ModelConfig, version: int) -> ModelStatistics:
+        return ModelStatistics(
+            config.name, version, self._latency_buckets(config), self._options.latency_summaries
+        )
 
     def _warn_server_side_off(self, config: ModelConfig) -> None:
         """Fields that need a server setting too, set while it is off: a warning each."""
         off = []
         rate_limited = any(group.HasField("rate_limiter") for group in config.instance_group)
-        if rate_limited and self._options.rate_limiter is None:
+        if rate_limited and not self._runtime.rate_limiting:
             off.append(("instance_group.rate_limiter", "--rate-limit is off"))
         if config.response_cache.enable and not self._options.response_cache:
             off.append(("response_cache", "the server has no --cache-config"))
@@ -437,24 +370,6 @@ class ModelLoader:
             else:
                 buckets = tuple(control.histogram_options.buckets)
         return buckets
-
-    def _batch_strategy(self, config: ModelConfig) -> BatchStrategy | None:
-        parameters = config.parameters
-        if "batch_strategy" not in parameters:
-            return None
-        name = parameters["batch_strategy"].string_value
-        registration = self._batch_strategies.get(name)
-        if registration is None:
-            raise invalid_arg(
-                f"model '{config.name}' parameter 'batch_strategy' names '{name}', which no "
-                f"installed plugin provides (available: "
-                f"{', '.join(self._batch_strategies.names()) or 'none'})"
-            )
-        if not config.HasField("dynamic_batching"):
-            raise invalid_arg(
-                f"model '{config.name}' parameter 'batch_strategy' needs 'dynamic_batching'"
-            )
-        return registration.value(config)
 
     @staticmethod
     def _read_labels(config: ModelConfig, model_dir: Path) -> dict[str, list[str]]:
@@ -525,22 +440,6 @@ def instance_specs(config: ModelConfig) -> list[InstanceSpec]:
                 specs.append(InstanceSpec(name, kind, device, group.name, group.passive))
                 index += 1
     return specs
-
-
-def _discard(instances: list[ModelInstance], backend_model: BackendModel) -> None:
-    """Finalize what a load that failed half way created."""
-    for instance in instances:
-        instance.finalize()
-    backend_model.finalize()
-
-
-def rate_limits(config: ModelConfig, specs: list[InstanceSpec]) -> list[tuple[int, ResourceMap]]:
-    """Each instance's rate-limiter priority and resource needs, from its group."""
-    groups = {group.name: group.rate_limiter for group in config.instance_group}
-    return [
-        (groups[spec.group_name].priority, slot_needs(groups[spec.group_name], spec.device_id))
-        for spec in specs
-    ]
 
 
 def load_error(exc: BaseException, model: str) -> TritonError:

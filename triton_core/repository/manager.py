@@ -45,6 +45,12 @@ from triton_core.model import LoadedModel
 from triton_core.registry import RepositoryAgentRegistry
 from triton_core.repository.agent_set import AgentSet, notify, run_detached
 from triton_core.repository.agents import AgentAction, AgentModel, RepositoryAgent
+from triton_core.repository.ensembles import (
+    EnsembleMembers,
+    ensemble_load_order,
+    is_ensemble,
+    step_models,
+)
 from triton_core.repository.layout import safe_model_name
 from triton_core.repository.loader import (
     ModelLoader,
@@ -54,7 +60,6 @@ from triton_core.repository.loader import (
 )
 from triton_core.repository.remote import MAX_COMPONENT_BYTES, check_relative_key
 from triton_core.repository.sources import MappedSource, ModelSource, check_name
-from triton_core.scheduling.ensemble import ensemble_load_order, is_ensemble, step_models
 from triton_core.types import ModelIndexEntry
 
 logger = logging.getLogger(__name__)
@@ -341,7 +346,10 @@ class ModelRepositoryManager:
                     record.versions.clear()
                 return error
         record.error = None
-        record.dependencies = step_models(prepared.config) if is_ensemble(prepared.config) else {}
+        record.dependencies = {}
+        if is_ensemble(prepared.config):
+            record.dependencies = step_models(prepared.config)
+            prepared.members = self._members_of(record)
         return prepared
 
     def _read_config(self, record: ModelRecord) -> tuple[Path, Path, ModelConfig]:
@@ -1048,14 +1056,17 @@ class ModelRepositoryManager:
                 return key
         return member
 
-    def step_model_key(self, ensemble: str, ensemble_dir: Path | None, member: str) -> str:
-        """For an ensemble's scheduler: the key its step ``member`` is called by."""
-        if not self._namespacing:
-            return member
-        for record in self._records_named(ensemble):
-            if ensemble_dir is None or record.folder == ensemble_dir:
-                return self._member_key(record, member)
-        return member
+    def _members_of(self, record: ModelRecord) -> EnsembleMembers:
+        """How the ensemble ``record`` finds its composing models when a version loads."""
+
+        def key_of(member: str) -> str:
+            # with --model-namespacing: the model of this ensemble's own repository first
+            return self._member_key(record, member)
+
+        def config(member: str, version: int) -> ModelConfig:
+            return self.get(key_of(member), version).config
+
+        return EnsembleMembers(config, key_of)
 
     def is_ready(self, name: str, version: int = -1) -> bool:
         """Ready to serve; an ensemble also needs every model its steps call to be ready."""

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from triton_core.protos.model_config_pb2 import ModelConfig
+    from triton_core.repository.ensembles import EnsemblePlan
     from triton_core.scheduling.executor import InstancePool
     from triton_core.scheduling.strategy import BatchStrategy
     from triton_core.server import Server
@@ -35,6 +36,8 @@ class SchedulerContext:
     server: Server | None = None
     #: ``<repository>/<model>``, for files a scheduler reads (sequence ``initial_state``)
     model_dir: Path | None = None
+    #: an ensemble's steps, planned and checked by the repository when the version loaded
+    ensemble: EnsemblePlan | None = None
 
 
 class Scheduler(ABC):
