@@ -266,10 +266,10 @@ def test_explicit_load_reaching_one_worker_is_applied_by_all(tmp_path: Path) -> 
     with ServerProcess(
         [repo], "--workers", "2", "--model-control-mode", "explicit", "--exit-timeout-secs", "10"
     ) as server:
-        # serving no model, a server is live but not ready (strict readiness)
+        # serving no model yet, the server is ready once every worker is (as Triton is)
         server.wait_ready(DEADLINE_SECS, path="/v2/health/live")
         until(lambda: len(workers_of(server)) == 2, "2 workers")
-        assert not server_ready(server)
+        until(lambda: server_ready(server), "ready")
         with closing(server.http_client()) as client:
             client.load_model("pid_model")
         # new connections reach either worker: every one already has the model

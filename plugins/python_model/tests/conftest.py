@@ -324,7 +324,14 @@ def shm_entries() -> set[str]:
     shm = Path("/dev/shm")
     if not shm.is_dir():
         return set()
-    return {name for name in os.listdir(shm) if "triton" in name or "python" in name}
+    # a real tritonserver's Python backend (another process on this machine, e.g. a
+    # benchmark's) names its regions with this prefix; this server never does
+    tritons = "triton_python_backend_shm_region_"
+    return {
+        name
+        for name in os.listdir(shm)
+        if ("triton" in name or "python" in name) and not name.startswith(tritons)
+    }
 
 
 @pytest.fixture(scope="session")
