@@ -11,6 +11,7 @@ from triton_core.frontends.common import listen_socket
 from triton_core.frontends.grpc.limits import DEFAULT_LIMITS, GrpcLimits, grpcio_options
 from triton_core.frontends.grpc.servicer import GRPCInferenceServicer, HealthServicer, ServerAPI
 from triton_core.frontends.grpc.transport import GrpcServer, method_table
+from triton_core.frontends.grpc.wire import parse_infer_request
 from triton_core.frontends.restricted import Restrictions
 from triton_core.frontends.tls import TlsOptions
 from triton_core.protos import grpc_service_pb2, grpc_service_pb2_grpc, health_pb2, health_pb2_grpc
@@ -64,6 +65,7 @@ def create_grpc_server(
             callbacks={
                 "/inference.GRPCInferenceService/ModelInfer": inference.model_infer_callback
             },
+            parsers={"/inference.GRPCInferenceService/ModelInfer": parse_infer_request},
         )
         try:
             sock = listen_socket(address, port, "gRPC", reuse_port)

@@ -21,11 +21,13 @@ from triton_core.frontends.common import parse_version
 from triton_core.frontends.grpc.codec import (
     decode_infer_request,
     decode_stream_request,
+    encode_infer_answer,
     encode_infer_response,
     encode_statistics,
     encode_stream_error,
     encode_stream_response,
 )
+from triton_core.frontends.grpc.wire import SplitInferRequest
 from triton_core.frontends.restricted import Restriction, Restrictions, first_value
 from triton_core.frontends.tracing import sent, start_trace, trace_setting, tracer_of
 from triton_core.protos import grpc_service_pb2 as pb
@@ -427,7 +429,9 @@ class GRPCInferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         received = (("GRPC_WAITREAD_START", since), ("GRPC_WAITREAD_END", monotonic_ns()))
         return start_trace(self._tracer, request.model_name, metadata or (), received)
 
-    def model_infer_callback(self, request: pb.ModelInferRequest, call: CallbackCall) -> None:
+    def model_infer_callback(
+        self, request: pb.ModelInferRequest | SplitInferRequest, call: CallbackCall
+    ) -> None:
         """ModelInfer for transports that take callback handlers: no task per request.
 
         Decodes and schedules at once; the answer is encoded and sent from the response
@@ -465,7 +469,7 @@ class GRPCInferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
                 response = done.result()
                 if response.error is not None:
                     raise response.error
-                message = encode_infer_response(response, infer_request)
+                message = encode_infer_answer(response, infer_request)
             except TritonError as exc:
                 error = exc
             except Exception as exc:

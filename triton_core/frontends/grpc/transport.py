@@ -42,6 +42,7 @@ from triton_core.frontends.grpc.http2 import (
     encode_literal,
 )
 from triton_core.frontends.grpc.limits import DEFAULT_LIMITS, GrpcLimits
+from triton_core.frontends.grpc.wire import EncodedMessage
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +96,8 @@ class RpcMethod:
     ``callback``: the handler is a plain function ``handler(request, call)`` that answers
     through ``call.respond(message)`` or ``call.fail(code, details)``, now or from a
     callback later, with no task per call; ``call.cancel_with(future)`` cancels
-    ``future`` if the client goes away first. Unary calls only.
+    ``future`` if the client goes away first. Unary calls only. ``parse`` reads a request
+    message (raising DecodeError); an answer may be an :class:`~.wire.EncodedMessage`.
     """
 
     handler: Callable[..., Any]
@@ -103,17 +105,21 @@ class RpcMethod:
     client_streaming: bool
     server_streaming: bool
     callback: bool = False
+    parse: Callable[[Any], Any] | None = None
 
 
 def method_table(
     services: Iterable[tuple[ServiceDescriptor, object]],
     callbacks: dict[str, Callable[[Any, Any], None]] | None = None,
+    parsers: dict[str, Callable[[Any], Any]] | None = None,
 ) -> dict[str, RpcMethod]:
     """``/package.Service/Method`` -> :class:`RpcMethod`, for each service and its servicer.
 
-    ``callbacks`` replaces some unary handlers (by method path) with callback handlers.
+    ``callbacks`` replaces some unary handlers (by method path) with callback handlers;
+    ``parsers`` some request parsers (protobuf's ``FromString`` otherwise).
     """
     callbacks = callbacks or {}
+    parsers = parsers or {}
     table = {}
     for service, servicer in services:
         for method in service.methods:
@@ -121,12 +127,14 @@ def method_table(
             callback = callbacks.get(path)
             if callback is not None and (method.client_streaming or method.server_streaming):
                 raise ValueError(f"{path} streams: only unary methods take callback handlers")
+            request_type = message_factory.GetMessageClass(method.input_type)
             table[path] = RpcMethod(
                 callback or getattr(servicer, method.name),
-                message_factory.GetMessageClass(method.input_type),
+                request_type,
                 method.client_streaming,
                 method.server_streaming,
                 callback is not None,
+                parsers.get(path, request_type.FromString),
             )
     return table
 
@@ -333,7 +341,8 @@ class _Call:
             if len(self._buffer) < self._need and not end_stream:
                 self._account()
                 return
-            buffer: bytes | memoryview = memoryview(bytes(self._buffer))
+            # the gathered bytes, read-only (numpy views on them must be too), not copied again
+            buffer: bytes | memoryview = memoryview(self._buffer).toreadonly()
             self._buffer = bytearray()
         else:
             buffer = data if len(data) < 65536 else memoryview(data)  # large: no slice copies
@@ -403,8 +412,8 @@ class _Call:
     def _parse(self, payload: bytes | memoryview) -> Message | None:
         """The request message; None when it does not parse (the call has failed)."""
         try:
-            # upb parses any buffer without a copy; the stubs say bytes
-            return self._method.request_type.FromString(payload)  # type: ignore[arg-type]
+            # upb parses any buffer; method_table always sets parse
+            return self._method.parse(payload)  # type: ignore[misc]
         except DecodeError:
             self._fail(grpc.StatusCode.INTERNAL, "Exception deserializing request!")
             return None
@@ -488,7 +497,8 @@ class _Call:
             else:
                 self._finish(grpc.StatusCode.INTERNAL, "the handler returned no response")
             return
-        data = response.SerializeToString()
+        encoded = type(response) is EncodedMessage
+        data = b"" if encoded else response.SerializeToString()
         self._done = True
         self._cancel_timer()
         if self._accounted:
@@ -496,7 +506,12 @@ class _Call:
         headers = None if self._headers_sent else _ANSWER_HEADERS
         self._headers_sent = True
         trailers = encode_status(self._code or _OK, self._details, self._trailing)
-        self._conn.send_message(self._id, headers, _prefix(0, len(data)), data, trailers)
+        if encoded:
+            # a large answer: its buffers go out as they are, framed, never joined
+            parts = [_prefix(0, response.size), *response.parts]  # type: ignore[attr-defined]
+            self._conn.send_message_parts(self._id, headers, parts, trailers)
+        else:
+            self._conn.send_message(self._id, headers, _prefix(0, len(data)), data, trailers)
 
     def _finish(self, code: grpc.StatusCode, details: str) -> None:
         """End the call with a status: trailers, or a trailers-only answer."""
