@@ -22,12 +22,11 @@ from triton_core.frontends.grpc.codec import (
     decode_infer_request,
     decode_stream_request,
     encode_infer_answer,
-    encode_infer_response,
     encode_statistics,
     encode_stream_error,
     encode_stream_response,
 )
-from triton_core.frontends.grpc.wire import SplitInferRequest
+from triton_core.frontends.grpc.wire import EncodedMessage, SplitInferRequest
 from triton_core.frontends.restricted import Restriction, Restrictions, first_value
 from triton_core.frontends.tracing import sent, start_trace, trace_setting, tracer_of
 from triton_core.protos import grpc_service_pb2 as pb
@@ -394,8 +393,8 @@ class GRPCInferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     # -- inference ------------------------------------------------------------------------
 
     async def ModelInfer(
-        self, request: pb.ModelInferRequest, context: grpc.aio.ServicerContext
-    ) -> pb.ModelInferResponse:
+        self, request: pb.ModelInferRequest | SplitInferRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ModelInferResponse | EncodedMessage:
         """One request, one response; decoupled models are refused as Triton does."""
         tracing_since = monotonic_ns() if self._tracer.enabled else 0
         trace = None
@@ -413,7 +412,7 @@ class GRPCInferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
                 trace.timestamp("INFER_RESPONSE_COMPLETE")
             if response.error is not None:
                 raise response.error
-            answer = encode_infer_response(response, infer_request)
+            answer = encode_infer_answer(response, infer_request)
             if trace is not None:  # grpc.aio writes the answer after this returns
                 sent(trace, "GRPC", monotonic_ns())
             return answer
