@@ -850,9 +850,9 @@ class Http2Connection(asyncio.Protocol):
         stream = self._streams.get(stream_id)
         if stream is None or stream.local_closed:
             return
-        if headers is not None:
-            self.send_headers(stream_id, headers)
         outbound = stream.outbound
+        if headers is not None:  # queued too: headers, data and trailers leave in one write
+            outbound.append([headers, False, True])
         for part in parts:
             if len(part):
                 outbound.append([memoryview(part).cast("B"), False, False])
