@@ -61,6 +61,17 @@ def test_every_datatype_round_trips_in_binary(client, datatype):
     np.testing.assert_array_equal(output, data)
 
 
+@pytest.mark.parametrize("datatype", DATATYPES)
+def test_large_binary_answers_are_written_in_parts(client, datatype):
+    """Answers over 64 KiB go out as JSON and output buffers, not joined: every datatype."""
+    data = sample(datatype, (2, 20_000))  # 40k elements: 40 kB (INT8) to 560 kB (BYTES)
+    inputs = [httpclient.InferInput("INPUT0", list(data.shape), datatype)]
+    inputs[0].set_data_from_numpy(data, binary_data=True)
+    outputs = [httpclient.InferRequestedOutput("OUTPUT0", binary_data=True)]
+    result = client.infer(f"identity_{datatype.lower()}", inputs, outputs=outputs)
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), data)
+
+
 @pytest.mark.parametrize("datatype", [d for d in DATATYPES if d not in ("FP16", "BF16")])
 def test_every_json_datatype_round_trips_in_json(client, datatype):
     data, output = infer_identity(client, datatype, binary=False)

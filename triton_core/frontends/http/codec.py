@@ -761,6 +761,17 @@ def encode_response(
     ``default_binary``. Headers are Content-Type and, when any output is binary,
     Inference-Header-Content-Length. Raises INVALID_ARG for FP16/BF16 outputs asked in JSON.
     """
+    parts, headers = encode_response_parts(response, binary_outputs, default_binary)
+    return b"".join(parts), headers  # one part: that same object, not a copy
+
+
+def encode_response_parts(
+    response: InferenceResponse,
+    binary_outputs: Mapping[str, bool],
+    default_binary: bool,
+) -> tuple[list[bytes | memoryview], dict[str, str]]:
+    """:func:`encode_response` with the body as its parts: the JSON, then each binary
+    output's bytes (viewing the output array where it holds them as sent), not joined."""
     try:
         return _encode(response, binary_outputs, default_binary, False)
     except _NonFinite:
@@ -778,7 +789,7 @@ def _encode(
     binary_outputs: Mapping[str, bool],
     default_binary: bool,
     nonfinite: bool,
-) -> tuple[bytes, dict[str, str]]:
+) -> tuple[list[bytes | memoryview], dict[str, str]]:
     outputs: list[dict[str, Any]] = []
     blobs: list[bytes | memoryview] = []
     has_binary = False
@@ -819,11 +830,9 @@ def _encode(
         raise _NonFinite
     if has_binary:
         headers = {"Content-Type": _BINARY_CONTENT_TYPE, HEADER_LENGTH: str(len(text))}
-        if blobs:
-            blobs.insert(0, text)
-            return b"".join(blobs), headers
-        return text, headers
-    return text, {"Content-Type": _JSON_CONTENT_TYPE}
+        blobs.insert(0, text)
+        return blobs, headers
+    return [text], {"Content-Type": _JSON_CONTENT_TYPE}
 
 
 def _output_bytes(array: np.ndarray, datatype: str, name: str) -> tuple[bytes | memoryview, int]:
