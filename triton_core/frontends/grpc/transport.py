@@ -266,7 +266,6 @@ class _Call:
 
     __slots__ = (
         "_accounted",
-        "_buffer",
         "_cancelled",
         "_code",
         "_compressed",
@@ -275,11 +274,13 @@ class _Call:
         "_decompress",
         "_details",
         "_done",
+        "_gathered",
         "_headers",
         "_headers_sent",
         "_id",
         "_method",
         "_need",
+        "_parts",
         "_pending",
         "_requests",
         "_server",
@@ -305,8 +306,9 @@ class _Call:
         self._method = method
         self._headers = headers
         self._decompress = decompress
-        self._buffer = bytearray()  # the part of a message that has arrived so far
-        self._accounted = 0  # the bytes of _buffer counted in the server's buffered input
+        self._parts: list[bytes] = []  # the frames of a message that have arrived so far
+        self._gathered = 0  # their bytes
+        self._accounted = 0  # the bytes of _parts counted in the server's buffered input
         self._need = 0  # how many bytes complete that message
         self._unary_request: Message | None = None
         self._compressed: bytes | None = None  # a unary request to inflate once it has ended
@@ -335,15 +337,16 @@ class _Call:
     def data_received(self, data: bytes, end_stream: bool) -> None:
         if self._done:
             return
-        if self._buffer:
-            # a message spread over frames: gather it once, without re-copying each time
-            self._buffer += data
-            if len(self._buffer) < self._need and not end_stream:
+        if self._parts:
+            # a message spread over frames: joined once, when it is whole (no regrowing)
+            self._parts.append(data)
+            self._gathered += len(data)
+            if self._gathered < self._need and not end_stream:
                 self._account()
                 return
-            # the gathered bytes, read-only (numpy views on them must be too), not copied again
-            buffer: bytes | memoryview = memoryview(self._buffer).toreadonly()
-            self._buffer = bytearray()
+            buffer: bytes | memoryview = b"".join(self._parts)
+            self._parts = []
+            self._gathered = 0
         else:
             buffer = data if len(data) < 65536 else memoryview(data)  # large: no slice copies
         position = 0
@@ -362,13 +365,15 @@ class _Call:
             if not self._message_received(compressed, payload):
                 return
         if position < available:
-            self._buffer = bytearray(buffer[position:])
+            rest = bytes(buffer[position:])
+            self._parts = [rest]
+            self._gathered = len(rest)
             self._need = end - position if available - position >= 5 else 5
-        if (self._buffer or self._accounted) and not self._account():
+        if (self._parts or self._accounted) and not self._account():
             return
         if not end_stream:
             return
-        if self._buffer:
+        if self._parts:
             self._fail(grpc.StatusCode.INTERNAL, "the request stream ended inside a message")
         elif self._requests is not None:
             self._requests.end()
@@ -537,7 +542,7 @@ class _Call:
     def _account(self) -> bool:
         """Count the partial message in the server's buffered input; False: over the bound."""
         server = self._server
-        size = len(self._buffer)
+        size = self._gathered
         server.buffered_input += size - self._accounted
         self._accounted = size
         if size and server.buffered_input > server.max_buffered_input:
@@ -552,12 +557,14 @@ class _Call:
     def _release_buffer(self) -> None:
         self._server.buffered_input -= self._accounted
         self._accounted = 0
-        self._buffer = bytearray()
+        self._parts = []
+        self._gathered = 0
 
     def _fail_too_large(self, length: int | None) -> None:
         limit = self._server.max_message_size
         size = f"{length}" if length is not None else f"more than {limit} once inflated"
-        self._buffer = bytearray()
+        self._parts = []
+        self._gathered = 0
         self._fail(
             grpc.StatusCode.RESOURCE_EXHAUSTED,
             f"Received message larger than max ({size} vs. {limit})",
