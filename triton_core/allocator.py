@@ -5,7 +5,9 @@ its trim threshold is free (by default twice its mmap threshold, at most 64 MiB)
 that receives and answers tensors of many MiB then allocates fresh pages for nearly every
 request, and faulting them in (zeroed, one page at a time) costs more than copying the tensor
 itself. ``--memory-trim-threshold`` keeps that much freed memory for reuse instead: the
-server's resident memory stays up to that much above what it uses.
+server's resident memory stays up to that much above what it uses. Processes the server
+starts (Python model stubs) get the same through glibc's ``MALLOC_*_`` variables, unless
+those are set already.
 
 Other C libraries (musl, macOS) are left as they are.
 """
@@ -15,6 +17,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import logging
+import os
 from typing import Final
 
 log = logging.getLogger(__name__)
@@ -41,8 +44,12 @@ def keep_freed_memory(trim_threshold: int) -> bool:
         log.info("--memory-trim-threshold applies to glibc's malloc only: left as it is")
         return False
     mmap_threshold = min(_MAX_MMAP_THRESHOLD, trim_threshold)
+    trim_threshold = min(trim_threshold, 2**31 - 1)
+    # processes started from here (Python model stubs) start with the same, unless told
+    os.environ.setdefault("MALLOC_MMAP_THRESHOLD_", str(mmap_threshold))
+    os.environ.setdefault("MALLOC_TRIM_THRESHOLD_", str(trim_threshold))
     return bool(mallopt(_M_MMAP_THRESHOLD, mmap_threshold)) and bool(
-        mallopt(_M_TRIM_THRESHOLD, min(trim_threshold, 2**31 - 1))
+        mallopt(_M_TRIM_THRESHOLD, trim_threshold)
     )
 
 

@@ -13,15 +13,18 @@ from triton_core import allocator
 
 GLIBC = platform.libc_ver()[0] == "glibc"
 
-#: in a fresh process: allocate and free 20 MiB, then report resident bytes before and after
+#: in a fresh process: allocate and free 20 MiB, then report the resident bytes that freeing
+#: gave back; with "child", a process started from there (as a Python model stub) reports
 _PROBE = """
-import sys
+import subprocess, sys
 from triton_core import allocator
-if sys.argv[1] != "0":
-    assert allocator.keep_freed_memory(int(sys.argv[1]))
 def resident():
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * 4096
+if sys.argv[1] != "0":
+    assert allocator.keep_freed_memory(int(sys.argv[1]))
+if sys.argv[2:] == ["child"]:
+    sys.exit(subprocess.run([sys.executable, "-c", PROBE, "0"]).returncode)
 block = bytearray(20 << 20)  # zero-filled: every page touched
 before = resident()
 del block
@@ -29,11 +32,13 @@ print(before - resident())
 """
 
 
-def freed_and_returned(trim_threshold: int) -> int:
-    """Bytes the probe process gave back to the system when it freed its 20 MiB."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+def freed_and_returned(trim_threshold: int, *extra: str) -> int:
+    """Bytes the probe process (or its child) gave back to the system when it freed 20 MiB."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith("MALLOC_")}
+    env["PYTHONPATH"] = os.pathsep.join(sys.path)
+    probe = f"PROBE = {_PROBE!r}\n{_PROBE}"
     output = subprocess.run(
-        [sys.executable, "-c", _PROBE, str(trim_threshold)],
+        [sys.executable, "-c", probe, str(trim_threshold), *extra],
         capture_output=True, text=True, timeout=60, env=env, check=True,
     )  # fmt: skip
     return int(output.stdout.strip())
@@ -43,6 +48,7 @@ def freed_and_returned(trim_threshold: int) -> int:
 def test_freed_large_blocks_stay_for_reuse_with_the_threshold() -> None:
     assert freed_and_returned(0) >= 16 << 20  # glibc's default: an mmap, unmapped when freed
     assert freed_and_returned(256 << 20) < 4 << 20  # kept on the heap for the next tensor
+    assert freed_and_returned(256 << 20, "child") < 4 << 20  # and in processes it starts
 
 
 def test_zero_leaves_the_allocator_as_it_is() -> None:
