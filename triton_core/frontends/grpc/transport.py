@@ -31,11 +31,11 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 import grpc
-import numpy as np
 from google.protobuf import message_factory
 from google.protobuf.descriptor import ServiceDescriptor
 from google.protobuf.message import DecodeError, Message
 
+from triton_core.frontends.common import join_buffers
 from triton_core.frontends.grpc.http2 import (
     Headers,
     Http2Connection,
@@ -79,8 +79,6 @@ _DECOMPRESSORS: Final = {
     "gzip": _inflater(16 + zlib.MAX_WBITS),
     "deflate": _inflater(zlib.MAX_WBITS),
 }
-#: messages at least this large are gathered in numpy's memory (numpy's huge-page size)
-_HUGE_PAGES_FROM: Final = 1 << 22
 #: messages a client stream may queue for its handler before its window stays shut
 _STREAM_QUEUE: Final = 16
 #: a message's 5-byte prefix: the compressed flag and the length
@@ -347,7 +345,7 @@ class _Call:
             if self._gathered < self._need and not end_stream:
                 self._account()
                 return
-            buffer: bytes | memoryview = _joined(self._parts, self._gathered)
+            buffer: bytes | memoryview = join_buffers(self._parts, self._gathered)
             self._parts = []
             self._gathered = 0
         else:
@@ -681,21 +679,6 @@ class _Call:
 
     def peer(self) -> str:
         return self._conn.peer
-
-
-def _joined(parts: list[bytes], size: int) -> bytes | memoryview:
-    """``parts`` as one read-only buffer; a large one in memory numpy allocates, which it
-    asks the system to back with huge pages: a fresh 64 MiB buffer then costs a few hundred
-    page faults instead of sixteen thousand (more than the copy itself)."""
-    if size < _HUGE_PAGES_FROM:
-        return b"".join(parts)
-    target = np.empty(size, np.uint8)
-    position = 0
-    for part in parts:
-        end = position + len(part)
-        target[position:end] = np.frombuffer(part, np.uint8)
-        position = end
-    return target.data.toreadonly()
 
 
 class _Refused:

@@ -352,7 +352,7 @@ def decode_infer_body(
     server: InferenceServerAPI,
     model_name: str,
     model_version: int,
-    body: bytes,
+    body: bytes | memoryview,
     header_length: str | None,
     json_limits: JsonLimits = DEFAULT_JSON_LIMITS,
 ) -> DecodedRequest:
@@ -376,7 +376,7 @@ def model_input_names(server: InferenceServerAPI, model_name: str, model_version
     return [tensor.name for tensor in server.model_metadata(model_name, model_version).inputs]
 
 
-def decodes_off_loop(body: bytes, header_length: str | None) -> bool:
+def decodes_off_loop(body: bytes | memoryview, header_length: str | None) -> bool:
     """Whether decoding ``body`` could stall the event loop, so that a thread should do it."""
     size = len(body)
     if size <= _OFFLOAD_JSON_BYTES:
@@ -394,7 +394,8 @@ def decodes_off_loop(body: bytes, header_length: str | None) -> bool:
         return True  # a raw binary body: its datatype is the model's, BYTES perhaps
     # a large binary part: fixed-size tensors become views at once, whatever their size;
     # only BYTES elements cost work per element (a datatype escaped in JSON may hide one)
-    return body.find(b"BYTES", 0, json_size) >= 0 or body.find(b"\\", 0, json_size) >= 0
+    header = body[:json_size] if type(body) is bytes else bytes(body[:json_size])
+    return b"BYTES" in header or b"\\" in header
 
 
 _decoder: ThreadPoolExecutor | None = None
@@ -404,7 +405,7 @@ def decode_in_thread(
     server: InferenceServerAPI,
     model_name: str,
     model_version: int,
-    body: bytes,
+    body: bytes | memoryview,
     header_length: str | None,
     json_limits: JsonLimits,
 ) -> asyncio.Future[DecodedRequest]:
@@ -454,7 +455,7 @@ async def infer_body(
     server: InferenceServerAPI,
     model_name: str,
     model_version: int,
-    body: bytes,
+    body: bytes | memoryview,
     header_length: str | None,
     json_limits: JsonLimits = DEFAULT_JSON_LIMITS,
     trace: Trace | None = None,

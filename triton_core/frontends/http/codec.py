@@ -190,7 +190,7 @@ ModelInputs = Callable[[], Collection[str]]
 def decode_request(
     model_name: str,
     model_version: int,
-    body: bytes,
+    body: bytes | memoryview,
     header_length: int | None = None,
     limits: JsonLimits = DEFAULT_JSON_LIMITS,
     model_inputs: ModelInputs | None = None,
@@ -207,6 +207,8 @@ def decode_request(
     if header_length is None:
         header_length = end
     header = body if header_length == end else body[:header_length]
+    if type(header) is not bytes:  # a large body gathered in numpy's memory
+        header = bytes(header)
     check_json_elements(header, limits)
     key = header if len(header) <= _PLAN_KEY_MAX else None
     plan = _PLANS.get(key) if key is not None else None
@@ -372,7 +374,11 @@ def _check_input_names(inputs_json: list[Any], known: Collection[str], model_nam
 
 
 def _build_request(
-    plan: _HeaderPlan, model_name: str, model_version: int, body: bytes, header_length: int
+    plan: _HeaderPlan,
+    model_name: str,
+    model_version: int,
+    body: bytes | memoryview,
+    header_length: int,
 ) -> DecodedRequest:
     """The request a checked header describes, its tensors viewing the binary data."""
     end = len(body)
@@ -413,7 +419,7 @@ def _build_request(
 
 
 def decode_raw_request(
-    model_name: str, model_version: int, body: bytes, config: Mapping[str, Any]
+    model_name: str, model_version: int, body: bytes | memoryview, config: Mapping[str, Any]
 ) -> DecodedRequest:
     """Decode a raw binary request (``Inference-Header-Content-Length: 0``).
 
@@ -510,7 +516,7 @@ def _check_content_fields(
 
 
 def _array_from_binary(
-    body: bytes,
+    body: bytes | memoryview,
     offset: int,
     size: int,
     datatype: str,

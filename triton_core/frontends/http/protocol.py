@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Final
 import httptools
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
+from triton_core.frontends.common import join_buffers
 from triton_core.frontends.http.app import (
     check_not_decoupled,
     decode_in_thread,
@@ -298,7 +299,8 @@ class _InferCycle:
             self._future.cancel()
 
     def _submit(self) -> None:
-        body = self._body[0] if len(self._body) == 1 else b"".join(self._body)
+        parts = self._body
+        body = parts[0] if len(parts) == 1 else join_buffers(parts, sum(map(len, parts)))
         self._body = []
         fast_path = self._protocol.fast_path
         assert fast_path is not None
