@@ -418,8 +418,11 @@ class _Call:
     def _parse(self, payload: bytes | memoryview) -> Message | None:
         """The request message; None when it does not parse (the call has failed)."""
         try:
-            # upb parses any buffer; method_table always sets parse
-            return self._method.parse(payload)  # type: ignore[misc]
+            parse = self._method.parse
+            if parse is not None:
+                return parse(payload)
+            # upb parses any buffer without a copy; the stubs say bytes
+            return self._method.request_type.FromString(payload)  # type: ignore[arg-type]
         except DecodeError:
             self._fail(grpc.StatusCode.INTERNAL, "Exception deserializing request!")
             return None
