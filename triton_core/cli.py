@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any
 
-from triton_core import __version__
+from triton_core import __version__, allocator
 from triton_core.frontends import cloud
 from triton_core.frontends.grpc import limits as grpc_limits
 from triton_core.frontends.restricted import API_GROUPS, GRPC_HEADER_PREFIX, parse_restrictions
@@ -229,6 +229,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="server processes sharing the ports, under gunicorn (auto: one per CPU; "
         "1: this process alone); see docs/scale-out.md",
     )
+    serve_cmd.add_argument(
+        "--memory-trim-threshold",
+        type=int,
+        default=allocator.DEFAULT_TRIM_THRESHOLD,
+        metavar="BYTES",
+        help="freed memory kept for reuse rather than returned to the system, so that large "
+        "tensors do not fault in fresh pages each request (glibc; 0: its default)",
+    )
     _add_bool(serve_cmd, "--allow-http", True, "serve HTTP/REST")
     serve_cmd.add_argument("--http-address", default="0.0.0.0")
     serve_cmd.add_argument("--http-port", type=int, default=8000)
@@ -384,6 +392,10 @@ def _run_serve(args: argparse.Namespace) -> int:
         print(f"error: --log-file: cannot open '{args.log_file}': {exc}", file=sys.stderr)
         return 2
     log_flags_without_effect(args)
+    if args.memory_trim_threshold < 0:
+        logging.getLogger("triton_core").error("--memory-trim-threshold must not be negative")
+        return 2
+    allocator.keep_freed_memory(args.memory_trim_threshold)
     backend_options: dict[str, dict[str, str]] = {}
     for backend, key, value in args.backend_config:
         backend_options.setdefault(backend, {})[key] = value

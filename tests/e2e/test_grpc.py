@@ -8,10 +8,11 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.grpc.aio as aiogrpcclient
-from tritonclient.utils import InferenceServerException
+from tritonclient.utils import InferenceServerException, triton_to_np_dtype
 
 from tests.e2e.conftest import DATATYPES
 from tests.e2e.data import sample
+from triton_core.frontends.grpc.wire import SPLIT_THRESHOLD
 
 
 @pytest.fixture(scope="module")
@@ -130,6 +131,28 @@ async def test_aio_client_and_stream(server):
         assert sorted(ids) == ["0", "1", "2"]
 
 
+#: tensor elements around the size from which messages skip protobuf's copies, and above
+LARGE_COUNTS = (SPLIT_THRESHOLD // 4 - 64, SPLIT_THRESHOLD // 4 + 64, 3 << 20)
+
+
+def check_large_tensors(client, datatype="FP32"):
+    """Large tensors in and out (wire-level split and pre-encoded answer), exactly."""
+    for count in LARGE_COUNTS:
+        data = (np.random.default_rng(count).random((1, count)) * 100).astype(
+            triton_to_np_dtype(datatype)
+        )
+        inputs = [grpcclient.InferInput("INPUT0", [1, count], datatype)]
+        inputs[0].set_data_from_numpy(data)
+        result = client.infer(f"identity_{datatype.lower()}", inputs, request_id=str(count))
+        np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), data)
+        assert result.get_response().id == str(count)
+
+
+@pytest.mark.parametrize("datatype", ["FP32", "FP64", "INT8"])
+def test_large_tensors_round_trip(client, datatype):
+    check_large_tensors(client, datatype)
+
+
 def test_grpcio_transport_serves_the_same(onnx_repository):
     """--grpc-transport grpcio (grpc.aio) behind the same servicers: answers and errors."""
     from tests.support import ServerProcess
@@ -141,6 +164,7 @@ def test_grpcio_transport_serves_the_same(onnx_repository):
         data, inputs = identity_inputs("FP32")
         result = client.infer("identity_fp32", inputs)
         np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), data)
+        check_large_tensors(client)
         with pytest.raises(InferenceServerException) as exc:
             client.infer("nope", inputs)
         assert exc.value.message() == "Request for unknown model: 'nope' is not found"

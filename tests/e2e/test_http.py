@@ -61,6 +61,17 @@ def test_every_datatype_round_trips_in_binary(client, datatype):
     np.testing.assert_array_equal(output, data)
 
 
+@pytest.mark.parametrize("datatype", DATATYPES)
+def test_large_binary_answers_are_written_in_parts(client, datatype):
+    """Answers over 64 KiB go out as JSON and output buffers, not joined: every datatype."""
+    data = sample(datatype, (2, 20_000))  # 40k elements: 40 kB (INT8) to 560 kB (BYTES)
+    inputs = [httpclient.InferInput("INPUT0", list(data.shape), datatype)]
+    inputs[0].set_data_from_numpy(data, binary_data=True)
+    outputs = [httpclient.InferRequestedOutput("OUTPUT0", binary_data=True)]
+    result = client.infer(f"identity_{datatype.lower()}", inputs, outputs=outputs)
+    np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), data)
+
+
 @pytest.mark.parametrize("datatype", [d for d in DATATYPES if d not in ("FP16", "BF16")])
 def test_every_json_datatype_round_trips_in_json(client, datatype):
     data, output = infer_identity(client, datatype, binary=False)
@@ -159,3 +170,36 @@ async def test_aio_client(server):
         np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), data)
         metadata = await client.get_model_metadata("mlp")
         assert metadata["inputs"][0]["shape"] == [-1, 64]
+
+
+@pytest.fixture(scope="module")
+def large_body_server(onnx_repository):
+    from tests.support import ServerProcess
+
+    process = ServerProcess([onnx_repository], "--http-max-input-size", str(1 << 26))
+    try:
+        process.wait_ready()
+        yield process
+    finally:
+        assert process.stop() == 0, process.log()[-4000:]
+
+
+@pytest.mark.parametrize(
+    ("datatype", "shape"),
+    [("FP32", (1, 3 << 20)), ("INT8", (2, 5 << 20)), ("BYTES", (1, 200_000))],
+    ids=["fp32-12MiB", "int8-10MiB", "bytes-5MiB"],
+)
+def test_large_binary_bodies_round_trip(large_body_server, datatype, shape):
+    """Bodies of 4 MiB and more, gathered in numpy's memory: decoded on the loop (fixed
+    size) or in a thread (BYTES), answered in parts."""
+    data = sample(datatype, shape)
+    if datatype == "BYTES":  # within the element cap, over 4 MiB
+        data = np.array([b"%022d" % i for i in range(shape[1])], dtype=np.object_).reshape(shape)
+    with httpclient.InferenceServerClient(
+        large_body_server.http_url, connection_timeout=120, network_timeout=120
+    ) as client:
+        inputs = [httpclient.InferInput("INPUT0", list(shape), datatype)]
+        inputs[0].set_data_from_numpy(data, binary_data=True)
+        outputs = [httpclient.InferRequestedOutput("OUTPUT0", binary_data=True)]
+        result = client.infer(f"identity_{datatype.lower()}", inputs, outputs=outputs)
+        np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), data)

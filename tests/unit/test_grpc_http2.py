@@ -167,6 +167,13 @@ def infer_response(answer: dict[str, Any]) -> pb.ModelInferResponse:
     return pb.ModelInferResponse.FromString(data[5:])
 
 
+def assert_echoed(answer: dict[str, Any], values: np.ndarray) -> None:
+    """The answer is OK and its one output is ``values`` (FP32)."""
+    assert status(answer) == ("0", "")
+    raw = infer_response(answer).raw_output_contents[0]
+    np.testing.assert_array_equal(np.frombuffer(raw, np.float32), values)
+
+
 @pytest.fixture
 def stand_in() -> StandInServer:
     return StandInServer()
@@ -338,6 +345,120 @@ async def test_frames_follow_the_max_frame_size_after_its_ack() -> None:
         # the SETTINGS ACK precedes every frame sized by those settings
         kinds = [(f[0], f[1]) for f in client.frames]
         assert kinds.index((h2.SETTINGS, h2.ACK)) < kinds.index((h2.DATA, 0))
+    finally:
+        await client.close()
+        await server.stop(None)
+
+
+# ---------------------------------------------------------------------------------------
+# large messages: the split request, the answer written as parts
+
+
+async def _served(limits: GrpcLimits | None = None) -> Any:
+    server = create_grpc_server(
+        StandInServer(), "127.0.0.1", 0, transport="http2", limits=limits or GrpcLimits()
+    )
+    await server.start()
+    return server
+
+
+async def _read_by(server: Any, reads: int, timeout: float = 5.0) -> None:
+    """Wait until the server's one connection has made ``reads`` reads (bounded)."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while asyncio.get_running_loop().time() < deadline:
+        if any(conn._reads >= reads for conn in server._connections):
+            return
+        await asyncio.sleep(0.002)
+    raise AssertionError(f"the server made fewer than {reads} reads")
+
+
+@pytest.mark.parametrize("frame_size", [1000, h2.DEFAULT_MAX_FRAME])
+@pytest.mark.parametrize("seed", [0, 1])
+async def test_large_request_split_over_reads_anywhere(frame_size: int, seed: int) -> None:
+    """Frames, the preface and the 9-byte headers cut at any byte by the reads."""
+    server = await _served()
+    reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+    client = RawClient(reader, writer)
+    try:
+        values = np.random.default_rng(seed).random(100_000, dtype=np.float32)  # 400 kB
+        payload = message(echo_request(values))
+        stream = bytearray(h2.PREFACE + h2.frame(h2.SETTINGS, 0, 0))
+        stream += h2.frame(h2.HEADERS, h2.END_HEADERS, 1, client.headers_block(INFER))
+        for start in range(0, len(payload), frame_size):
+            end = min(start + frame_size, len(payload))
+            stream += h2.frame(h2.DATA, h2.END_STREAM if end == len(payload) else 0, 1,
+                               payload[start:end])  # fmt: skip
+        rng = np.random.default_rng(seed)
+        cuts = sorted({1, 5, 24, 25, 30, 33, *rng.integers(34, len(stream), 24).tolist()})
+        previous = 0
+        for number, cut in enumerate([*cuts, len(stream)], start=1):
+            client.send(bytes(stream[previous:cut]))
+            previous = cut
+            await _read_by(server, number)  # one read per write: the cuts are the reads'
+        assert_echoed(await client.answer(1, window_updates=True), values)
+    finally:
+        await client.close()
+        await server.stop(None)
+
+
+@pytest.mark.parametrize("count", [65_000, 65_600, 400_000])
+async def test_large_answers_in_small_windows_and_frames(count: int) -> None:
+    """Answers around and above the split size, in 1000-byte windows and 16 kB frames."""
+    server = await _served()
+    client = await RawClient.connect(server.port, {h2.SETTINGS_INITIAL_WINDOW_SIZE: 1000})
+    try:
+        values = np.arange(count, dtype=np.float32)
+        client.call(1, INFER, message(echo_request(values)))
+        answer = await client.answer(1, window_updates=True)
+        assert status(answer) == ("0", "")
+        response = infer_response(answer)
+        assert response.model_name == "echo" and list(response.outputs[0].shape) == [count]
+        np.testing.assert_array_equal(
+            np.frombuffer(response.raw_output_contents[0], np.float32), values
+        )
+        data_frames = [f for f in client.frames if f[0] == h2.DATA]
+        assert max(len(f[3]) for f in data_frames) <= 1000
+    finally:
+        await client.close()
+        await server.stop(None)
+
+
+async def test_large_answer_to_a_reader_that_pauses() -> None:
+    """A 16 MiB answer queued while the client reads nothing arrives whole and right."""
+    server = await _served()
+    client = await RawClient.connect(
+        server.port, {h2.SETTINGS_INITIAL_WINDOW_SIZE: 1 << 25, h2.SETTINGS_MAX_FRAME_SIZE: 1 << 22}
+    )
+    try:
+        client.send(h2.frame(h2.WINDOW_UPDATE, 0, 0, struct.pack(">L", 1 << 25)))
+        values = np.random.default_rng(3).random(4 << 20, dtype=np.float32)
+        client.call(1, INFER, message(echo_request(values)))
+        # wait (bounded) until the answer waits in the server's socket buffers, unread
+        deadline = asyncio.get_running_loop().time() + 30
+        while asyncio.get_running_loop().time() < deadline:
+            if any(conn.transport.get_write_buffer_size() for conn in server._connections):
+                break
+            await asyncio.sleep(0.01)
+        assert_echoed(await client.answer(1), values)
+    finally:
+        await client.close()
+        await server.stop(None)
+
+
+async def test_request_exactly_at_the_message_limit() -> None:
+    """A message of exactly --grpc-max-message-size bytes is served; one byte more is not."""
+    values = np.arange(100_000, dtype=np.float32)
+    size = len(echo_request(values))
+    server = await _served(GrpcLimits(max_message_size=size))
+    client = await RawClient.connect(server.port)
+    try:
+        client.call(1, INFER, message(echo_request(values)))
+        assert_echoed(await client.answer(1, window_updates=True), values)
+        over = np.arange(100_001, dtype=np.float32)
+        client.call(3, INFER, message(echo_request(over)))
+        code, text = status(await client.answer(3, window_updates=True))
+        assert code == str(grpc.StatusCode.RESOURCE_EXHAUSTED.value[0])
+        assert f"vs. {size}" in text
     finally:
         await client.close()
         await server.stop(None)

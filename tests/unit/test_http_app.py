@@ -531,3 +531,41 @@ def test_encoded_slash_stays_in_the_model_name(
         400,
         f"Request for unknown model: '{name}' is not found",
     )
+
+
+def _binary_body(header: dict[str, Any], binary_size: int) -> tuple[bytes, str]:
+    text = orjson.dumps(header)
+    return text + bytes(binary_size), str(len(text))
+
+
+@pytest.mark.parametrize(
+    ("datatype", "binary_size", "off_loop"),
+    [
+        ("FP32", 1 << 16, False),  # small: decoded on the loop, as always
+        ("FP32", 1 << 22, False),  # large fixed-size tensors are views: no work to move off
+        ("BYTES", 1 << 22, True),  # large BYTES: work per element, in a thread
+        ("BYT\\u0045S", 1 << 22, True),  # an escaped datatype could hide BYTES: in a thread
+        ("FP32", (1 << 20) - 200, False),
+    ],
+)
+def test_which_large_bodies_are_decoded_in_a_thread(
+    datatype: str, binary_size: int, off_loop: bool
+) -> None:
+    from triton_core.frontends.http.app import decodes_off_loop
+
+    header = {"inputs": [{"name": "x", "datatype": "@", "shape": [binary_size],
+                          "parameters": {"binary_data_size": binary_size}}]}  # fmt: skip
+    body, length = _binary_body(header, binary_size)
+    body = body.replace(b'"@"', b'"' + datatype.encode() + b'"')
+    length = str(int(length) + len(datatype) - 1)
+    assert decodes_off_loop(body, length) is off_loop
+
+
+def test_large_json_raw_or_unframed_bodies_are_decoded_in_a_thread() -> None:
+    from triton_core.frontends.http.app import decodes_off_loop
+
+    big_json = orjson.dumps({"inputs": [{"data": list(range(20_000))}]})
+    assert decodes_off_loop(big_json, None)  # all JSON, larger than 64 kB
+    assert decodes_off_loop(big_json + bytes(1 << 21), str(len(big_json)))
+    assert decodes_off_loop(bytes(1 << 21), "0")  # raw binary: the model's datatype, maybe BYTES
+    assert decodes_off_loop(bytes(1 << 21), "12x")  # not a length: decoding refuses it there

@@ -7,7 +7,7 @@ as Triton always answers. Everything that can be looked up once lives in module 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, MutableMapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, MutableMapping, MutableSequence, Sequence
 from math import prod
 from typing import Any, Final
 
@@ -16,6 +16,13 @@ import numpy as np
 from triton_core.dtypes import NUMPY_DTYPES, deserialize_bytes, serialize_bytes
 from triton_core.errors import TritonError, invalid_arg
 from triton_core.frontends.common import apply_request_parameters, parse_version
+from triton_core.frontends.grpc.wire import (
+    SPLIT_THRESHOLD,
+    EncodedMessage,
+    RawBuffer,
+    SplitInferRequest,
+    encode_with_raw_outputs,
+)
 from triton_core.protos import grpc_service_pb2 as pb
 from triton_core.shared_memory.refs import (
     SharedMemoryInput,
@@ -76,9 +83,15 @@ _INT64_MAX: Final = 2**63 - 1
 # requests
 
 
-def decode_infer_request(message: pb.ModelInferRequest) -> InferenceRequest:
-    """Decode a ModelInferRequest; wire-level problems raise INVALID_ARG naming model and input."""
-    return _decode(message)[0]
+def decode_infer_request(message: pb.ModelInferRequest | SplitInferRequest) -> InferenceRequest:
+    """Decode a ModelInferRequest; wire-level problems raise INVALID_ARG naming model and input.
+
+    A :class:`~.wire.SplitInferRequest` (a large request, its raw contents cut out as views)
+    decodes the same, its tensors viewing the received bytes.
+    """
+    if type(message) is SplitInferRequest:
+        return _decode(message.message, message.raw_input_contents)[0]
+    return _decode(message)[0]  # type: ignore[arg-type]
 
 
 def decode_stream_request(message: pb.ModelInferRequest) -> tuple[InferenceRequest, bool]:
@@ -89,11 +102,13 @@ def decode_stream_request(message: pb.ModelInferRequest) -> tuple[InferenceReque
     return _decode(message)
 
 
-def _decode(message: pb.ModelInferRequest) -> tuple[InferenceRequest, bool]:
+def _decode(
+    message: pb.ModelInferRequest, raws: Sequence[bytes | memoryview] | None = None
+) -> tuple[InferenceRequest, bool]:
     model = message.model_name
     version = parse_version(message.model_version)  # first, as Triton does
     request = InferenceRequest(model_name=model, inputs={}, model_version=version, id=message.id)
-    _decode_inputs(message, model, request)
+    _decode_inputs(message, model, request, message.raw_input_contents if raws is None else raws)
     if message.outputs:
         request.outputs = _decode_outputs(message.outputs, model, request)
     empty_final = False
@@ -102,11 +117,15 @@ def _decode(message: pb.ModelInferRequest) -> tuple[InferenceRequest, bool]:
     return request, empty_final
 
 
-def _decode_inputs(message: pb.ModelInferRequest, model: str, request: InferenceRequest) -> None:
+def _decode_inputs(
+    message: pb.ModelInferRequest,
+    model: str,
+    request: InferenceRequest,
+    raws: Sequence[bytes | memoryview],
+) -> None:
     """Fill the request's inputs; those in shared memory go to ``request.shared_memory``."""
     inputs = request.inputs
     shm: SharedMemoryTensors | None = None
-    raws = message.raw_input_contents
     tensors = message.inputs
     if len(raws) > len(tensors):
         _check_raw_count(tensors, len(raws), model)
@@ -171,7 +190,7 @@ def _check_raw_count(
 
 
 def _decode_raw(
-    raw: bytes, datatype: str, shape: tuple[int, ...], name: str, model: str
+    raw: bytes | memoryview, datatype: str, shape: tuple[int, ...], name: str, model: str
 ) -> np.ndarray:
     count = prod(shape)
     if count <= 0 or min(shape, default=0) < 0:  # two negative dimensions make a positive
@@ -386,8 +405,25 @@ def encode_infer_response(
     ``request`` fills the model name, version and id when the response leaves them unset.
     """
     message = pb.ModelInferResponse()
-    _fill_response(message, response, request)
+    _fill_response(message, response, request, message.raw_output_contents, _raw_bytes)
     return message
+
+
+def encode_infer_answer(
+    response: InferenceResponse, request: InferenceRequest | None = None
+) -> pb.ModelInferResponse | EncodedMessage:
+    """:func:`encode_infer_response`, already encoded when its outputs are large.
+
+    Large outputs then go to the socket as they are, not through protobuf's serializer
+    (which copies them twice); raises ValueError past protobuf's 2 GiB message limit.
+    """
+    message = pb.ModelInferResponse()
+    if sum(tensor.data.nbytes for tensor in response.outputs) < SPLIT_THRESHOLD:
+        _fill_response(message, response, request, message.raw_output_contents, _raw_bytes)
+        return message
+    raws: list[RawBuffer] = []
+    _fill_response(message, response, request, raws, _raw_view)
+    return encode_with_raw_outputs(message, raws)
 
 
 def encode_stream_response(
@@ -396,7 +432,9 @@ def encode_stream_response(
     """Encode a streamed response, with the ``triton_final_response`` parameter set."""
     message = pb.ModelStreamInferResponse()
     infer_response = message.infer_response
-    _fill_response(infer_response, response, request)
+    _fill_response(
+        infer_response, response, request, infer_response.raw_output_contents, _raw_bytes
+    )
     infer_response.parameters[FINAL_RESPONSE].bool_param = final
     return message
 
@@ -412,7 +450,10 @@ def _fill_response(
     message: pb.ModelInferResponse,
     response: InferenceResponse,
     request: InferenceRequest | None,
+    raws: MutableSequence[bytes] | list[RawBuffer],
+    raw_of: Callable[[Tensor], RawBuffer],
 ) -> None:
+    """Fill ``message``; the outputs' raw contents (``raw_of`` each) go to ``raws``, in order."""
     model_name = response.model_name
     version = response.model_version
     response_id = response.id
@@ -426,7 +467,6 @@ def _fill_response(
         message.model_version = str(version)
     message.id = response_id
     outputs = message.outputs
-    raws = message.raw_output_contents
     in_shm = response.shared_memory_outputs
     for tensor in response.outputs:
         output = outputs.add()
@@ -436,7 +476,7 @@ def _fill_response(
         if in_shm is not None and tensor.name in in_shm:
             raws.append(b"")  # written into its region: an empty entry, as Triton sends
         else:
-            raws.append(_raw_bytes(tensor))
+            raws.append(raw_of(tensor))  # type: ignore[arg-type]
     if response.parameters:
         _set_parameters(message.parameters, response.parameters)
 
@@ -455,6 +495,18 @@ def _raw_bytes(tensor: Tensor) -> bytes:
         data = data.astype(fixed[0])
     # protobuf needs bytes; tobytes() is the one unavoidable copy (C order, any layout)
     return data.tobytes()
+
+
+def _raw_view(tensor: Tensor) -> RawBuffer:
+    """The output's wire bytes, viewing its array where that already holds them as sent.
+
+    The view keeps the array (and whatever memory it views) alive until it is written.
+    """
+    data = tensor.data
+    fixed = _FIXED.get(tensor.datatype)
+    if fixed is not None and data.dtype == fixed[0] and data.flags.c_contiguous:
+        return data.reshape(-1).view(np.uint8)
+    return _raw_bytes(tensor)
 
 
 def _set_parameters(

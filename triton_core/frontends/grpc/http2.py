@@ -24,8 +24,8 @@ import asyncio
 import logging
 import struct
 from collections import deque
-from collections.abc import Callable
-from typing import Final, Protocol, cast
+from collections.abc import Callable, Sequence
+from typing import Any, Final, Protocol, cast
 
 import hpack
 from hpack.table import HeaderTable
@@ -76,6 +76,8 @@ PROTOCOL_MAX_FRAME: Final = (1 << 24) - 1
 _CACHE_ENTRIES: Final = 64
 _CACHE_BYTES: Final = 1 << 16
 
+#: data written at once up to this size is joined into one buffer; more is written as it is
+_JOIN_LIMIT: Final = 1 << 16
 _FRAME_HEADER: Final = struct.Struct(">BHBBL")
 _pack_frame_header = _FRAME_HEADER.pack
 _unpack_frame_header = _FRAME_HEADER.unpack_from
@@ -369,26 +371,52 @@ class Http2Connection(asyncio.Protocol):
         if self._closed:
             return  # lingering after GOAWAY: what the client still sends is dropped
         self._reads += 1
-        if self._pending:
-            self._pending += data
-            if len(self._pending) < self._need:
-                return
-            data = bytes(self._pending)
-            self._pending.clear()
-        elif len(data) < self._need:
-            self._pending += data
-            self._partial_since = self._loop.time()
-            return
         try:
-            position = 0 if self._preface_seen else self._read_preface(data)
+            position = self._complete_pending(data) if self._pending else 0
+            if position < 0:
+                return  # still inside the frame that began in an earlier read
+            if not self._preface_seen:
+                if len(data) - position < len(PREFACE):
+                    self._pending += data[position:]
+                    self._partial_since = self._loop.time()
+                    return
+                position = self._read_preface(data, position)
             position = self._read_frames(data, position)
         except Http2Error as error:
             self._fail(error)
             return
         if position < len(data):
-            self._pending += data[position:]
+            # a frame begun here: only its bytes wait, not the whole read
+            self._pending += memoryview(data)[position:]
             self._partial_since = self._loop.time()
         self._write_control()
+
+    def _complete_pending(self, data: bytes) -> int:
+        """Complete the preface or frame begun in earlier reads with the start of ``data``.
+
+        Takes from ``data`` only the bytes that frame lacks, so that a read is copied once
+        however its frames fall; the position in ``data`` after them, or -1 when ``data``
+        ends before the frame does.
+        """
+        view = memoryview(data)
+        taken = 0
+        while True:
+            missing = self._need - len(self._pending)
+            if len(data) - taken < missing:
+                self._pending += view[taken:]
+                return -1
+            self._pending += view[taken : taken + missing]
+            taken += missing
+            buffer = bytes(self._pending)
+            if not self._preface_seen:
+                self._pending = bytearray()
+                self._read_preface(buffer, 0)
+                return taken
+            consumed = self._read_frames(buffer, 0)
+            if consumed == len(buffer):
+                self._pending = bytearray()
+                return taken
+            # the 9-byte header arrived and named the payload's length: read on
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = self._lost = True
@@ -420,12 +448,13 @@ class Http2Connection(asyncio.Protocol):
 
     # -- reading ----------------------------------------------------------------------------
 
-    def _read_preface(self, data: bytes) -> int:
-        if data[: len(PREFACE)] != PREFACE:
+    def _read_preface(self, data: bytes, position: int) -> int:
+        end = position + len(PREFACE)
+        if data[position:end] != PREFACE:
             raise Http2Error(PROTOCOL_ERROR, "not an HTTP/2 connection preface")
         self._preface_seen = True
         self._need = 9
-        return len(PREFACE)
+        return end
 
     def _read_frames(self, data: bytes, position: int) -> int:
         end_of_data = len(data)
@@ -806,6 +835,33 @@ class Http2Connection(asyncio.Protocol):
         if trailers is not None:
             self._finish_local(stream)
 
+    def send_message_parts(
+        self,
+        stream_id: int,
+        headers: bytes | None,
+        parts: Sequence[Any],
+        trailers: bytes | None,
+    ) -> None:
+        """Headers (when given), the concatenation of ``parts`` (buffers) and trailers (when given).
+
+        For large messages: the parts are framed as the windows allow and written as they
+        are, never joined into one buffer; they must not change until sent.
+        """
+        stream = self._streams.get(stream_id)
+        if stream is None or stream.local_closed:
+            return
+        outbound = stream.outbound
+        if headers is not None:  # queued too: headers, data and trailers leave in one write
+            outbound.append([headers, False, True])
+        for part in parts:
+            if len(part):
+                outbound.append([memoryview(part).cast("B"), False, False])
+        if trailers is not None:
+            stream.local_closed = True
+            outbound.append([trailers, True, True])
+        self._sent += 1
+        self._flush(stream)
+
     def reset_stream(self, stream_id: int, code: int = CANCEL) -> None:
         """End a stream at once, dropping what waits to be sent on it."""
         stream = self._streams.get(stream_id)
@@ -909,6 +965,7 @@ class Http2Connection(asyncio.Protocol):
 
     def _flush(self, stream: _Stream) -> None:
         parts: list[bytes | memoryview] = []
+        written = 0
         outbound = stream.outbound
         while outbound:
             item = outbound[0]
@@ -926,6 +983,7 @@ class Http2Connection(asyncio.Protocol):
             flags = END_STREAM if (last and end_stream) else 0
             parts.append(frame_header(DATA, flags, stream.id, allowed))
             parts.append(payload[:allowed])
+            written += allowed
             self._send_window -= allowed
             stream.send_window -= allowed
             if last:
@@ -934,7 +992,10 @@ class Http2Connection(asyncio.Protocol):
                 item[0] = payload[allowed:]
         if parts:
             self._sent += 1
-            self._write(b"".join(parts))
+            if written >= _JOIN_LIMIT:
+                self._write_parts(parts)  # large data: the payloads are not copied here
+            else:
+                self._write(b"".join(parts))
         if outbound:
             self._blocked[stream.id] = stream
             return
@@ -1007,6 +1068,12 @@ class Http2Connection(asyncio.Protocol):
     def _write(self, data: bytes) -> None:
         if self.transport is not None and not self._closed:
             self.transport.write(data)
+            if self._write_paused:
+                self._police_output()
+
+    def _write_parts(self, parts: list[bytes | memoryview]) -> None:
+        if self.transport is not None and not self._closed:
+            self.transport.writelines(parts)
             if self._write_paused:
                 self._police_output()
 

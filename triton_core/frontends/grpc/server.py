@@ -12,6 +12,7 @@ from triton_core.frontends.common import listen_socket
 from triton_core.frontends.grpc.limits import DEFAULT_LIMITS, GrpcLimits, grpcio_options
 from triton_core.frontends.grpc.servicer import GRPCInferenceServicer, HealthServicer
 from triton_core.frontends.grpc.transport import GrpcServer, method_table
+from triton_core.frontends.grpc.wire import EncodedMessage, parse_infer_request
 from triton_core.frontends.header_forwarding import HeaderForwarder
 from triton_core.frontends.restricted import Restrictions
 from triton_core.frontends.server_api import ServerAPI
@@ -83,6 +84,7 @@ def create_grpc_server(
             callbacks={}
             if header_forwarder is not None
             else {"/inference.GRPCInferenceService/ModelInfer": inference.model_infer_callback},
+            parsers={"/inference.GRPCInferenceService/ModelInfer": parse_infer_request},
         )
         level = GRPC_CORE_LEVELS.get(compression_level)
         if level is not None:
@@ -130,7 +132,7 @@ def _create_grpcio_server(
         timeout_ms = int(tls.handshake_timeout_secs * 1000)
         options.append(("grpc.server_handshake_timeout_ms", timeout_ms))
     grpc_server = grpc.aio.server(options=options)
-    grpc_service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(inference, grpc_server)
+    _add_inference_service(inference, grpc_server)
     health_pb2_grpc.add_HealthServicer_to_server(health, grpc_server)
     # an IPv6 literal needs brackets before the port
     host = f"[{address}]" if ":" in address and not address.startswith("[") else address
@@ -144,6 +146,43 @@ def _create_grpcio_server(
     log.info("gRPC frontend (grpcio) bound to %s (port %d)", target, bound)
     grpc_server.port = bound  # type: ignore[attr-defined]  # as GrpcServer.port
     return grpc_server
+
+
+class _Handlers:
+    """What a generated ``add_..._to_server`` registers, kept to be changed first."""
+
+    def __init__(self) -> None:
+        self.service = ""
+        self.handlers: dict[str, grpc.RpcMethodHandler] = {}
+
+    def add_generic_rpc_handlers(self, handlers: object) -> None:
+        pass  # made again from the registered handlers below
+
+    def add_registered_method_handlers(
+        self, service: str, handlers: dict[str, grpc.RpcMethodHandler]
+    ) -> None:
+        self.service, self.handlers = service, dict(handlers)
+
+
+def _add_inference_service(inference: GRPCInferenceServicer, grpc_server: grpc.aio.Server) -> None:
+    """The generated service, but ModelInfer with the wire-level parse and encoding of large
+    tensors (views in, and one join out instead of protobuf serializer's copies)."""
+    generated = _Handlers()
+    grpc_service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(inference, generated)
+    handlers = generated.handlers
+    handlers["ModelInfer"] = grpc.unary_unary_rpc_method_handler(
+        inference.ModelInfer,
+        request_deserializer=parse_infer_request,
+        response_serializer=_serialize_answer,
+    )
+    grpc_server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler(generated.service, handlers),)
+    )
+    grpc_server.add_registered_method_handlers(generated.service, handlers)
+
+
+def _serialize_answer(message: grpc_service_pb2.ModelInferResponse | EncodedMessage) -> bytes:
+    return message.SerializeToString()
 
 
 def _credentials(tls: TlsOptions) -> grpc.ServerCredentials:

@@ -22,11 +22,12 @@ from triton_core.frontends.common import parse_version
 from triton_core.frontends.grpc.codec import (
     decode_infer_request,
     decode_stream_request,
-    encode_infer_response,
+    encode_infer_answer,
     encode_statistics,
     encode_stream_error,
     encode_stream_response,
 )
+from triton_core.frontends.grpc.wire import EncodedMessage, SplitInferRequest
 from triton_core.frontends.header_forwarding import HeaderForwarder
 from triton_core.frontends.restricted import Restriction, Restrictions, first_value
 from triton_core.frontends.server_api import ServerAPI
@@ -379,8 +380,8 @@ class GRPCInferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     # -- inference ------------------------------------------------------------------------
 
     async def ModelInfer(
-        self, request: pb.ModelInferRequest, context: grpc.aio.ServicerContext
-    ) -> pb.ModelInferResponse:
+        self, request: pb.ModelInferRequest | SplitInferRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ModelInferResponse | EncodedMessage:
         """One request, one response; decoupled models are refused as Triton does."""
         tracing_since = monotonic_ns() if self._tracer.enabled else 0
         trace = None
@@ -400,7 +401,7 @@ class GRPCInferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
                 trace.timestamp("INFER_RESPONSE_COMPLETE")
             if response.error is not None:
                 raise response.error
-            answer = encode_infer_response(response, infer_request)
+            answer = encode_infer_answer(response, infer_request)
             if trace is not None:  # grpc.aio writes the answer after this returns
                 sent(trace, "GRPC", monotonic_ns())
             return answer
@@ -416,7 +417,9 @@ class GRPCInferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         received = (("GRPC_WAITREAD_START", since), ("GRPC_WAITREAD_END", monotonic_ns()))
         return start_trace(self._tracer, request.model_name, metadata or (), received)
 
-    def model_infer_callback(self, request: pb.ModelInferRequest, call: CallbackCall) -> None:
+    def model_infer_callback(
+        self, request: pb.ModelInferRequest | SplitInferRequest, call: CallbackCall
+    ) -> None:
         """ModelInfer for transports that take callback handlers: no task per request.
 
         Decodes and schedules at once; the answer is encoded and sent from the response
@@ -454,7 +457,7 @@ class GRPCInferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
                 response = done.result()
                 if response.error is not None:
                     raise response.error
-                message = encode_infer_response(response, infer_request)
+                message = encode_infer_answer(response, infer_request)
             except TritonError as exc:
                 error = exc
             except Exception as exc:

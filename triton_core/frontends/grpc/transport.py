@@ -37,6 +37,7 @@ from google.protobuf import message_factory
 from google.protobuf.descriptor import ServiceDescriptor
 from google.protobuf.message import DecodeError, Message
 
+from triton_core.frontends.common import join_buffers
 from triton_core.frontends.grpc.http2 import (
     Headers,
     Http2Connection,
@@ -44,6 +45,7 @@ from triton_core.frontends.grpc.http2 import (
     encode_literal,
 )
 from triton_core.frontends.grpc.limits import DEFAULT_LIMITS, GrpcLimits
+from triton_core.frontends.grpc.wire import EncodedMessage
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +99,8 @@ class RpcMethod:
     ``callback``: the handler is a plain function ``handler(request, call)`` that answers
     through ``call.respond(message)`` or ``call.fail(code, details)``, now or from a
     callback later, with no task per call; ``call.cancel_with(future)`` cancels
-    ``future`` if the client goes away first. Unary calls only.
+    ``future`` if the client goes away first. Unary calls only. ``parse`` reads a request
+    message (raising DecodeError); an answer may be an :class:`~.wire.EncodedMessage`.
     """
 
     handler: Callable[..., Any]
@@ -107,17 +110,21 @@ class RpcMethod:
     callback: bool = False
     #: gRPC core's compression level of the answers (1 low, 2 medium, 3 high); None: none
     compress_level: int | None = None
+    parse: Callable[[Any], Any] | None = None
 
 
 def method_table(
     services: Iterable[tuple[ServiceDescriptor, object]],
     callbacks: dict[str, Callable[[Any, Any], None]] | None = None,
+    parsers: dict[str, Callable[[Any], Any]] | None = None,
 ) -> dict[str, RpcMethod]:
     """``/package.Service/Method`` -> :class:`RpcMethod`, for each service and its servicer.
 
-    ``callbacks`` replaces some unary handlers (by method path) with callback handlers.
+    ``callbacks`` replaces some unary handlers (by method path) with callback handlers;
+    ``parsers`` some request parsers (protobuf's ``FromString`` otherwise).
     """
     callbacks = callbacks or {}
+    parsers = parsers or {}
     table = {}
     for service, servicer in services:
         for method in service.methods:
@@ -125,12 +132,14 @@ def method_table(
             callback = callbacks.get(path)
             if callback is not None and (method.client_streaming or method.server_streaming):
                 raise ValueError(f"{path} streams: only unary methods take callback handlers")
+            request_type = message_factory.GetMessageClass(method.input_type)
             table[path] = RpcMethod(
                 callback or getattr(servicer, method.name),
-                message_factory.GetMessageClass(method.input_type),
+                request_type,
                 method.client_streaming,
                 method.server_streaming,
                 callback is not None,
+                parse=parsers.get(path, request_type.FromString),
             )
     return table
 
@@ -262,7 +271,6 @@ class _Call:
 
     __slots__ = (
         "_accounted",
-        "_buffer",
         "_cancelled",
         "_code",
         "_compressed",
@@ -271,11 +279,13 @@ class _Call:
         "_decompress",
         "_details",
         "_done",
+        "_gathered",
         "_headers",
         "_headers_sent",
         "_id",
         "_method",
         "_need",
+        "_parts",
         "_pending",
         "_requests",
         "_server",
@@ -301,8 +311,9 @@ class _Call:
         self._method = method
         self._headers = headers
         self._decompress = decompress
-        self._buffer = bytearray()  # the part of a message that has arrived so far
-        self._accounted = 0  # the bytes of _buffer counted in the server's buffered input
+        self._parts: list[bytes] = []  # the frames of a message that have arrived so far
+        self._gathered = 0  # their bytes
+        self._accounted = 0  # the bytes of _parts counted in the server's buffered input
         self._need = 0  # how many bytes complete that message
         self._unary_request: Message | None = None
         self._compressed: bytes | None = None  # a unary request to inflate once it has ended
@@ -331,14 +342,16 @@ class _Call:
     def data_received(self, data: bytes, end_stream: bool) -> None:
         if self._done:
             return
-        if self._buffer:
-            # a message spread over frames: gather it once, without re-copying each time
-            self._buffer += data
-            if len(self._buffer) < self._need and not end_stream:
+        if self._parts:
+            # a message spread over frames: joined once, when it is whole (no regrowing)
+            self._parts.append(data)
+            self._gathered += len(data)
+            if self._gathered < self._need and not end_stream:
                 self._account()
                 return
-            buffer: bytes | memoryview = memoryview(bytes(self._buffer))
-            self._buffer = bytearray()
+            buffer: bytes | memoryview = join_buffers(self._parts, self._gathered)
+            self._parts = []
+            self._gathered = 0
         else:
             buffer = data if len(data) < 65536 else memoryview(data)  # large: no slice copies
         position = 0
@@ -357,13 +370,15 @@ class _Call:
             if not self._message_received(compressed, payload):
                 return
         if position < available:
-            self._buffer = bytearray(buffer[position:])
+            rest = bytes(buffer[position:])
+            self._parts = [rest]
+            self._gathered = len(rest)
             self._need = end - position if available - position >= 5 else 5
-        if (self._buffer or self._accounted) and not self._account():
+        if (self._parts or self._accounted) and not self._account():
             return
         if not end_stream:
             return
-        if self._buffer:
+        if self._parts:
             self._fail(grpc.StatusCode.INTERNAL, "the request stream ended inside a message")
         elif self._requests is not None:
             self._requests.end()
@@ -407,6 +422,9 @@ class _Call:
     def _parse(self, payload: bytes | memoryview) -> Message | None:
         """The request message; None when it does not parse (the call has failed)."""
         try:
+            parse = self._method.parse
+            if parse is not None:
+                return parse(payload)
             # upb parses any buffer without a copy; the stubs say bytes
             return self._method.request_type.FromString(payload)  # type: ignore[arg-type]
         except DecodeError:
@@ -492,7 +510,8 @@ class _Call:
             else:
                 self._finish(grpc.StatusCode.INTERNAL, "the handler returned no response")
             return
-        data = response.SerializeToString()
+        encoded = type(response) is EncodedMessage
+        data = b"" if encoded else response.SerializeToString()
         self._done = True
         self._cancel_timer()
         if self._accounted:
@@ -501,10 +520,16 @@ class _Call:
         self._headers_sent = True
         trailers = encode_status(self._code or _OK, self._details, self._trailing)
         if self._method.compress_level is not None:
+            if encoded:  # compression needs the message whole
+                data = b"".join(response.parts)  # type: ignore[attr-defined]
             headers, prefix, data = self._compressed_message(headers, data)
+            self._conn.send_message(self._id, headers, prefix, data, trailers)
+        elif encoded:
+            # a large answer: its buffers go out as they are, framed, never joined
+            parts = [_prefix(0, response.size), *response.parts]  # type: ignore[attr-defined]
+            self._conn.send_message_parts(self._id, headers, parts, trailers)
         else:
-            prefix = _prefix(0, len(data))
-        self._conn.send_message(self._id, headers, prefix, data, trailers)
+            self._conn.send_message(self._id, headers, _prefix(0, len(data)), data, trailers)
 
     def _compressed_message(
         self, headers: bytes | None, data: bytes
@@ -546,7 +571,7 @@ class _Call:
     def _account(self) -> bool:
         """Count the partial message in the server's buffered input; False: over the bound."""
         server = self._server
-        size = len(self._buffer)
+        size = self._gathered
         server.buffered_input += size - self._accounted
         self._accounted = size
         if size and server.buffered_input > server.max_buffered_input:
@@ -561,12 +586,14 @@ class _Call:
     def _release_buffer(self) -> None:
         self._server.buffered_input -= self._accounted
         self._accounted = 0
-        self._buffer = bytearray()
+        self._parts = []
+        self._gathered = 0
 
     def _fail_too_large(self, length: int | None) -> None:
         limit = self._server.max_message_size
         size = f"{length}" if length is not None else f"more than {limit} once inflated"
-        self._buffer = bytearray()
+        self._parts = []
+        self._gathered = 0
         self._fail(
             grpc.StatusCode.RESOURCE_EXHAUSTED,
             f"Received message larger than max ({size} vs. {limit})",

@@ -36,7 +36,7 @@ from triton_core.frontends.http.codec import (
     JsonLimits,
     decode_raw_request,
     decode_request,
-    encode_response,
+    encode_response_parts,
     encode_statistics,
     parse_json,
 )
@@ -328,7 +328,7 @@ def decode_infer_body(
     server: ServerAPI,
     model_name: str,
     model_version: int,
-    body: bytes,
+    body: bytes | memoryview,
     header_length: str | None,
     json_limits: JsonLimits = DEFAULT_JSON_LIMITS,
 ) -> DecodedRequest:
@@ -352,16 +352,26 @@ def model_input_names(server: ServerAPI, model_name: str, model_version: int) ->
     return [tensor.name for tensor in server.model_metadata(model_name, model_version).inputs]
 
 
-def decodes_off_loop(body: bytes, header_length: str | None) -> bool:
+def decodes_off_loop(body: bytes | memoryview, header_length: str | None) -> bool:
     """Whether decoding ``body`` could stall the event loop, so that a thread should do it."""
     size = len(body)
     if size <= _OFFLOAD_JSON_BYTES:
         return False
-    if size > _OFFLOAD_BYTES or header_length is None:
+    if header_length is None:
         return True
     if not header_length.isdigit() or len(header_length) > 9:  # not a length of this body:
         return True  # decoding refuses it (int() would raise on 4301 digits and more)
-    return int(header_length) > _OFFLOAD_JSON_BYTES
+    json_size = int(header_length)
+    if json_size > _OFFLOAD_JSON_BYTES:
+        return True
+    if size <= _OFFLOAD_BYTES:
+        return False
+    if json_size == 0:
+        return True  # a raw binary body: its datatype is the model's, BYTES perhaps
+    # a large binary part: fixed-size tensors become views at once, whatever their size;
+    # only BYTES elements cost work per element (a datatype escaped in JSON may hide one)
+    header = body[:json_size] if type(body) is bytes else bytes(body[:json_size])
+    return b"BYTES" in header or b"\\" in header
 
 
 _decoder: ThreadPoolExecutor | None = None
@@ -371,7 +381,7 @@ def decode_in_thread(
     server: ServerAPI,
     model_name: str,
     model_version: int,
-    body: bytes,
+    body: bytes | memoryview,
     header_length: str | None,
     json_limits: JsonLimits,
 ) -> asyncio.Future[DecodedRequest]:
@@ -399,6 +409,14 @@ def encode_infer_answer(
     response: InferenceResponse, decoded: DecodedRequest
 ) -> tuple[bytes, dict[str, str]]:
     """The answer to a decoded infer body as (body, headers); a failed response raises."""
+    parts, headers = encode_infer_answer_parts(response, decoded)
+    return b"".join(parts), headers  # one part: that same object, not a copy
+
+
+def encode_infer_answer_parts(
+    response: InferenceResponse, decoded: DecodedRequest
+) -> tuple[list[bytes | memoryview], dict[str, str]]:
+    """:func:`encode_infer_answer` with the body in parts, not joined (large outputs)."""
     if response.error is not None:
         raise response.error
     request = decoded.request
@@ -406,14 +424,14 @@ def encode_infer_answer(
         response.model_name = request.model_name
     if not response.id:
         response.id = request.id
-    return encode_response(response, decoded.binary_outputs, decoded.default_binary)
+    return encode_response_parts(response, decoded.binary_outputs, decoded.default_binary)
 
 
 async def infer_body(
     server: ServerAPI,
     model_name: str,
     model_version: int,
-    body: bytes,
+    body: bytes | memoryview,
     header_length: str | None,
     json_limits: JsonLimits = DEFAULT_JSON_LIMITS,
     trace: Trace | None = None,

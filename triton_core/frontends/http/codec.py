@@ -190,7 +190,7 @@ ModelInputs = Callable[[], Collection[str]]
 def decode_request(
     model_name: str,
     model_version: int,
-    body: bytes,
+    body: bytes | memoryview,
     header_length: int | None = None,
     limits: JsonLimits = DEFAULT_JSON_LIMITS,
     model_inputs: ModelInputs | None = None,
@@ -207,6 +207,8 @@ def decode_request(
     if header_length is None:
         header_length = end
     header = body if header_length == end else body[:header_length]
+    if type(header) is not bytes:  # a large body gathered in numpy's memory
+        header = bytes(header)
     check_json_elements(header, limits)
     key = header if len(header) <= _PLAN_KEY_MAX else None
     plan = _PLANS.get(key) if key is not None else None
@@ -372,7 +374,11 @@ def _check_input_names(inputs_json: list[Any], known: Collection[str], model_nam
 
 
 def _build_request(
-    plan: _HeaderPlan, model_name: str, model_version: int, body: bytes, header_length: int
+    plan: _HeaderPlan,
+    model_name: str,
+    model_version: int,
+    body: bytes | memoryview,
+    header_length: int,
 ) -> DecodedRequest:
     """The request a checked header describes, its tensors viewing the binary data."""
     end = len(body)
@@ -413,7 +419,7 @@ def _build_request(
 
 
 def decode_raw_request(
-    model_name: str, model_version: int, body: bytes, config: Mapping[str, Any]
+    model_name: str, model_version: int, body: bytes | memoryview, config: Mapping[str, Any]
 ) -> DecodedRequest:
     """Decode a raw binary request (``Inference-Header-Content-Length: 0``).
 
@@ -510,7 +516,7 @@ def _check_content_fields(
 
 
 def _array_from_binary(
-    body: bytes,
+    body: bytes | memoryview,
     offset: int,
     size: int,
     datatype: str,
@@ -761,6 +767,17 @@ def encode_response(
     ``default_binary``. Headers are Content-Type and, when any output is binary,
     Inference-Header-Content-Length. Raises INVALID_ARG for FP16/BF16 outputs asked in JSON.
     """
+    parts, headers = encode_response_parts(response, binary_outputs, default_binary)
+    return b"".join(parts), headers  # one part: that same object, not a copy
+
+
+def encode_response_parts(
+    response: InferenceResponse,
+    binary_outputs: Mapping[str, bool],
+    default_binary: bool,
+) -> tuple[list[bytes | memoryview], dict[str, str]]:
+    """:func:`encode_response` with the body as its parts: the JSON, then each binary
+    output's bytes (viewing the output array where it holds them as sent), not joined."""
     try:
         return _encode(response, binary_outputs, default_binary, False)
     except _NonFinite:
@@ -778,7 +795,7 @@ def _encode(
     binary_outputs: Mapping[str, bool],
     default_binary: bool,
     nonfinite: bool,
-) -> tuple[bytes, dict[str, str]]:
+) -> tuple[list[bytes | memoryview], dict[str, str]]:
     outputs: list[dict[str, Any]] = []
     blobs: list[bytes | memoryview] = []
     has_binary = False
@@ -819,11 +836,9 @@ def _encode(
         raise _NonFinite
     if has_binary:
         headers = {"Content-Type": _BINARY_CONTENT_TYPE, HEADER_LENGTH: str(len(text))}
-        if blobs:
-            blobs.insert(0, text)
-            return b"".join(blobs), headers
-        return text, headers
-    return text, {"Content-Type": _JSON_CONTENT_TYPE}
+        blobs.insert(0, text)
+        return blobs, headers
+    return [text], {"Content-Type": _JSON_CONTENT_TYPE}
 
 
 def _output_bytes(array: np.ndarray, datatype: str, name: str) -> tuple[bytes | memoryview, int]:

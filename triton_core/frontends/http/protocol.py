@@ -27,12 +27,13 @@ from typing import TYPE_CHECKING, Any, ClassVar, Final
 import httptools
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
+from triton_core.frontends.common import join_buffers
 from triton_core.frontends.http.app import (
     check_not_decoupled,
     decode_in_thread,
     decode_infer_body,
     decodes_off_loop,
-    encode_infer_answer,
+    encode_infer_answer_parts,
     error_body,
 )
 from triton_core.frontends.http.fast_path import (
@@ -112,6 +113,14 @@ _BODY: Final = 2  # reading a body: the body inactivity timeout applies
 _BUSY: Final = 3  # the request is read: the server owes the answer, no client deadline
 
 
+#: answers up to this size are joined into one buffer; larger ones are written in parts
+_JOIN_LIMIT: Final = 1 << 16
+
+
+def _nbytes(part: bytes | memoryview) -> int:
+    return len(part) if type(part) is bytes else memoryview(part).nbytes
+
+
 class CorkedTransport:
     """A transport whose writes leave together at the end of the loop turn they were made in."""
 
@@ -140,6 +149,12 @@ class CorkedTransport:
     def writelines(self, lines: Any) -> None:
         for data in lines:
             self.write(data)
+
+    def write_parts(self, parts: list[bytes | memoryview]) -> None:
+        """Send a whole answer as its parts, in one system call where the transport can."""
+        self.flush()
+        if not self._transport.is_closing():
+            self._transport.writelines(parts)
 
     def flush(self) -> None:
         """Send what was written so far (called at the end of the loop turn)."""
@@ -284,7 +299,8 @@ class _InferCycle:
             self._future.cancel()
 
     def _submit(self) -> None:
-        body = self._body[0] if len(self._body) == 1 else b"".join(self._body)
+        parts = self._body
+        body = parts[0] if len(parts) == 1 else join_buffers(parts, sum(map(len, parts)))
         self._body = []
         fast_path = self._protocol.fast_path
         assert fast_path is not None
@@ -342,30 +358,34 @@ class _InferCycle:
             if self._trace is not None:
                 self._trace.timestamp("INFER_RESPONSE_COMPLETE")
             try:
-                data, headers = encode_infer_answer(done.result(), decoded)
+                parts, headers = encode_infer_answer_parts(done.result(), decoded)
             except Exception as exc:
                 self._fail(exc)
                 return
-            self._respond(200, header_block(headers), data)
+            self._respond(200, header_block(headers), parts)
 
         future.add_done_callback(answer)
 
     def _fail(self, exc: BaseException) -> None:
         status, data = infer_failure(exc, self._target[0])
-        self._respond(status, JSON_HEADER_BLOCK, data)
+        self._respond(status, JSON_HEADER_BLOCK, [data])
 
-    def _respond(self, status: int, headers: bytes, data: bytes) -> None:
+    def _respond(self, status: int, headers: bytes, body: list[bytes | memoryview]) -> None:
         protocol = self._protocol
-        answer = (
+        size = len(body[0]) if len(body) == 1 else sum(map(_nbytes, body))
+        answer = [
             STATUS_LINE[status],
             default_header_lines(protocol.server_state.default_headers),
             headers,
-            b"content-length: %d\r\n" % len(data),
+            b"content-length: %d\r\n" % size,
             b"\r\n" if self.keep_alive else b"connection: close\r\n\r\n",
-            data,
-        )
+            *body,
+        ]
         send_start = monotonic_ns() if self._trace is not None else 0
-        protocol.transport.write_whole(b"".join(answer))
+        if size < _JOIN_LIMIT:
+            protocol.transport.write_whole(b"".join(answer))
+        else:  # large outputs go out as they are, not copied into one buffer first
+            protocol.transport.write_parts(answer)
         if self._trace is not None:
             sent(self._trace, "HTTP", send_start)
         self.response_complete = True
