@@ -103,7 +103,7 @@ def calibrate_rounds(work_ms: float) -> int:
 
 def write_repository(root: Path, rounds: int, instances: int) -> Path:
     model = root / f"compute_{instances}" / "compute"
-    (model / "1").mkdir(parents=True)
+    (model / "1").mkdir(parents=True, exist_ok=True)  # setups may share a repository
     (model / "1" / "model.py").write_text(MODEL_PY.format(rounds=rounds))
     (model / "config.pbtxt").write_text(CONFIG.format(instances=instances))
     return model.parent
