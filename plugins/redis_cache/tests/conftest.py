@@ -193,12 +193,15 @@ def cached_repository(model_repository: Any) -> Any:
 def cached_server(
     triton_process_factory: Callable[..., Any], cached_repository: Any
 ) -> Callable[..., Any]:
-    """``cached_server(redis_server, key=value...)``: a serve process whose cache is that Redis."""
+    """``cached_server(redis_server, key=value...)``: a serve process whose cache is that Redis
+    (``serve_flags``: more flags of ``serve``)."""
 
-    def start(server: RedisServer, **settings: str | int) -> Any:
+    def start(server: RedisServer, serve_flags: tuple[str, ...] = (), **settings: str | int) -> Any:
         config = {"host": "127.0.0.1", "port": server.port, **settings}
         flags = [f"--cache-config=redis,{key}={value}" for key, value in config.items()]
-        return triton_process_factory(*flags, plugins=[CACHE_PLUGIN, BACKEND_MODULE], env=CHILD_ENV)
+        return triton_process_factory(
+            *flags, *serve_flags, plugins=[CACHE_PLUGIN, BACKEND_MODULE], env=CHILD_ENV
+        )
 
     return start
 

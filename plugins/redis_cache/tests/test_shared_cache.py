@@ -47,6 +47,17 @@ def test_a_response_cached_through_one_server_is_a_hit_on_another(
     }
 
 
+def test_a_response_cached_through_one_worker_is_a_hit_on_the_other(
+    redis_server, cached_server, infer, cache_counts
+):
+    server = cached_server(redis_server, serve_flags=("--workers", "2"))
+    # every infer opens a new connection, which the kernel hands to either worker; with a
+    # cache per worker, each worker would execute the request once
+    for _ in range(20):
+        infer(server, [1, 2, 3])
+    assert cache_counts(server) == {"hit": 19, "miss": 1, "executions": 1}
+
+
 def test_entries_expire_after_ttl_seconds(redis_server, cached_server, infer, cache_counts):
     server = cached_server(redis_server, ttl=1)
     infer(server, [7])
