@@ -560,13 +560,35 @@ def _parameters_of(body: dict[str, Any]) -> dict[str, Any]:
 
 
 class _SharedMemoryResource:
-    """``status`` and ``unregister`` of one kind of region: rows as Triton writes them."""
+    """``status`` and ``unregister`` of one kind of region: rows as Triton writes them; and
+    the steps every kind's ``register`` starts with."""
 
     def __init__(
-        self, status: Callable[[str], list[Any]], unregister: Callable[[str], None]
+        self,
+        status: Callable[[str], list[Any]],
+        unregister: Callable[[str], None],
+        server: ServerAPI,
+        max_input_size: int,
+        json_limits: JsonLimits,
     ) -> None:
         self._status = status
         self._unregister = unregister
+        self._server = server
+        self._max_input_size = max_input_size
+        self._json_limits = json_limits
+
+    def _check_register(self, region: str, kind: str) -> None:
+        self._server.check_client_shm()  # before anything else, as Triton
+        if not region:
+            raise invalid_arg(f"'region name' is necessary to register {kind} shared memory region")
+
+    async def _register_body(self, req: falcon.asgi.Request, limit: int) -> dict[str, Any]:
+        """The register request's JSON object, read and parsed within ``limit`` bytes."""
+        body = await _read_body(req, limit)
+        parsed = parse_json(body, self._json_limits, "the request JSON body") if body else {}
+        if not isinstance(parsed, dict):
+            raise invalid_arg("the shared memory register request must be a JSON object")
+        return parsed
 
     async def on_get_status(
         self, req: falcon.asgi.Request, resp: falcon.asgi.Response, region: str = ""
@@ -588,22 +610,16 @@ class _SystemSharedMemoryResource(_SharedMemoryResource):
         super().__init__(
             lambda region: server.system_shared_memory_status(region),
             lambda region: server.unregister_system_shared_memory(region),
+            server,
+            max_input_size,
+            json_limits,
         )
-        self._server = server
-        self._max_input_size = max_input_size
-        self._json_limits = json_limits
 
     async def on_post_register(
         self, req: falcon.asgi.Request, resp: falcon.asgi.Response, region: str = ""
     ) -> None:
-        server = self._server
-        server.check_client_shm()  # before anything else, as Triton
-        if not region:
-            raise invalid_arg("'region name' is necessary to register system shared memory region")
-        body = await _read_body(req, self._max_input_size)
-        parsed = parse_json(body, self._json_limits, "the request JSON body") if body else {}
-        if not isinstance(parsed, dict):
-            raise invalid_arg("the shared memory register request must be a JSON object")
+        self._check_register(region, "system")
+        parsed = await self._register_body(req, self._max_input_size)
         if "key" not in parsed:
             raise invalid_arg("Shared memory register request has no 'key' field")
         key = parsed["key"]
@@ -613,7 +629,8 @@ class _SystemSharedMemoryResource(_SharedMemoryResource):
         if "byte_size" not in parsed:
             raise invalid_arg("Shared memory register request has no 'byte_size' field")
         byte_size = _register_uint(parsed["byte_size"], "byte_size")
-        server.register_system_shared_memory(_model_name(req, region), key, byte_size, offset)
+        name = _model_name(req, region)
+        self._server.register_system_shared_memory(name, key, byte_size, offset)
 
 
 class _CudaSharedMemoryResource(_SharedMemoryResource):
@@ -623,29 +640,23 @@ class _CudaSharedMemoryResource(_SharedMemoryResource):
         super().__init__(
             lambda region: server.cuda_shared_memory_status(region),
             lambda region: server.unregister_cuda_shared_memory(region),
+            server,
+            max_input_size,
+            json_limits,
         )
-        self._server = server
-        self._max_input_size = max_input_size
-        self._json_limits = json_limits
 
     async def on_post_register(
         self, req: falcon.asgi.Request, resp: falcon.asgi.Response, region: str = ""
     ) -> None:
         """``{"raw_handle": {"b64": <cudaIpcMemHandle_t>}, "device_id", "byte_size"}``."""
-        server = self._server
-        server.check_client_shm()  # before anything else, as Triton
-        if not region:
-            raise invalid_arg("'region name' is necessary to register cuda shared memory region")
+        self._check_register(region, "cuda")
         limit = min(self._max_input_size, _CUDA_REGISTER_BODY_BYTES)
         if (req.content_length or 0) > limit:
             raise invalid_arg(
                 f"the CUDA shared memory register request body is {req.content_length} bytes; "
                 f"such a request needs far less than {limit}"
             )
-        body = await _read_body(req, limit)
-        parsed = parse_json(body, self._json_limits, "the request JSON body") if body else {}
-        if not isinstance(parsed, dict):
-            raise invalid_arg("the shared memory register request must be a JSON object")
+        parsed = await self._register_body(req, limit)
         if "raw_handle" not in parsed:
             raise invalid_arg("Shared memory register request has no 'raw_handle' field")
         handle = parsed["raw_handle"]
@@ -659,9 +670,8 @@ class _CudaSharedMemoryResource(_SharedMemoryResource):
             raise invalid_arg("Shared memory register request has no 'device_id' field")
         device_id = _register_uint(parsed["device_id"], "device_id")
         # opening a handle can take a while (the device's context starts on first use)
-        await asyncio.to_thread(
-            server.register_cuda_shared_memory, region, _raw_handle(b64), device_id, byte_size
-        )
+        register = self._server.register_cuda_shared_memory
+        await asyncio.to_thread(register, region, _raw_handle(b64), device_id, byte_size)
 
 
 def _raw_handle(b64: str) -> bytes:
