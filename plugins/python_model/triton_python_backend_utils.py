@@ -186,6 +186,11 @@ class Tensor:
         return self._name
 
     def as_numpy(self) -> np.ndarray:
+        if self._datatype == "BF16":  # numpy has no bfloat16: Triton refuses, so do we
+            raise TritonModelException(
+                "Tensor dtype is BF16 and cannot be converted to NumPy. Use to_dlpack() and "
+                "from_dlpack() instead."
+            )
         return self._array
 
     def triton_dtype(self) -> int:
@@ -213,8 +218,7 @@ class Tensor:
         torch = _torch()
         if torch is None:
             raise TritonModelException(
-                f"BF16 tensor '{self._name}': exporting bfloat16 via DLPack needs torch; "
-                "as_numpy() gives its bits as uint16"
+                f"BF16 tensor '{self._name}': exporting bfloat16 via DLPack needs torch"
             )
         bits = np.ascontiguousarray(self._array).view(np.int16)
         return torch.from_numpy(bits).view(torch.bfloat16)

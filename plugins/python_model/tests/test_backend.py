@@ -79,7 +79,14 @@ async def test_identity_round_trips_every_datatype(repo, write_model, models, ma
     )
     config = f'backend: "python"\nmax_batch_size: 0\ninput [ {inputs.rstrip(",")} ]\n'
     config += f"output [ {outputs.rstrip(',')} ]\n"
-    write_model(repo, "identity", models.IDENTITY, config)
+    # BF16 travels by DLPack: as_numpy() refuses it, as Triton does
+    forward_any = models.IDENTITY.replace(
+        "pb_utils.Tensor(output_name, tensor.as_numpy())",
+        "pb_utils.Tensor.from_dlpack(output_name, tensor.to_dlpack()) "
+        "if tensor.triton_dtype() == 14 else pb_utils.Tensor(output_name, tensor.as_numpy())",
+    )
+    assert forward_any != models.IDENTITY
+    write_model(repo, "identity", forward_any, config)
     rng = np.random.default_rng(0)
     sent = {}
     for index, datatype in enumerate(DATATYPES):
@@ -100,6 +107,23 @@ async def test_identity_round_trips_every_datatype(repo, write_model, models, ma
         out = response.output(f"OUTPUT{index}")
         assert out.datatype == datatype  # BF16 bits come back as uint16, labelled BF16
         assert out.data.tolist() == sent[f"INPUT{index}"].data.tolist(), datatype
+
+
+async def test_as_numpy_of_a_bf16_input_fails_with_tritons_message(
+    repo, write_model, models, make_server
+):
+    write_model(
+        repo, "identity", models.IDENTITY,
+        models.IDENTITY_CONFIG.format(max_batch_size=0, dtype="TYPE_BF16", extra=""),
+    )  # fmt: skip
+    bits = np.array([0x3F80, 0x4000], dtype=np.uint16)
+    async with make_server(repo) as server:
+        with pytest.raises(TritonError) as failed:
+            await server.infer(request("identity", INPUT0=tensor("INPUT0", bits, "BF16")))
+    assert (
+        "TritonModelException: Tensor dtype is BF16 and cannot be converted to NumPy. Use "
+        "to_dlpack() and from_dlpack() instead." in failed.value.message
+    )
 
 
 async def test_parameters_reach_the_model_and_come_back(repo, write_model, models, make_server):

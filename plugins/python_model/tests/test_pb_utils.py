@@ -174,7 +174,12 @@ def test_bf16_travels_through_dlpack_as_bfloat16():
     for source in (values, torch.utils.dlpack.to_dlpack(values)):
         tensor = pb_utils.Tensor.from_dlpack("B", source)
         assert tensor.triton_dtype() == 14 and tensor.shape() == [2, 2]
-        assert tensor.as_numpy().dtype == np.uint16  # the bits
+        with pytest.raises(pb_utils.TritonModelException) as refused:
+            tensor.as_numpy()
+        assert str(refused.value) == (
+            "Tensor dtype is BF16 and cannot be converted to NumPy. Use to_dlpack() and "
+            "from_dlpack() instead."
+        )  # Triton 2.51's words
         back = torch.utils.dlpack.from_dlpack(tensor.to_dlpack())
         assert back.dtype == torch.bfloat16 and torch.equal(back, values)
         assert torch.equal(torch.from_dlpack(tensor), values)
