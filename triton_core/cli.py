@@ -406,6 +406,8 @@ def _run_serve(args: argparse.Namespace) -> int:
             args.metrics_config, args.allow_cpu_metrics, args.metrics_interval_ms
         )
         metrics.allow_gpu_metrics = args.allow_gpu_metrics
+        if args.pinned_memory_pool_byte_size is not None:
+            metrics.pinned_memory_pool_bytes = args.pinned_memory_pool_byte_size
         http_restrictions = parse_restrictions(args.http_restricted_api, "--http-restricted-api")
         grpc_restrictions = parse_restrictions(
             args.grpc_restricted_protocol, "--grpc-restricted-protocol", GRPC_HEADER_PREFIX

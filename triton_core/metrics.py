@@ -44,6 +44,9 @@ class MetricsOptions:
     allow_gpu_metrics: bool = True
     #: how often the sampled gauges (CPU utilisation and memory) refresh, in milliseconds
     interval_ms: float = 2000.0
+    #: ``--pinned-memory-pool-byte-size``: the pool size nv_pinned_memory_pool_total_bytes
+    #: reports (Triton's default, 256 MiB)
+    pinned_memory_pool_bytes: int = 1 << 28
 
     @classmethod
     def parse(
@@ -175,6 +178,7 @@ class TritonCollector(Collector):
         cache = getattr(self._server, "cache", None)
         if cache is not None:
             yield from _cache_families(cache.statistics())
+        yield from _pinned_memory_families(self._options.pinned_memory_pool_bytes)
         if self._options.allow_cpu_metrics:
             yield from self._cpu.families()
         custom = getattr(self._server, "custom_metrics", None)
@@ -428,6 +432,16 @@ def _meminfo() -> tuple[int, int] | None:
     if "MemTotal" not in values:
         return None
     return values["MemTotal"], values.get("MemAvailable", values.get("MemFree", 0))
+
+
+def _pinned_memory_families(pool_bytes: int) -> Iterator[Metric]:
+    """Triton's pinned pool gauges, as its build reports them without a GPU: the pool's
+    configured size, and nothing used (no transfer to a GPU goes through a pinned pool here)."""
+    for what, value in (("total", pool_bytes), ("used", 0)):
+        name = f"nv_pinned_memory_pool_{what}_bytes"
+        family = _family(name, f"Pinned memory pool {what} memory size, in bytes", "gauge")
+        family.add_sample(name, {}, value)
+        yield family
 
 
 def create_registry(server: Server, options: MetricsOptions) -> CollectorRegistry:

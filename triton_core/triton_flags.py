@@ -36,7 +36,6 @@ NO_EFFECT: Final = {
     "--grpc-infer-allocation-pool-size": "requests are Python objects, not pooled C++ states",
     "--grpc-max-response-pool-size": "responses are Python objects, not pooled C++ states",
     "--buffer-manager-thread-count": "tensors are numpy arrays, copied by the backends",
-    "--pinned-memory-pool-byte-size": "the backends allocate their own pinned memory",
     "--host-policy": "instances run without NUMA or CPU binding",
 }
 #: the flags above that take a count (the others parse their own way)

@@ -110,3 +110,29 @@ def test_summaries_before_any_request(repository: Path) -> None:
     labels = {"model": "plain", "version": "1"}
     assert metric(text, "nv_inference_request_summary_us_count", **labels) == 0
     assert str(metric(text, "nv_inference_request_summary_us", **labels, quantile="0.5")) == "nan"
+
+
+def test_pinned_memory_pool_gauges_report_the_pool_size_as_triton_without_a_gpu(
+    repository: Path,
+) -> None:
+    # Triton 2.51 on a machine without a GPU: total is the flag's size (256 MiB by default),
+    # used stays 0 (no transfer to a GPU goes through the pool)
+    with ServerProcess([repository], env=NUMPY_PLUGIN) as default:
+        default.wait_ready()
+        text = scrape(default)
+    assert "# TYPE nv_pinned_memory_pool_total_bytes gauge" in text
+    assert _unlabelled(text, "nv_pinned_memory_pool_total_bytes") == 1 << 28
+    assert _unlabelled(text, "nv_pinned_memory_pool_used_bytes") == 0
+    with ServerProcess(
+        [repository], "--pinned-memory-pool-byte-size", "12345678", env=NUMPY_PLUGIN
+    ) as sized:
+        sized.wait_ready()
+        text = scrape(sized)
+    assert _unlabelled(text, "nv_pinned_memory_pool_total_bytes") == 12345678
+    assert _unlabelled(text, "nv_pinned_memory_pool_used_bytes") == 0
+
+
+def _unlabelled(text: str, name: str) -> float:
+    match = re.search(rf"^{re.escape(name)} (\S+)$", text, re.MULTILINE)
+    assert match, f"{name} not in /metrics"
+    return float(match.group(1))
