@@ -484,6 +484,8 @@ def _run_serve(args: argparse.Namespace) -> int:
         grpc_compression_level=args.grpc_infer_response_compression_level,
         http_header_forward_pattern=args.http_header_forward_pattern,
         grpc_header_forward_pattern=args.grpc_header_forward_pattern,
+        http_thread_count=args.http_thread_count,
+        grpc_infer_thread_count=args.grpc_infer_thread_count,
     )
     workers = _worker_count(args.workers)
     if workers is None:

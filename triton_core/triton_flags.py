@@ -27,26 +27,22 @@ DEFAULT_BACKEND_DIRECTORY: Final = "/opt/tritonserver/backends"
 DEFAULT_REPOAGENT_DIRECTORY: Final = "/opt/tritonserver/repoagents"
 DEFAULT_CACHE_DIRECTORY: Final = "/opt/tritonserver/caches"
 
-_NO_THREAD_POOL = "one event loop serves every connection"
-
 #: flags accepted without effect here, with why; named at start only when given
 NO_EFFECT: Final = {
-    "--http-thread-count": _NO_THREAD_POOL,
-    "--grpc-infer-thread-count": _NO_THREAD_POOL,
     "--grpc-infer-allocation-pool-size": "requests are Python objects, not pooled C++ states",
     "--grpc-max-response-pool-size": "responses are Python objects, not pooled C++ states",
     "--buffer-manager-thread-count": "tensors are numpy arrays, copied by the backends",
     "--host-policy": "instances run without NUMA or CPU binding",
 }
-#: the flags above that take a count (the others parse their own way)
-_COUNT_FLAGS: Final = (
-    "--http-thread-count",
-    "--grpc-infer-thread-count",
-    "--grpc-infer-allocation-pool-size",
-    "--grpc-max-response-pool-size",
-    "--buffer-manager-thread-count",
-    "--pinned-memory-pool-byte-size",
-)
+#: the flags that take a count, with the least each accepts
+_COUNT_FLAGS: Final = {
+    "--http-thread-count": 1,
+    "--grpc-infer-allocation-pool-size": 0,
+    "--buffer-manager-thread-count": 0,
+    "--pinned-memory-pool-byte-size": 0,
+}
+#: Triton's bounds of --grpc-infer-thread-count
+GRPC_INFER_THREADS: Final = (2, 128)
 #: flags about GPUs: no effect here (the backends manage GPU memory themselves)
 GPU_ONLY: Final = (
     "--cuda-memory-pool-byte-size",
@@ -124,6 +120,28 @@ def _config_name(text: str) -> str:
             f"must be a file name without spaces or '/' (configs/<name>.pbtxt), got '{text}'",
         )
     return text
+
+
+def _grpc_infer_threads(text: str) -> int:
+    value = _integer("--grpc-infer-thread-count")(text)
+    low, high = GRPC_INFER_THREADS
+    if not low <= value <= high:  # Triton's words (with its underscores)
+        raise _bad(
+            "--grpc-infer-thread-count",
+            f"invalid argument for --grpc_infer_thread_count. Must be in the range {low} to "
+            f"{high}.",
+        )
+    return value
+
+
+def _response_pool_size(text: str) -> int:
+    value = _integer("--grpc-max-response-pool-size")(text)
+    if value <= 0:
+        raise _bad(
+            "--grpc-max-response-pool-size",
+            "Error: --grpc-max-response-pool-size must be greater than 0.",
+        )
+    return value
 
 
 def _host_policy(text: str) -> tuple[str, str, str]:
@@ -267,8 +285,14 @@ def _add_frontends(parser: argparse.ArgumentParser, parse_bool: Callable[[str], 
         metavar="MS",
         help="how often the gauges (CPU, memory, pending requests) refresh",
     )
-    for flag in _COUNT_FLAGS:
-        parser.add_argument(flag, type=_integer(flag, 0), default=None, metavar="N")
+    for flag, minimum in _COUNT_FLAGS.items():
+        parser.add_argument(flag, type=_integer(flag, minimum), default=None, metavar="N")
+    parser.add_argument(
+        "--grpc-infer-thread-count", type=_grpc_infer_threads, default=None, metavar="N"
+    )
+    parser.add_argument(
+        "--grpc-max-response-pool-size", type=_response_pool_size, default=None, metavar="N"
+    )
     parser.add_argument(
         "--host-policy", type=_host_policy, action="append", default=None, metavar="NAME,KEY=VALUE"
     )

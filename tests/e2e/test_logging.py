@@ -19,6 +19,7 @@ from tritonclient.utils import InferenceServerException
 
 from tests.plugins import log_plugin
 from tests.support import ServerProcess, refused_start_log, serve_until_done
+from triton_core import triton_flags
 
 onnx_builders = pytest.importorskip("triton_core_onnx.model_builders")
 
@@ -59,7 +60,7 @@ def logged(repository: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterat
         [repository],
         "--log-file", str(log_file),
         "--log-verbose", "1",
-        "--http-thread-count", "4",
+        "--grpc-infer-allocation-pool-size", "16",
         "--cuda-memory-pool-byte-size", "0:1024",
         env=PLUGIN_ENV,
     )  # fmt: skip
@@ -88,10 +89,10 @@ def test_log_file_is_appended_in_tritons_default_layout(logged: tuple) -> None:
 def test_flags_without_effect_say_so_once_at_start(logged: tuple) -> None:
     _, log_file = logged
     text = log_file.read_text()
-    line = "--http-thread-count has no effect here: one event loop serves every connection"
-    assert text.count(line) == 1
+    flag = "--grpc-infer-allocation-pool-size"
+    assert text.count(f"{flag} has no effect here: {triton_flags.NO_EFFECT[flag]}") == 1
     assert text.count("--cuda-memory-pool-byte-size has no effect here") == 1
-    assert "--grpc-infer-allocation-pool-size" not in text  # not given: not named
+    assert "--grpc-max-response-pool-size" not in text  # not given: not named
 
 
 def test_verbose_reaches_core_and_plugins_not_libraries(logged: tuple) -> None:

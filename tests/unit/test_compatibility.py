@@ -47,6 +47,7 @@ SAMPLE_BY_FLAG = {
     "--model-config-name": "h100",
     "--http-header-forward-pattern": "^x-",
     "--grpc-header-forward-pattern": "^x-",
+    "--grpc-infer-thread-count": "2",
 }
 
 
@@ -123,9 +124,7 @@ def test_flags_accepted_without_effect_say_so_at_start() -> None:
     no_effect = {
         flag for flag, (status, _) in of_kind("flag").items() if status == "accepted, no effect"
     }
-    # the SageMaker and Vertex AI listeners say so themselves when they start
-    cloud = {"--sagemaker-thread-count", "--vertex-ai-thread-count"}
-    assert no_effect == set(triton_flags.NO_EFFECT) | set(triton_flags.GPU_ONLY) | cloud
+    assert no_effect == set(triton_flags.NO_EFFECT) | set(triton_flags.GPU_ONLY)
 
 
 @cache

@@ -30,6 +30,7 @@ from triton_core.frontends.restricted import Restrictions
 from triton_core.frontends.tls import TlsOptions
 from triton_core.metrics import MetricsOptions
 from triton_core.server import Server
+from triton_core.threads import OffloadThreads
 
 if TYPE_CHECKING:
     import uvicorn
@@ -86,6 +87,11 @@ class FrontendOptions:
     #: request headers become request parameters; None: none are
     http_header_forward_pattern: re.Pattern[str] | None = None
     grpc_header_forward_pattern: re.Pattern[str] | None = None
+    #: ``--http-thread-count``: threads that decode large HTTP infer bodies off the event
+    #: loop (SageMaker and Vertex AI have their own, from their options); None: 2
+    http_thread_count: int | None = None
+    #: ``--grpc-infer-thread-count``: threads that inflate compressed gRPC requests; None: 2
+    grpc_infer_thread_count: int | None = None
     #: ``--workers``: every listener sets SO_REUSEPORT, so that the workers share its port
     reuse_port: bool = False
     #: builds the ``/metrics`` app instead of the one-process app (``--workers``)
@@ -183,9 +189,12 @@ async def serve(server: Server, options: FrontendOptions) -> int:
         return 1
     uvicorn_servers = []
     if "HTTP" in sockets:
+        from triton_core.frontends.http.app import set_decode_threads
         from triton_core.frontends.http.codec import DEFAULT_JSON_LIMITS
         from triton_core.frontends.http.fast_path import create_asgi_app
 
+        if options.http_thread_count is not None:
+            set_decode_threads(options.http_thread_count)
         app = create_asgi_app(
             server,
             max_input_size=http_limits.max_body_size,
@@ -230,6 +239,7 @@ async def serve(server: Server, options: FrontendOptions) -> int:
             restrictions=options.grpc_restrictions,
             tls=options.grpc_tls,
             limits=options.grpc_limits,
+            infer_threads=options.grpc_infer_thread_count,
         )
         await grpc_server.start()
         grpc_port: int = grpc_server.port  # type: ignore[union-attr]  # both transports set it
@@ -307,9 +317,6 @@ def _listen_cloud(options: FrontendOptions, sockets: dict[str, socket.socket]) -
     ):
         if not endpoint.allow:
             continue
-        if endpoint.thread_count is not None:
-            flag = "--sagemaker-thread-count" if key == "sagemaker" else "--vertex-ai-thread-count"
-            logger.info("%s has no effect: the event loop serves every request", flag)
         sockets[key] = listen_socket(endpoint.address, endpoint.port, name, options.reuse_port)
 
 
@@ -349,7 +356,8 @@ def _start_cloud(
     v2_app = create_app(server, **limits)
     started = []
     if "sagemaker" in sockets:
-        app: ASGIApp = SageMakerApp(server, v2_app, options.sagemaker, **limits)
+        threads = _cloud_threads(options.sagemaker.thread_count, "sagemaker-infer")
+        app: ASGIApp = SageMakerApp(server, v2_app, options.sagemaker, threads=threads, **limits)
         started.append(_start_uvicorn(app, sockets["sagemaker"], options))
         logger.info(
             "Started Sagemaker HTTPService at %s:%d",
@@ -365,6 +373,7 @@ def _start_cloud(
             health_route=health,
             model_name=vertex_ai_model,
             metrics_app=metrics_app,
+            threads=_cloud_threads(options.vertex_ai.thread_count, "vertex-ai-infer"),
             **limits,
         )
         started.append(_start_uvicorn(app, sockets["vertex_ai"], options))
@@ -374,6 +383,13 @@ def _start_cloud(
             _port_of(sockets["vertex_ai"]),
         )
     return started
+
+
+def _cloud_threads(count: int | None, name: str) -> OffloadThreads:
+    """A cloud listener's decoding threads (``--sagemaker-thread-count``, ...)."""
+    from triton_core.frontends.http.app import DEFAULT_DECODE_THREADS
+
+    return OffloadThreads(count or DEFAULT_DECODE_THREADS, name)
 
 
 def _forwarder(pattern: re.Pattern[str] | None) -> HeaderForwarder | None:

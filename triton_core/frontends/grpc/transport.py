@@ -46,6 +46,7 @@ from triton_core.frontends.grpc.http2 import (
 )
 from triton_core.frontends.grpc.limits import DEFAULT_LIMITS, GrpcLimits
 from triton_core.frontends.grpc.wire import EncodedMessage
+from triton_core.threads import OffloadThreads
 
 log = logging.getLogger(__name__)
 
@@ -437,10 +438,9 @@ class _Call:
         if self._decompress is None:
             self._fail(grpc.StatusCode.INTERNAL, "a compressed message without grpc-encoding")
             return None
-        loop = asyncio.get_running_loop()
         limit = self._server.max_message_size
         try:
-            return await loop.run_in_executor(None, self._decompress, payload, limit)
+            return await self._server.inflaters.run(self._decompress, payload, limit)
         except MessageTooLarge:
             self._fail_too_large(None)
         except zlib.error as exc:
@@ -726,6 +726,10 @@ class _Refused:
 _REFUSED: Final = _Refused()
 
 
+#: ``--grpc-infer-thread-count`` when not given (Triton's default)
+DEFAULT_INFER_THREADS: Final = 2
+
+
 class GrpcServer:
     """gRPC services on a bound socket; ``start``/``stop`` as grpc.aio's server has them."""
 
@@ -737,8 +741,11 @@ class GrpcServer:
         *,
         ssl: ssl_module.SSLContext | None = None,
         ssl_handshake_timeout: float = 10.0,
+        infer_threads: int = DEFAULT_INFER_THREADS,
     ) -> None:
         self._methods = methods
+        #: ``--grpc-infer-thread-count``: the threads that inflate compressed requests
+        self.inflaters = OffloadThreads(infer_threads, "grpc-infer")
         self._socket = sock
         #: TLS (ALPN h2) when set; a handshake longer than the timeout closes its connection
         self._ssl = ssl

@@ -13,7 +13,6 @@ import functools
 import http
 import logging
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from time import monotonic_ns
 from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import unquote
@@ -47,6 +46,7 @@ from triton_core.frontends.restricted import Restrictions
 from triton_core.frontends.server_api import ServerAPI
 from triton_core.frontends.tracing import sent, start_http_trace, tracer_of
 from triton_core.shared_memory.cuda import BAD_HANDLE as CUDA_BAD_HANDLE
+from triton_core.threads import OffloadThreads
 
 if TYPE_CHECKING:
     from triton_core.tracing import Trace
@@ -62,8 +62,9 @@ _OFFLOAD_BYTES: Final = 1 << 20
 #: infer bodies with more JSON than this, or larger than _OFFLOAD_BYTES, are decoded in a
 #: thread: parsing them would stall every client of the loop (HTTP and gRPC alike)
 _OFFLOAD_JSON_BYTES: Final = 1 << 16
-#: few threads: a decode holds the GIL much of the time, so more would not go faster
-_DECODE_THREADS: Final = 2
+#: ``--http-thread-count`` when not given: few threads, as a decode holds the GIL much of the
+#: time, so more would not go faster and would take turns from the event loop
+DEFAULT_DECODE_THREADS: Final = 2
 
 _JSON: Final = "application/json"
 #: base64 of a 64-byte cudaIpcMemHandle_t
@@ -374,7 +375,21 @@ def decodes_off_loop(body: bytes | memoryview, header_length: str | None) -> boo
     return b"BYTES" in header or b"\\" in header
 
 
-_decoder: ThreadPoolExecutor | None = None
+#: the HTTP endpoint's decoding threads (``--http-thread-count``)
+_http_decoders = OffloadThreads(DEFAULT_DECODE_THREADS, "http-decode")
+
+
+def set_decode_threads(count: int) -> OffloadThreads:
+    """Size the HTTP endpoint's decoding threads (``--http-thread-count``), before it serves."""
+    global _http_decoders
+    _http_decoders.shutdown()
+    _http_decoders = OffloadThreads(count, "http-decode")
+    return _http_decoders
+
+
+def decode_threads() -> OffloadThreads:
+    """The HTTP endpoint's decoding threads."""
+    return _http_decoders
 
 
 def decode_in_thread(
@@ -384,15 +399,14 @@ def decode_in_thread(
     body: bytes | memoryview,
     header_length: str | None,
     json_limits: JsonLimits,
+    threads: OffloadThreads | None = None,
 ) -> asyncio.Future[DecodedRequest]:
-    """:func:`decode_infer_body` in one of a few decoding threads, as a future of the loop.
+    """:func:`decode_infer_body` in one of a few decoding threads (``threads``, by default
+    the HTTP endpoint's), as a future of the loop.
 
     What it needs of the server is read first, here on the loop: the server is not made to
     be read from other threads while the loop changes it (a model loading).
     """
-    global _decoder
-    if _decoder is None:
-        _decoder = ThreadPoolExecutor(_DECODE_THREADS, thread_name_prefix="http-decode")
     length = _header_length(header_length, len(body))
     if length == 0:
         config = server.model_config_json(model_name, model_version)
@@ -402,7 +416,7 @@ def decode_in_thread(
         decode = functools.partial(
             decode_request, model_name, model_version, body, length, json_limits, lambda: names
         )
-    return asyncio.get_running_loop().run_in_executor(_decoder, decode)
+    return (threads or _http_decoders).run(decode)
 
 
 def encode_infer_answer(
@@ -436,16 +450,17 @@ async def infer_body(
     json_limits: JsonLimits = DEFAULT_JSON_LIMITS,
     trace: Trace | None = None,
     forwarded_headers: dict[str, str] | None = None,
+    threads: OffloadThreads | None = None,
 ) -> tuple[bytes, dict[str, str]]:
     """Decode an (uncompressed) infer body, run it, and encode the answer as (body, headers).
 
-    A large body is decoded in a thread (:func:`decodes_off_loop`). ``trace``: the
-    request's trace, when it is sampled. ``forwarded_headers``
-    join the request's parameters (``--http-header-forward-pattern``).
+    A large body is decoded in a thread (:func:`decodes_off_loop`) of ``threads`` (by
+    default the HTTP endpoint's). ``trace``: the request's trace, when it is sampled.
+    ``forwarded_headers`` join the request's parameters (``--http-header-forward-pattern``).
     """
     args = (server, model_name, model_version, body, header_length, json_limits)
     if decodes_off_loop(body, header_length):
-        decoded = await decode_in_thread(*args)
+        decoded = await decode_in_thread(*args, threads)
     else:
         decoded = decode_infer_body(*args)
     decoded.request.trace = trace

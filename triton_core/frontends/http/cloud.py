@@ -32,6 +32,7 @@ from triton_core.frontends.http.fast_path import _read_body as read_whole_body
 from triton_core.frontends.http.restricted import HeaderCheck
 from triton_core.frontends.restricted import Restrictions, first_value
 from triton_core.frontends.server_api import ServerAPI
+from triton_core.threads import OffloadThreads
 
 _CONTENT_TYPE: Final = b"content-type"
 _CONTENT_LENGTH: Final = b"content-length"
@@ -129,8 +130,11 @@ class CloudEndpoint:
         max_input_size: int,
         restrictions: Restrictions,
         json_limits: JsonLimits,
+        threads: OffloadThreads | None = None,
     ) -> None:
         self.server = server
+        #: the listener's decoding threads (``--sagemaker-thread-count``, ...); None: HTTP's
+        self.threads = threads
         #: the v2 falcon app, for the routes both serve alike
         self.app = app
         self.max_input_size = max_input_size
@@ -179,7 +183,13 @@ class CloudEndpoint:
             size = header_size_from_mime(header(scope, _CONTENT_TYPE), self.binary_mime, len(body))
             check_not_decoupled(self.server, model_name, model_version)
             data, headers = await infer_body(
-                self.server, model_name, model_version, body, size, self.json_limits
+                self.server,
+                model_name,
+                model_version,
+                body,
+                size,
+                self.json_limits,
+                threads=self.threads,
             )
         except Exception as exc:
             if failure is not None and isinstance(exc, TritonError):
