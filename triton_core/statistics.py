@@ -56,6 +56,21 @@ class ExecutionTimes:
     output_ns: int
 
 
+@dataclass(slots=True)
+class StepTimes:
+    """What the steps of one ensemble request spent computing (nanoseconds), summed: Triton
+    reports these sums as the ensemble's compute times."""
+
+    input_ns: int = 0
+    infer_ns: int = 0
+    output_ns: int = 0
+
+    def add(self, input_ns: int, infer_ns: int, output_ns: int) -> None:
+        self.input_ns += input_ns
+        self.infer_ns += infer_ns
+        self.output_ns += output_ns
+
+
 class Histogram:
     """Cumulative-bucket histogram, exposed in Prometheus' shape."""
 
@@ -174,12 +189,30 @@ class ModelStatistics:
         self.compute_output.add(times.output_ns * requests, requests)
         if self.summaries is not None:
             self._summarize(queued_ns, times)
+        self._add_batch(batch_size, times.input_ns, times.infer_ns, times.output_ns)
+
+    def record_ensemble(self, batch_size: int, queue_ns: int, steps: StepTimes) -> None:
+        """An ensemble request succeeded: Triton counts it as one execution of its batch
+        size, computing for as long as its steps did together."""
+        self.execution_count += 1
+        self.inference_count += batch_size
+        self.queue.add(queue_ns)
+        self.compute_input.add(steps.input_ns)
+        self.compute_infer.add(steps.infer_ns)
+        self.compute_output.add(steps.output_ns)
+        if self.summaries is not None:
+            # queued at 0, started at queue_ns: the queue time is queue_ns
+            times = ExecutionTimes(queue_ns, steps.input_ns, steps.infer_ns, steps.output_ns)
+            self._summarize((0,), times)
+        self._add_batch(batch_size, steps.input_ns, steps.infer_ns, steps.output_ns)
+
+    def _add_batch(self, batch_size: int, input_ns: int, infer_ns: int, output_ns: int) -> None:
         batch = self.batches.get(batch_size)
         if batch is None:
             batch = self.batches[batch_size] = BatchStatistics()
-        batch.compute_input.add(times.input_ns)
-        batch.compute_infer.add(times.infer_ns)
-        batch.compute_output.add(times.output_ns)
+        batch.compute_input.add(input_ns)
+        batch.compute_infer.add(infer_ns)
+        batch.compute_output.add(output_ns)
         self.batch_size_histogram[batch_size] = self.batch_size_histogram.get(batch_size, 0) + 1
 
     def _summarize(self, queued_ns: Sequence[int], times: ExecutionTimes) -> None:

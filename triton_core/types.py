@@ -12,6 +12,7 @@ from triton_core.errors import TritonError
 
 if TYPE_CHECKING:
     from triton_core.shared_memory.refs import SharedMemoryTensors
+    from triton_core.statistics import StepTimes
     from triton_core.tracing.trace import Trace
 
 #: request and response parameter values, as the parameters extension allows them
@@ -92,6 +93,9 @@ class InferenceRequest:
     #: ``TRITONSERVER_REQUEST_RELEASE_RESCHEDULE``, to run it again (no response this time);
     #: only a sequence batcher with ``iterative_sequence`` accepts that
     reschedule: bool = False
+    #: set by the ensemble scheduler on a step's request: where its compute times are added,
+    #: for the ensemble's statistics (None: not a step of an ensemble)
+    ensemble_steps: StepTimes | None = None
 
     def output_names(self) -> list[str] | None:
         """Names of the requested outputs, or None for all of them."""

@@ -248,3 +248,50 @@ def test_load_model_of_an_ensemble_at_start_loads_its_members(tmp_path):
         assert not ready_models(client)
     finally:
         assert process.stop() == 0, process.log()[-4000:]
+
+
+def test_ensemble_statistics_are_tritons_sums_of_its_steps(tmp_path: Path) -> None:
+    # Triton 2.51 (an ensemble of two identity models, measured): one execution per request,
+    # inference_count by batch size, compute times the sums of the steps', batch_stats too
+    for name in ("first", "second"):
+        write(tmp_path, name, onnx_config({"INPUT0": "4"}, {"OUTPUT0": "4"}))
+        onnx_builders.identity(tmp_path / name / "1" / "model.onnx", "FP32", (4,))
+    chain = ensemble(
+        {"IN": "4"},
+        {"OUT": "4"},
+        [
+            ("first", {"INPUT0": "IN"}, {"OUTPUT0": "MID"}),
+            ("second", {"INPUT0": "MID"}, {"OUTPUT0": "OUT"}),
+        ],
+    )
+    write(tmp_path, "chain", chain)
+    with ServerProcess([tmp_path]) as process:
+        process.wait_ready()
+        client = httpclient.InferenceServerClient(process.http_url)
+        try:
+            for rows in (1, 1, 1, 3):
+                tensor = httpclient.InferInput("IN", [rows, 4], "FP32")
+                values = np.arange(rows * 4, dtype=np.float32).reshape(rows, 4)
+                tensor.set_data_from_numpy(values)
+                result = client.infer("chain", [tensor])
+                np.testing.assert_array_equal(result.as_numpy("OUT"), values)
+            stats = {
+                name: client.get_inference_statistics(name)["model_stats"][0]
+                for name in ("chain", "first", "second")
+            }
+        finally:
+            client.close()
+    chain_stats = stats["chain"]
+    assert (chain_stats["inference_count"], chain_stats["execution_count"]) == (6, 4)
+    inference = chain_stats["inference_stats"]
+    for kind in ("success", "queue", "compute_input", "compute_infer", "compute_output"):
+        assert inference[kind]["count"] == 4, kind
+    for kind in ("compute_input", "compute_infer", "compute_output"):
+        steps = sum(stats[name]["inference_stats"][kind]["ns"] for name in ("first", "second"))
+        assert inference[kind]["ns"] == steps, kind
+    batches = {batch["batch_size"]: batch for batch in chain_stats["batch_stats"]}
+    assert sorted(batches) == [1, 3]
+    assert batches[1]["compute_infer"]["count"] == 3 and batches[3]["compute_infer"]["count"] == 1
+    assert (
+        sum(b["compute_infer"]["ns"] for b in batches.values()) == inference["compute_infer"]["ns"]
+    )

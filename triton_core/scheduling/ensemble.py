@@ -18,12 +18,14 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from collections.abc import Callable
+from time import monotonic_ns
 from typing import TYPE_CHECKING
 
 from triton_core.errors import Status, TritonError, internal
 from triton_core.hookspecs import hookimpl
 from triton_core.model import ModelSignature
 from triton_core.scheduling.base import Scheduler, SchedulerContext
+from triton_core.statistics import StepTimes
 from triton_core.streaming import StreamSender
 from triton_core.types import InferenceRequest, InferenceResponse, Tensor
 
@@ -51,6 +53,7 @@ class EnsembleScheduler(Scheduler):
             raise internal(f"ensemble '{context.model_name}' needs the server to call its steps")
         self._server: Server = server
         self.loop = context.loop
+        self.statistics = context.statistics
         self.name = context.model_name
         self._version = context.model_version
         self._signature = ModelSignature(context.config)
@@ -86,13 +89,16 @@ class EnsembleScheduler(Scheduler):
         values: dict[str, Tensor],
         request: InferenceRequest,
         deliver: Callable[[InferenceResponse], None] | None = None,
+        steps: StepTimes | None = None,
     ) -> InferenceResponse | None:
         """Run one step for one request; errors name the ensemble and the step's model.
 
         A decoupled step hands each response with outputs to ``deliver`` as it comes and
-        returns None once its model sent the final flag.
+        returns None once its model sent the final flag. The step's compute times are added
+        to ``steps``.
         """
         step_request = self._step_request(step, values, request)
+        step_request.ensemble_steps = steps
         server = self._server
         try:
             slot = self._slots[step.index]
@@ -196,7 +202,18 @@ class _Branch:
 class _EnsembleRun:
     """One request on its way through the steps; lives on the event loop only."""
 
-    __slots__ = ("future", "order", "plan", "request", "root", "running", "scheduler", "sender")
+    __slots__ = (
+        "future",
+        "order",
+        "plan",
+        "request",
+        "root",
+        "running",
+        "scheduler",
+        "sender",
+        "started_ns",
+        "steps",
+    )
 
     def __init__(
         self,
@@ -208,6 +225,9 @@ class _EnsembleRun:
         self.plan = scheduler.plan
         self.request = request
         self.future = future
+        self.started_ns = monotonic_ns()
+        #: the steps' compute times, summed (the ensemble's own, in Triton's statistics)
+        self.steps = StepTimes()
         self.running: set[asyncio.Task[InferenceResponse | None]] = set()
         #: a decoupled ensemble answers through the request's sender, branch by branch
         self.sender = request.response_sender if self.plan.decoupled else None
@@ -246,7 +266,7 @@ class _EnsembleRun:
                 self._branch_out(branch, step, response)
 
         task = self.scheduler.loop.create_task(
-            self.scheduler.call_step(step, branch.values, self.request, deliver)
+            self.scheduler.call_step(step, branch.values, self.request, deliver, self.steps)
         )
         branch.tasks += 1
         self.running.add(task)
@@ -333,12 +353,25 @@ class _EnsembleRun:
                 self.future.set_result(self.scheduler.respond(self.request, self.root.values))
             except TritonError as failure:
                 self._fail(failure)
+                return
+            self._record()
             return
         for branch in self.order:  # every step is done: no branch can wait any longer
             branch.closed = True
         self._send_closed()
         self.sender.send(None, final=True)
         self.future.set_result(None)  # type: ignore[arg-type]  # decoupled: answered above
+        self._record()
+
+    def _record(self) -> None:
+        """The request succeeded: one execution of the ensemble, as long as its steps took
+        together (and so for the ensemble this one is a step of)."""
+        request, steps = self.request, self.steps
+        queue_ns = max(0, self.started_ns - request.queued_ns) if request.queued_ns else 0
+        self.scheduler.statistics.record_ensemble(request.batch_size, queue_ns, steps)
+        outer = request.ensemble_steps
+        if outer is not None:
+            outer.add(steps.input_ns, steps.infer_ns, steps.output_ns)
 
     def _fail(self, error: BaseException) -> None:
         if not self.future.done():

@@ -314,6 +314,8 @@ class InstancePool(ABC):
         for request, future, result in zip(requests, futures, results, strict=True):
             if request.trace is not None:
                 request.trace.compute(times)
+            if request.ensemble_steps is not None and not isinstance(result, TritonError):
+                request.ensemble_steps.add(times.input_ns, times.infer_ns, times.output_ns)
             if future.done():
                 continue
             if isinstance(result, TritonError):
