@@ -63,6 +63,10 @@ class InstanceSpec:
     group_name: str
     #: the group is ``passive``: the instance is loaded but gets no requests
     passive: bool = False
+    #: the group's ``host_policy`` ("" when none)
+    host_policy: str = ""
+    #: the CPUs that policy runs the instance's threads (and processes) on; None: any
+    cpus: frozenset[int] | None = None
 
 
 class ModelInstance(ABC):

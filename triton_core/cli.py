@@ -449,6 +449,7 @@ def _run_serve(args: argparse.Namespace) -> int:
         model_namespacing=args.model_namespacing,
         rate_limit=args.rate_limit,
         rate_limit_resources=args.rate_limit_resource,
+        host_policies=args.host_policy or [],
     )
     if args.rate_limit_resource and args.rate_limit == "off":
         logging.getLogger("triton_core").warning(

@@ -15,7 +15,7 @@ from pathlib import Path
 from time import monotonic_ns
 from typing import TYPE_CHECKING, Any
 
-from triton_core import __version__
+from triton_core import __version__, host_policy
 from triton_core.cache.base import ResponseCache, request_key
 from triton_core.config import ModelConfig, config_to_json
 from triton_core.custom_metrics import CustomMetrics
@@ -112,6 +112,8 @@ class ServerOptions:
     rate_limit: str = "off"
     #: ``--rate-limit-resource``: (name, count, device or -1 for every device)
     rate_limit_resources: list[tuple[str, int, int]] = field(default_factory=list)
+    #: ``--host-policy``: (policy name, setting, value) as given
+    host_policies: list[tuple[str, str, str]] = field(default_factory=list)
 
 
 def _extensions() -> tuple[str, ...]:
@@ -165,6 +167,12 @@ class Server:
             return None
         return RateLimiter(self.options.rate_limit_resources)
 
+    def _host_policies(self) -> dict[str, frozenset[int]]:
+        try:
+            return host_policy.resolve(self.options.host_policies)
+        except ValueError as exc:
+            raise invalid_arg(str(exc)) from None
+
     async def start(self) -> None:
         """Load the model repositories; raises if a model fails and ``exit_on_error`` is set."""
         loop = asyncio.get_running_loop()
@@ -193,6 +201,7 @@ class Server:
                 model_config_name=self.options.model_config_name,
                 model_load_retry_count=self.options.model_load_retry_count,
                 response_cache=self.cache is not None,
+                host_policies=self._host_policies(),
             ),
             loop,
             server=self,

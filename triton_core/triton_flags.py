@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final
 
+from triton_core import host_policy
 from triton_core.devices import gpu_count
 from triton_core.logsettings import LOG_FORMATS
 
@@ -32,7 +33,6 @@ NO_EFFECT: Final = {
     "--grpc-infer-allocation-pool-size": "requests are Python objects, not pooled C++ states",
     "--grpc-max-response-pool-size": "responses are Python objects, not pooled C++ states",
     "--buffer-manager-thread-count": "tensors are numpy arrays, copied by the backends",
-    "--host-policy": "instances run without NUMA or CPU binding",
 }
 #: the flags that take a count, with the least each accepts
 _COUNT_FLAGS: Final = {
@@ -147,12 +147,26 @@ def _response_pool_size(text: str) -> int:
 def _host_policy(text: str) -> tuple[str, str, str]:
     name, sep, setting = text.partition(",")
     key, eq, value = setting.partition("=")
-    if not sep or not eq or not name or key not in ("numa-node", "cpu-cores"):
+    if not sep or not eq or not name:
         raise _bad(
             "--host-policy",
             "expects <policy_name>,<setting>=<value> with setting numa-node or cpu-cores, "
             f"got '{text}'",
         )
+    if key not in host_policy.SETTINGS:  # Triton's words
+        raise _bad(
+            "--host-policy",
+            f"Unsupported host policy setting '{key}' is specified, supported settings are "
+            "'numa-node', 'cpu-cores'",
+        )
+    what = f"--host-policy '{name}' {key}"
+    try:  # the value's form now; whether the CPUs exist when the server starts
+        if key == "cpu-cores":
+            host_policy.cpu_list(value, what)
+        elif not value.isdigit():
+            raise ValueError(f"{what}: must be a node number, got '{value}'")
+    except ValueError as exc:
+        raise _bad("--host-policy", str(exc)) from None
     return name, key, value
 
 

@@ -67,7 +67,7 @@ def test_defaults_are_tritons() -> None:
         (["--log-verbose", "-1"], "argument --log-verbose: must be at least 0"),
         (["--grpc-infer-response-compression-level", "max"], "invalid argument for"),
         (["--cuda-memory-pool-byte-size", "1024"], "Cannot parse pair option"),
-        (["--host-policy", "gpu0,threads=4"], "argument --host-policy: expects"),
+        (["--host-policy", "gpu0,threads=4"], "Unsupported host policy setting 'threads'"),
         (["--http-header-forward-pattern", "("], "invalid regular expression"),
         (["--http-thread-count", "many"], "argument --http-thread-count: Invalid option value"),
         (["--metrics-interval-ms", "nan"], "argument --metrics-interval-ms"),

@@ -245,7 +245,10 @@ FIELDS: Final[dict[str, FieldPolicy]] = {
         "the group's instances are loaded and finalized but get no requests; a model whose "
         "groups are all passive is refused"
     ),
-    "instance_group.host_policy": _n("NUMA host policies are not applied by this server"),
+    "instance_group.host_policy": _h(
+        "the instances' threads (a Python model's process) run on the CPUs of that "
+        "--host-policy; a name no --host-policy defines fails the load"
+    ),
     "default_model_filename": _h("the file each version folder holds"),
     "cc_model_filenames": _n("files per GPU compute capability; " + _NO_GPU),
     "metric_tags": _h("each tag labels the model's metrics as '_<key>', as Triton"),

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterator
+import os
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +23,7 @@ from triton_core.config import (
 from triton_core.config.audit import audit
 from triton_core.errors import TritonError, internal, invalid_arg
 from triton_core.failures import exception_text, model_label, raised
+from triton_core.host_policy import run_this_thread_on
 from triton_core.model import LoadedModel, ModelSignature
 from triton_core.ragged import validate_batch_io
 from triton_core.registry import BackendRegistry
@@ -63,6 +65,8 @@ class LoaderOptions:
     model_load_retry_count: int = 0
     #: a response cache is configured (``--cache-config``)
     response_cache: bool = False
+    #: ``--host-policy``: each policy's CPUs, by name
+    host_policies: dict[str, frozenset[int]] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -260,9 +264,9 @@ class ModelLoader:
         signature.origin = self.backend_origin(backend_name)
         samples = build_samples(config, prepared.model_dir, signature)
         where = model_label(config.name, version)
+        specs = instance_specs(config, self._options.host_policies)
         with self._plugin_call(where, backend_name, "load_model"):
             backend_model = prepared.backend.load_model(context)
-        specs = instance_specs(config)
         instances = self._create_instances(backend_model, specs, backend_name, where)
         parts = VersionParts(
             config,
@@ -285,7 +289,7 @@ class ModelLoader:
         try:
             for spec in specs:
                 with self._plugin_call(where, backend, "create_instance"):
-                    instances.append(backend_model.create_instance(spec))
+                    instances.append(_create_instance(backend_model, spec))
         except Exception:
             discard(instances, backend_model)
             raise
@@ -427,19 +431,55 @@ def read_model_config(
     return config
 
 
-def instance_specs(config: ModelConfig) -> list[InstanceSpec]:
-    """The instances a normalised config asks for, named ``<group>_<index>`` like Triton."""
+def instance_specs(
+    config: ModelConfig, host_policies: Mapping[str, frozenset[int]] | None = None
+) -> list[InstanceSpec]:
+    """The instances a normalised config asks for, named ``<group>_<index>`` like Triton,
+    with the CPUs of their group's ``host_policy`` (one of ``host_policies``, by name)."""
     specs = []
     for group in config.instance_group:
         kind = instance_kind_name(group.kind)
         devices = list(group.gpus) if kind == "GPU" else [0]
+        cpus = _policy_cpus(config.name, group.name, group.host_policy, host_policies or {})
         index = 0
         for device in devices:
             for _ in range(group.count):
                 name = f"{group.name}_{index}"
-                specs.append(InstanceSpec(name, kind, device, group.name, group.passive))
+                specs.append(
+                    InstanceSpec(
+                        name, kind, device, group.name, group.passive, group.host_policy, cpus
+                    )
+                )
                 index += 1
     return specs
+
+
+def _create_instance(backend_model: BackendModel, spec: InstanceSpec) -> ModelInstance:
+    """``create_instance``, on the CPUs of the spec's host policy: the threads and processes
+    a backend starts for the instance (a runtime's thread pool, a process) inherit them."""
+    if spec.cpus is None:
+        return backend_model.create_instance(spec)
+    before = os.sched_getaffinity(0)
+    run_this_thread_on(spec.cpus)
+    try:
+        return backend_model.create_instance(spec)
+    finally:
+        os.sched_setaffinity(0, before)
+
+
+def _policy_cpus(
+    model: str, group: str, policy: str, host_policies: Mapping[str, frozenset[int]]
+) -> frozenset[int] | None:
+    if not policy:
+        return None
+    cpus = host_policies.get(policy)
+    if cpus is None:
+        given = ", ".join(f"'{name}'" for name in sorted(host_policies)) or "none"
+        raise invalid_arg(
+            f"model '{model}' instance_group '{group}': 'host_policy' names '{policy}', which "
+            f"no --host-policy defines (defined: {given})"
+        )
+    return cpus
 
 
 def load_error(exc: BaseException, model: str) -> TritonError:

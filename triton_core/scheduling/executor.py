@@ -37,9 +37,11 @@ from typing import TYPE_CHECKING
 from triton_core.backend import EventDrivenInstance
 from triton_core.errors import Status, TritonError
 from triton_core.failures import RepeatedFailureLog, model_label, raised
+from triton_core.host_policy import format_cpus, run_this_thread_on
 from triton_core.scheduling.timeouts import ExecuteWatch
 from triton_core.statistics import ExecutionTimes, ModelStatistics
 from triton_core.streaming import note_instance
+from triton_core.threads import name_native_thread
 
 if TYPE_CHECKING:
     from triton_core.backend import ModelInstance
@@ -97,8 +99,11 @@ class InstancePool(ABC):
         limits: Sequence[tuple[int, ResourceMap]] = (),
         prepare: Callable[[list[InferenceRequest]], None] | None = None,
         passive: Sequence[ModelInstance] = (),
+        cpus: Sequence[frozenset[int] | None] = (),
     ) -> None:
         self.instances = list(instances)
+        #: per instance: the CPUs its thread runs on (``host_policy``); empty: any
+        self._cpus = list(cpus)
         #: instances of ``passive`` groups: loaded, given no batches, finalized at stop
         self._passive = list(passive)
         self.names = list(names)
@@ -510,6 +515,19 @@ class ThreadedInstancePool(InstancePool):
         resolve = self._resolve
         call_soon = self._loop.call_soon_threadsafe
         watch = self.watch
+        name_native_thread(name)  # the instance's name where the system shows threads
+        cpus = self._cpus[index] if self._cpus else None
+        if cpus is not None:
+            try:
+                run_this_thread_on(cpus)
+            except OSError as exc:
+                logger.error(
+                    "model '%s' instance '%s': cannot run on CPUs %s: %s",
+                    self._model_name,
+                    name,
+                    format_cpus(cpus),
+                    exc,
+                )
         try:
             instance.thread_started()
         except Exception:

@@ -140,6 +140,7 @@ class SchedulingRuntime:
             limits=rate_limits(config, [specs[i] for i in serving]),
             prepare=prepare,
             passive=[instance for i, instance in enumerate(instances) if i not in serving],
+            cpus=[specs[i].cpus for i in serving],
         )
 
     def _batch_strategy(self, config: ModelConfig) -> BatchStrategy | None:

@@ -258,6 +258,7 @@ class PythonModel(BackendModel):
             shm_size=self.backend.shm_size,
             shm_directory=self.backend.shm_directory,
             policy=self.backend.stub_policy,
+            cpus=spec.cpus,
         )
 
     def create_instance(self, spec: InstanceSpec) -> ModelInstance:

@@ -119,6 +119,8 @@ class StubSettings:
     input_reshapes: Mapping[str, Callable[[Any], Any]] = field(default_factory=dict)
     #: config ``reshape``: output name -> view of the model's shape as the config's dims
     output_reshapes: Mapping[str, Callable[[Any], Any]] = field(default_factory=dict)
+    #: the instance group's ``host_policy``: the CPUs the process runs on (None: any)
+    cpus: frozenset[int] | None = None
 
 
 class StubDied(Exception):
@@ -213,6 +215,8 @@ class StubProcess:
         ]  # fmt: skip
         if settings.shm_directory:
             arguments += ["--shm-directory", settings.shm_directory]
+        if settings.cpus is not None:
+            arguments += ["--cpus", ",".join(map(str, sorted(settings.cpus)))]
         command, env = stub_command(settings.python, *arguments)
         try:
             self.process = subprocess.Popen(

@@ -576,9 +576,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--policy", choices=("batch", "normal"), default="normal")
     parser.add_argument("--auto-complete", metavar="MODEL_PY")
     parser.add_argument("--result-fd", type=int)
+    parser.add_argument("--cpus", default="", help="CPU ids to run on (host_policy)")
     args = parser.parse_args(argv)
     if args.auto_complete:
         return _run_auto_complete(args.auto_complete, args.result_fd)
+    if args.cpus:
+        # before any thread starts, so that every thread of the model runs on these CPUs
+        os.sched_setaffinity(0, {int(cpu) for cpu in args.cpus.split(",")})
     if args.policy == "batch":
         # Before any thread starts, so that all inherit it: woken by the server, this
         # process then waits for a CPU instead of preempting the server's event loop, which
