@@ -748,3 +748,48 @@ async def test_rescheduling_without_iterative_sequence_fails_with_tritons_messag
             "is not configured to handle such a flag."
         )
         assert total(await runs(server, "plain", 1, 6, START | END)) == 1
+
+
+@pytest.mark.parametrize("preserve", [True, False])
+async def test_oldest_preserve_ordering_answers_in_arrival_order(tmp_path, preserve):
+    """Sequence 1 runs on one instance, held; sequence 2 finishes on the other first: with
+    preserve_ordering its answer waits for sequence 1's, without it goes out at once."""
+    repo = tmp_path / "models"
+    ordering = "preserve_ordering: true" if preserve else ""
+    write_sequence_model(
+        repo,
+        "ordered",
+        controls=("START", "END", "CORRID"),
+        strategy=f"oldest {{ max_candidate_sequences: 1 {ordering} }}",
+        instances=2,
+    )
+    async with numpy_server(repo) as server:
+        instances = server.model("ordered").pool.instances
+        gates = [threading.Event(), threading.Event()]
+        for model_instance, gate in zip(instances, gates, strict=True):
+            model_instance.gate = gate
+        answered: list[int] = []
+        try:
+            first = asyncio.ensure_future(server.infer(seq("ordered", 1, 1, START | END)))
+            first.add_done_callback(lambda _: answered.append(1))
+            await until(lambda: any(i.entered.is_set() for i in instances), "sequence 1 to run")
+            held = next(index for index, i in enumerate(instances) if i.entered.is_set())
+            other = 1 - held
+            second = asyncio.ensure_future(server.infer(seq("ordered", 2, 2, START | END)))
+            second.add_done_callback(lambda _: answered.append(2))
+            await until(lambda: instances[other].entered.is_set(), "sequence 2 to run")
+            gates[other].set()
+            statistics = server.model("ordered").statistics
+            await until(lambda: statistics.execution_count == 1, "sequence 2's batch to finish")
+            if preserve:
+                await asyncio.sleep(0.3)  # time enough for an answer to get through
+                assert answered == []
+            else:
+                await until(lambda: answered == [2], "sequence 2's answer")
+            gates[held].set()
+            assert total(await asyncio.wait_for(first, 30)) == 1
+            assert total(await asyncio.wait_for(second, 30)) == 2
+        finally:
+            for gate in gates:
+                gate.set()
+        assert answered == ([1, 2] if preserve else [2, 1])

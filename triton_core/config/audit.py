@@ -184,9 +184,8 @@ FIELDS: Final[dict[str, FieldPolicy]] = {
     "sequence_batching.oldest.max_candidate_sequences": _h("the oldest strategy"),
     "sequence_batching.oldest.preferred_batch_size": _h("the oldest strategy"),
     "sequence_batching.oldest.max_queue_delay_microseconds": _h("the oldest strategy"),
-    "sequence_batching.oldest.preserve_ordering": _n(
-        "the oldest strategy does not hold responses back to the arrival order across "
-        "sequences (each sequence's own responses stay in order)"
+    "sequence_batching.oldest.preserve_ordering": _h(
+        "responses return in the order the requests arrived, across sequences and instances"
     ),
     "sequence_batching.max_sequence_idle_microseconds": _h("idle sequences are released"),
     "sequence_batching.control_input": _h("control tensors the server fills"),

@@ -54,7 +54,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from time import monotonic_ns
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -349,6 +349,10 @@ class SequenceBatcher(Scheduler):
         self._pending = 0
         self._stopping = False
         self._drained: asyncio.Event | None = None
+        #: oldest ``preserve_ordering``: (caller's, batcher's) futures in arrival order, until
+        #: the caller's is answered; None: answers go out as they finish
+        self._order: deque[tuple[asyncio.Future[InferenceResponse], asyncio.Future[Any]]] | None
+        self._order = deque() if self._oldest and batching.oldest.preserve_ordering else None
         self._pool.pin()
 
     # -- accepting -----------------------------------------------------------------------------
@@ -400,7 +404,41 @@ class SequenceBatcher(Scheduler):
         self._pending += 1
         if sequence.slot is not None:
             self._kick(sequence.slot.instance)
+        if self._order is not None:
+            return self._in_arrival_order(future)
         return future
+
+    # -- preserve_ordering (oldest) ------------------------------------------------------------
+
+    def _in_arrival_order(
+        self, inner: asyncio.Future[InferenceResponse]
+    ) -> asyncio.Future[InferenceResponse]:
+        """The caller's future: answered once every request that arrived before is."""
+        assert self._order is not None
+        outer: asyncio.Future[InferenceResponse] = self._loop.create_future()
+        self._order.append((outer, inner))
+        inner.add_done_callback(self._release_in_order)
+        # a caller that stops waiting cancels the request, as without ordering
+        outer.add_done_callback(lambda done: inner.cancel() if done.cancelled() else None)
+        return outer
+
+    def _release_in_order(self, _finished: asyncio.Future[Any]) -> None:
+        order = self._order
+        assert order is not None
+        while order:
+            outer, inner = order[0]
+            if not inner.done():
+                return
+            order.popleft()
+            error = None if inner.cancelled() else inner.exception()  # retrieved either way
+            if outer.done():
+                continue  # the caller went away
+            if inner.cancelled():
+                outer.cancel()
+            elif error is not None:
+                outer.set_exception(error)
+            else:
+                outer.set_result(inner.result())
 
     def _own_id(self) -> int:
         """An unused correlation ID for an iterative request that has none (as Triton's
