@@ -450,6 +450,7 @@ def _run_serve(args: argparse.Namespace) -> int:
         rate_limit=args.rate_limit,
         rate_limit_resources=args.rate_limit_resource,
         host_policies=args.host_policy or [],
+        buffer_manager_thread_count=args.buffer_manager_thread_count or 0,
     )
     if args.rate_limit_resource and args.rate_limit == "off":
         logging.getLogger("triton_core").warning(

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from triton_core import buffer_manager
 from triton_core.errors import Status, TritonError, invalid_arg
 from triton_core.protos.model_config_pb2 import BatchInput, BatchOutput, DataType, ModelConfig
 from triton_core.types import InferenceRequest, Tensor
@@ -149,7 +150,7 @@ class RaggedBatching:
             if name in self.ragged:
                 parts = [part.reshape(-1) for part in parts]
             try:
-                joined[name] = np.concatenate(parts, axis=0)
+                joined[name] = buffer_manager.gather(parts)
             except ValueError:
                 raise TritonError(
                     Status.INVALID_ARG,

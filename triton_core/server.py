@@ -15,7 +15,7 @@ from pathlib import Path
 from time import monotonic_ns
 from typing import TYPE_CHECKING, Any
 
-from triton_core import __version__, host_policy
+from triton_core import __version__, buffer_manager, host_policy
 from triton_core.cache.base import ResponseCache, request_key
 from triton_core.config import ModelConfig, config_to_json
 from triton_core.custom_metrics import CustomMetrics
@@ -112,6 +112,8 @@ class ServerOptions:
     rate_limit: str = "off"
     #: ``--rate-limit-resource``: (name, count, device or -1 for every device)
     rate_limit_resources: list[tuple[str, int, int]] = field(default_factory=list)
+    #: ``--buffer-manager-thread-count``: threads for large tensor copies (0: inline)
+    buffer_manager_thread_count: int = 0
     #: ``--host-policy``: (policy name, setting, value) as given
     host_policies: list[tuple[str, str, str]] = field(default_factory=list)
 
@@ -181,6 +183,7 @@ class Server:
         except ValueError as exc:
             raise invalid_arg(str(exc)) from None
         self.cache = self._create_cache()
+        buffer_manager.set_thread_count(self.options.buffer_manager_thread_count)
         backends = self.plugins.register_backends()
         runtime = SchedulingRuntime(
             self.plugins.register_schedulers(),
@@ -738,6 +741,10 @@ async def _write_outputs(use: shm_tensors.SharedMemoryUse, response: InferenceRe
     if use.output_bytes() <= shm_tensors.OFFLOAD_BYTES:
         use.write_outputs(response)
         return
-    writing = asyncio.get_running_loop().run_in_executor(None, use.write_outputs, response)
+    copiers = buffer_manager.threads()  # --buffer-manager-thread-count, when given
+    if copiers is not None:
+        writing = copiers.run(use.write_outputs, response)
+    else:
+        writing = asyncio.get_running_loop().run_in_executor(None, use.write_outputs, response)
     use.writing = writing  # a cancelled caller's release waits for the write to end
     await writing

@@ -32,7 +32,6 @@ DEFAULT_CACHE_DIRECTORY: Final = "/opt/tritonserver/caches"
 NO_EFFECT: Final = {
     "--grpc-infer-allocation-pool-size": "requests are Python objects, not pooled C++ states",
     "--grpc-max-response-pool-size": "responses are Python objects, not pooled C++ states",
-    "--buffer-manager-thread-count": "tensors are numpy arrays, copied by the backends",
 }
 #: the flags that take a count, with the least each accepts
 _COUNT_FLAGS: Final = {

@@ -147,3 +147,44 @@ def test_a_bad_thread_count_is_refused_naming_the_flag(
     repository: Path, flags: tuple[str, ...], message: str
 ) -> None:
     assert message in refused_start_log([repository], *flags)
+
+
+def test_buffer_manager_threads_gather_large_batches(tmp_path: Path) -> None:
+    """Three 1 MiB requests batched together: their inputs are gathered by the copy threads
+    (with --buffer-manager-thread-count) or inline (without), with the same answers."""
+    builders = pytest.importorskip("triton_core_onnx.model_builders")
+    width = 1 << 18  # FP32: 1 MiB a request
+    model = tmp_path / "gathered"
+    (model / "1").mkdir(parents=True)
+    builders.identity(model / "1" / "model.onnx", "FP32", (width,))
+    (model / "config.pbtxt").write_text(
+        'platform: "onnxruntime_onnx"\nmax_batch_size: 4\n'
+        f'input [ {{ name: "INPUT0" data_type: TYPE_FP32 dims: [ {width} ] }} ]\n'
+        f'output [ {{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [ {width} ] }} ]\n'
+        "dynamic_batching { preferred_batch_size: [ 3 ] max_queue_delay_microseconds: 5000000 }\n"
+    )
+    for flags, copiers in ((("--buffer-manager-thread-count", "2"), (1, 2)), ((), (0, 0))):
+        with ServerProcess([tmp_path], *flags) as process:
+            process.wait_ready()
+
+            def one(row: int) -> None:
+                values = np.full((1, width), row, dtype=np.float32)
+                tensor = httpclient.InferInput("INPUT0", [1, width], "FP32")
+                tensor.set_data_from_numpy(values)
+                client = httpclient.InferenceServerClient(process.http_url)
+                try:
+                    result = client.infer("gathered", [tensor])
+                    np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), values)
+                finally:
+                    client.close()
+
+            with ThreadPoolExecutor(3) as pool:
+                list(pool.map(one, range(3)))
+            client = process.http_client()
+            try:
+                stats = client.get_inference_statistics("gathered")["model_stats"][0]
+            finally:
+                client.close()
+            assert [b["batch_size"] for b in stats["batch_stats"]] == [3]  # one batch of 3
+            low, high = copiers
+            assert low <= threads_named(process, "buffer-manager") <= high

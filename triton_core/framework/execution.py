@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from triton_core import buffer_manager
 from triton_core.errors import Status, TritonError
 from triton_core.types import InferenceRequest, InferenceResponse, Tensor
 
@@ -212,7 +213,7 @@ def _concatenate(batch: list[InferenceRequest]) -> dict[str, np.ndarray] | None:
         return None  # without a common set of inputs there is nothing to concatenate
     try:
         return {
-            name: np.concatenate([request.inputs[name].data for request in batch], axis=0)
+            name: buffer_manager.gather([request.inputs[name].data for request in batch])
             for name in first
         }
     except ValueError:
