@@ -82,13 +82,30 @@ def test_http_thread_count_bounds_the_threads_that_decode_large_requests(
         assert 1 <= threads_named(process, "http-decode") <= 3
 
 
-def test_sagemaker_thread_count_gives_invocations_threads_of_their_own(repository: Path) -> None:
-    with ServerProcess(
-        [repository],
-        "--allow-sagemaker", "--sagemaker-port", "0", "--sagemaker-address", "127.0.0.1",
-        "--sagemaker-thread-count", "1",
-        env={**NUMPY_PLUGIN, "SAGEMAKER_TRITON_DEFAULT_MODEL_NAME": "wide"},
-    ) as process:  # fmt: skip
+CLOUD = {
+    "sagemaker": (
+        ("--allow-sagemaker", "--sagemaker-port", "0", "--sagemaker-address", "127.0.0.1",
+         "--sagemaker-thread-count", "1"),
+        {"SAGEMAKER_TRITON_DEFAULT_MODEL_NAME": "wide"},
+        "/invocations",
+        "sagemaker-infer",
+    ),
+    "vertex_ai": (
+        ("--allow-vertex-ai", "--vertex-ai-port", "0", "--vertex-ai-address", "127.0.0.1",
+         "--vertex-ai-thread-count", "1", "--vertex-ai-default-model", "wide"),
+        {"AIP_PREDICT_ROUTE": "/v1/predict", "AIP_HEALTH_ROUTE": "/v1/health"},
+        "/v1/predict",
+        "vertex-ai-infer",
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("endpoint", sorted(CLOUD))
+def test_cloud_thread_counts_give_their_listener_threads_of_its_own(
+    repository: Path, endpoint: str
+) -> None:
+    flags, env, path, thread_name = CLOUD[endpoint]
+    with ServerProcess([repository], *flags, env={**NUMPY_PLUGIN, **env}) as process:
         process.wait_ready()
         values = list(range(LARGE))
         body = json.dumps(
@@ -100,9 +117,9 @@ def test_sagemaker_thread_count_gives_invocations_threads_of_their_own(repositor
             }
         ).encode()
         for _ in range(3):
-            answer = call(process.ports["sagemaker"], "POST", "/invocations", body)
+            answer = call(process.ports[endpoint], "POST", path, body)
             assert answer.status == 200, answer.body[:300]
-        assert threads_named(process, "sagemaker-infer") == 1
+        assert threads_named(process, thread_name) == 1
         assert threads_named(process, "http-decode") == 0  # not the HTTP endpoint's
 
 
