@@ -418,6 +418,8 @@ def _run_serve(args: argparse.Namespace) -> int:
         )
         if args.grpc_transport == "grpcio":
             grpc_limits.grpcio_options(limits)  # refuses what grpcio cannot honour
+            if args.grpc_infer_thread_count is not None:
+                raise ValueError("--grpc-infer-thread-count applies to --grpc-transport http2 only")
         repositories = cloud.model_repositories(args.model_repository)
         sagemaker, vertex_ai = cloud.options_from(args)
         trace = trace_settings.from_arguments(args)

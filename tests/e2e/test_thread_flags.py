@@ -158,6 +158,14 @@ def test_grpc_infer_thread_count_bounds_the_threads_that_inflate_requests(
             ("--grpc-infer-thread-count", "129"),
             "invalid argument for --grpc_infer_thread_count. Must be in the range 2 to 128.",
         ),
+        (
+            ("--grpc-infer-thread-count", "4", "--grpc-transport", "grpcio"),
+            "--grpc-infer-thread-count applies to --grpc-transport http2 only",
+        ),
+        (
+            ("--grpc-max-response-pool-size", "0"),
+            "Error: --grpc-max-response-pool-size must be greater than 0.",
+        ),
     ],
 )
 def test_a_bad_thread_count_is_refused_naming_the_flag(
