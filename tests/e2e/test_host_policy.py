@@ -59,6 +59,12 @@ def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
         )
         (root / name / "config.pbtxt").write_text(config + (_group(policy) if policy else ""))
     write_numpy_model(root, "np_pin", extra=_group("pin"))
+    builders = pytest.importorskip("triton_core_onnx.model_builders")
+    (root / "ox_pin" / "1").mkdir(parents=True)
+    builders.mlp(root / "ox_pin" / "1" / "model.onnx")
+    (root / "ox_pin" / "config.pbtxt").write_text(
+        'platform: "onnxruntime_onnx"\nmax_batch_size: 8\n' + _group("pin")
+    )
     return root
 
 
@@ -70,6 +76,20 @@ def _cpus(process: ServerProcess, model: str) -> str:
         return client.infer(model, [tensor]).as_numpy("CPUS")[0].decode()
     finally:
         client.close()
+
+
+def _threads_on(process: ServerProcess, cpus: str) -> dict[str, str]:
+    """System name by thread id, of the server's threads that may run on ``cpus`` only."""
+    found = {}
+    for task in Path(f"/proc/{process.process.pid}/task").iterdir():
+        try:
+            status = (task / "status").read_text()
+            name = (task / "comm").read_text().strip()
+        except OSError:
+            continue
+        if f"Cpus_allowed_list:\t{cpus}\n" in status:
+            found[task.name] = name
+    return found
 
 
 def _thread_cpus(process: ServerProcess, thread_name: str) -> str:
@@ -104,6 +124,10 @@ def test_instances_of_a_host_policy_run_on_its_cpu_cores(repository: Path, which
         # a group without a policy keeps every CPU
         assert _cpus(process, "py_free").startswith(f"{usable}|")
         assert _thread_cpus(process, "np_pin_0_0") == str(cpu)
+        assert _thread_cpus(process, "ox_pin_0_0") == str(cpu)
+        # ONNX Runtime's own intra-op thread, started with the session, inherits the CPUs
+        pinned = _threads_on(process, str(cpu))
+        assert set(pinned.values()) - {"np_pin_0_0", "ox_pin_0_0"}, pinned
 
 
 def test_numa_node_binds_to_the_cpus_of_that_node(repository: Path) -> None:
