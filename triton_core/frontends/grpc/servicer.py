@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import logging
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from time import monotonic_ns
-from typing import TYPE_CHECKING, Any, Final, NoReturn, Protocol
+from typing import TYPE_CHECKING, Any, Final, NoReturn, Protocol, TypeVar
 
 import grpc
 
@@ -66,6 +67,29 @@ async def _abort(context: grpc.aio.ServicerContext, error: TritonError) -> NoRet
 def _unexpected(exc: Exception) -> TritonError:
     log.exception("unexpected error in the gRPC frontend")
     return internal(str(exc) or type(exc).__name__)
+
+
+#: what a unary RPC answers
+_Answer = TypeVar("_Answer")
+
+
+def _aborts_on_error(
+    method: Callable[[Any, Any, grpc.aio.ServicerContext], Awaitable[_Answer]],
+) -> Callable[[Any, Any, grpc.aio.ServicerContext], Awaitable[_Answer]]:
+    """A unary RPC whose errors end the call with their status: a TritonError's own, any
+    other exception as INTERNAL (logged with its traceback)."""
+
+    @functools.wraps(method)
+    async def rpc(self: Any, request: Any, context: grpc.aio.ServicerContext) -> _Answer:
+        try:
+            return await method(self, request, context)
+        except TritonError as exc:
+            error = exc
+        except Exception as exc:
+            error = _unexpected(exc)
+        await _abort(context, error)
+
+    return rpc
 
 
 def _forward_headers(
@@ -198,187 +222,138 @@ class GRPCInferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
 
     # -- health and metadata --------------------------------------------------------------
 
+    @_aborts_on_error
     async def ServerLive(
         self, request: pb.ServerLiveRequest, context: grpc.aio.ServicerContext
     ) -> pb.ServerLiveResponse:
         """Whether the server is live."""
-        try:
-            return pb.ServerLiveResponse(live=self._server.is_live())
-        except TritonError as exc:
-            error = exc
-        except Exception as exc:
-            error = _unexpected(exc)
-        await _abort(context, error)
+        return pb.ServerLiveResponse(live=self._server.is_live())
 
+    @_aborts_on_error
     async def ServerReady(
         self, request: pb.ServerReadyRequest, context: grpc.aio.ServicerContext
     ) -> pb.ServerReadyResponse:
         """Whether the server is ready."""
-        try:
-            return pb.ServerReadyResponse(ready=self._server.is_ready())
-        except TritonError as exc:
-            error = exc
-        except Exception as exc:
-            error = _unexpected(exc)
-        await _abort(context, error)
+        return pb.ServerReadyResponse(ready=self._server.is_ready())
 
+    @_aborts_on_error
     async def ModelReady(
         self, request: pb.ModelReadyRequest, context: grpc.aio.ServicerContext
     ) -> pb.ModelReadyResponse:
         """Whether a model (version) is ready; an unknown model is an error status."""
-        try:
-            version = parse_version(request.version)
-            return pb.ModelReadyResponse(ready=self._server.model_ready(request.name, version))
-        except TritonError as exc:
-            error = exc
-        except Exception as exc:
-            error = _unexpected(exc)
-        await _abort(context, error)
+        version = parse_version(request.version)
+        return pb.ModelReadyResponse(ready=self._server.model_ready(request.name, version))
 
+    @_aborts_on_error
     async def ServerMetadata(
         self, request: pb.ServerMetadataRequest, context: grpc.aio.ServicerContext
     ) -> pb.ServerMetadataResponse:
         """Server name, version and extensions."""
-        try:
-            meta = self._server.metadata()
-            return pb.ServerMetadataResponse(
-                name=meta.name, version=meta.version, extensions=meta.extensions
-            )
-        except TritonError as exc:
-            error = exc
-        except Exception as exc:
-            error = _unexpected(exc)
-        await _abort(context, error)
+        meta = self._server.metadata()
+        return pb.ServerMetadataResponse(
+            name=meta.name, version=meta.version, extensions=meta.extensions
+        )
 
+    @_aborts_on_error
     async def ModelMetadata(
         self, request: pb.ModelMetadataRequest, context: grpc.aio.ServicerContext
     ) -> pb.ModelMetadataResponse:
         """A model's versions, platform and tensor metadata."""
-        try:
-            version = parse_version(request.version)
-            meta = self._server.model_metadata(request.name, version)
-            return pb.ModelMetadataResponse(
-                name=meta.name,
-                versions=meta.versions,
-                platform=meta.platform,
-                inputs=[
-                    _TensorMetadata(name=t.name, datatype=t.datatype, shape=t.shape)
-                    for t in meta.inputs
-                ],
-                outputs=[
-                    _TensorMetadata(name=t.name, datatype=t.datatype, shape=t.shape)
-                    for t in meta.outputs
-                ],
-            )
-        except TritonError as exc:
-            error = exc
-        except Exception as exc:
-            error = _unexpected(exc)
-        await _abort(context, error)
+        version = parse_version(request.version)
+        meta = self._server.model_metadata(request.name, version)
+        return pb.ModelMetadataResponse(
+            name=meta.name,
+            versions=meta.versions,
+            platform=meta.platform,
+            inputs=[
+                _TensorMetadata(name=t.name, datatype=t.datatype, shape=t.shape)
+                for t in meta.inputs
+            ],
+            outputs=[
+                _TensorMetadata(name=t.name, datatype=t.datatype, shape=t.shape)
+                for t in meta.outputs
+            ],
+        )
 
+    @_aborts_on_error
     async def ModelConfig(
         self, request: pb.ModelConfigRequest, context: grpc.aio.ServicerContext
     ) -> pb.ModelConfigResponse:
         """A model's (auto-completed) configuration."""
-        try:
-            version = parse_version(request.version)
-            config = self._server.model_config(request.name, version)
-            response = pb.ModelConfigResponse()
-            response.config.CopyFrom(config)
-            return response
-        except TritonError as exc:
-            error = exc
-        except Exception as exc:
-            error = _unexpected(exc)
-        await _abort(context, error)
+        version = parse_version(request.version)
+        config = self._server.model_config(request.name, version)
+        response = pb.ModelConfigResponse()
+        response.config.CopyFrom(config)
+        return response
 
+    @_aborts_on_error
     async def ModelStatistics(
         self, request: pb.ModelStatisticsRequest, context: grpc.aio.ServicerContext
     ) -> pb.ModelStatisticsResponse:
         """Inference statistics of all models, one model, or one version."""
-        try:
-            version = parse_version(request.version)
-            return encode_statistics(self._server.statistics(request.name, version))
-        except TritonError as exc:
-            error = exc
-        except Exception as exc:
-            error = _unexpected(exc)
-        await _abort(context, error)
+        version = parse_version(request.version)
+        return encode_statistics(self._server.statistics(request.name, version))
 
     # -- model repository -----------------------------------------------------------------
 
+    @_aborts_on_error
     async def RepositoryIndex(
         self, request: pb.RepositoryIndexRequest, context: grpc.aio.ServicerContext
     ) -> pb.RepositoryIndexResponse:
         """Models in the repository with their versions' states."""
-        try:
-            _check_repository_name(request.repository_name)
-            response = pb.RepositoryIndexResponse()
-            for entry in self._server.repository_index(request.ready):
-                item = response.models.add(name=entry.name, state=entry.state)
-                if entry.version >= 0:
-                    item.version = str(entry.version)
-                item.reason = entry.reason
-            return response
-        except TritonError as exc:
-            error = exc
-        except Exception as exc:
-            error = _unexpected(exc)
-        await _abort(context, error)
+        _check_repository_name(request.repository_name)
+        response = pb.RepositoryIndexResponse()
+        for entry in self._server.repository_index(request.ready):
+            item = response.models.add(name=entry.name, state=entry.state)
+            if entry.version >= 0:
+                item.version = str(entry.version)
+            item.reason = entry.reason
+        return response
 
+    @_aborts_on_error
     async def RepositoryModelLoad(
         self, request: pb.RepositoryModelLoadRequest, context: grpc.aio.ServicerContext
     ) -> pb.RepositoryModelLoadResponse:
         """Load or reload a model, with an optional config and file overrides."""
-        try:
-            _check_repository_name(request.repository_name)
-            config = None
-            files: dict[str, bytes] = {}
-            for key, parameter in request.parameters.items():
-                choice = parameter.WhichOneof("parameter_choice")
-                if key == "config" and choice == "string_param":
-                    config = parameter.string_param
-                elif key.startswith("file:") and choice == "bytes_param":
-                    files[key[5:]] = parameter.bytes_param
-                elif key == "config" or key.startswith("file:"):
-                    expected = "string_param" if key == "config" else "bytes_param"
-                    raise invalid_arg(
-                        f"invalid value type for load parameter '{key}', expected {expected}."
-                    )
-                else:
-                    raise invalid_arg(f"unrecognized load parameter '{key}'.")
-            await self._server.load_model(request.model_name, config, files or None)
-            return pb.RepositoryModelLoadResponse()
-        except TritonError as exc:
-            error = exc
-        except Exception as exc:
-            error = _unexpected(exc)
-        await _abort(context, error)
+        _check_repository_name(request.repository_name)
+        config = None
+        files: dict[str, bytes] = {}
+        for key, parameter in request.parameters.items():
+            choice = parameter.WhichOneof("parameter_choice")
+            if key == "config" and choice == "string_param":
+                config = parameter.string_param
+            elif key.startswith("file:") and choice == "bytes_param":
+                files[key[5:]] = parameter.bytes_param
+            elif key == "config" or key.startswith("file:"):
+                expected = "string_param" if key == "config" else "bytes_param"
+                raise invalid_arg(
+                    f"invalid value type for load parameter '{key}', expected {expected}."
+                )
+            else:
+                raise invalid_arg(f"unrecognized load parameter '{key}'.")
+        await self._server.load_model(request.model_name, config, files or None)
+        return pb.RepositoryModelLoadResponse()
 
+    @_aborts_on_error
     async def RepositoryModelUnload(
         self, request: pb.RepositoryModelUnloadRequest, context: grpc.aio.ServicerContext
     ) -> pb.RepositoryModelUnloadResponse:
         """Unload a model (and with unload_dependents, what an ensemble loaded with it)."""
-        try:
-            _check_repository_name(request.repository_name)
-            dependents = False
-            parameter = request.parameters.get("unload_dependents")
-            if parameter is not None:
-                if parameter.WhichOneof("parameter_choice") != "bool_param":
-                    raise invalid_arg(
-                        "invalid value type for 'unload_dependents' parameter, expected bool_param."
-                    )
-                dependents = parameter.bool_param
-            await self._server.unload_model(request.model_name, dependents)
-            return pb.RepositoryModelUnloadResponse()
-        except TritonError as exc:
-            error = exc
-        except Exception as exc:
-            error = _unexpected(exc)
-        await _abort(context, error)
+        _check_repository_name(request.repository_name)
+        dependents = False
+        parameter = request.parameters.get("unload_dependents")
+        if parameter is not None:
+            if parameter.WhichOneof("parameter_choice") != "bool_param":
+                raise invalid_arg(
+                    "invalid value type for 'unload_dependents' parameter, expected bool_param."
+                )
+            dependents = parameter.bool_param
+        await self._server.unload_model(request.model_name, dependents)
+        return pb.RepositoryModelUnloadResponse()
 
     # -- inference ------------------------------------------------------------------------
 
+    @_aborts_on_error
     async def ModelInfer(
         self, request: pb.ModelInferRequest | SplitInferRequest, context: grpc.aio.ServicerContext
     ) -> pb.ModelInferResponse | EncodedMessage:
@@ -563,128 +538,87 @@ class GRPCInferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         self, request: pb.SystemSharedMemoryStatusRequest, context: grpc.aio.ServicerContext
     ) -> pb.SystemSharedMemoryStatusResponse:
         """Every registered system region (or the one named), by name."""
-        try:
-            response = pb.SystemSharedMemoryStatusResponse()
-            _fill_regions(response.regions, self._server.system_shared_memory_status(request.name))
-            return response
-        except TritonError as exc:
-            error = exc
-        except Exception as exc:
-            error = _unexpected(exc)
-        await _abort(context, error)
+        response = pb.SystemSharedMemoryStatusResponse()
+        _fill_regions(response.regions, self._server.system_shared_memory_status(request.name))
+        return response
 
+    @_aborts_on_error
     async def SystemSharedMemoryRegister(
         self, request: pb.SystemSharedMemoryRegisterRequest, context: grpc.aio.ServicerContext
     ) -> pb.SystemSharedMemoryRegisterResponse:
-        try:
-            self._server.register_system_shared_memory(
-                request.name, request.key, request.byte_size, request.offset
-            )
-            return pb.SystemSharedMemoryRegisterResponse()
-        except TritonError as exc:
-            error = exc
-        except Exception as exc:
-            error = _unexpected(exc)
-        await _abort(context, error)
+        self._server.register_system_shared_memory(
+            request.name, request.key, request.byte_size, request.offset
+        )
+        return pb.SystemSharedMemoryRegisterResponse()
 
+    @_aborts_on_error
     async def SystemSharedMemoryUnregister(
         self, request: pb.SystemSharedMemoryUnregisterRequest, context: grpc.aio.ServicerContext
     ) -> pb.SystemSharedMemoryUnregisterResponse:
         """One region, or every system region when no name is given."""
-        try:
-            self._server.unregister_system_shared_memory(request.name)
-            return pb.SystemSharedMemoryUnregisterResponse()
-        except TritonError as exc:
-            error = exc
-        except Exception as exc:
-            error = _unexpected(exc)
-        await _abort(context, error)
+        self._server.unregister_system_shared_memory(request.name)
+        return pb.SystemSharedMemoryUnregisterResponse()
 
     # -- CUDA shared memory ----------------------------------------------------------------
 
+    @_aborts_on_error
     async def CudaSharedMemoryRegister(
         self, request: pb.CudaSharedMemoryRegisterRequest, context: grpc.aio.ServicerContext
     ) -> pb.CudaSharedMemoryRegisterResponse:
         """Open a client's CUDA IPC handle (64 bytes, checked before any CUDA call)."""
-        try:
-            # opening a handle can take a while (the device's context starts on first use)
-            await asyncio.to_thread(
-                self._server.register_cuda_shared_memory,
-                request.name,
-                request.raw_handle,
-                request.device_id,
-                request.byte_size,
-            )
-            return pb.CudaSharedMemoryRegisterResponse()
-        except TritonError as exc:
-            error = exc
-        except Exception as exc:
-            error = _unexpected(exc)
-        await _abort(context, error)
+        # opening a handle can take a while (the device's context starts on first use)
+        await asyncio.to_thread(
+            self._server.register_cuda_shared_memory,
+            request.name,
+            request.raw_handle,
+            request.device_id,
+            request.byte_size,
+        )
+        return pb.CudaSharedMemoryRegisterResponse()
 
+    @_aborts_on_error
     async def CudaSharedMemoryStatus(
         self, request: pb.CudaSharedMemoryStatusRequest, context: grpc.aio.ServicerContext
     ) -> pb.CudaSharedMemoryStatusResponse:
-        try:
-            response = pb.CudaSharedMemoryStatusResponse()
-            _fill_regions(response.regions, self._server.cuda_shared_memory_status(request.name))
-            return response
-        except TritonError as exc:
-            error = exc
-        except Exception as exc:
-            error = _unexpected(exc)
-        await _abort(context, error)
+        response = pb.CudaSharedMemoryStatusResponse()
+        _fill_regions(response.regions, self._server.cuda_shared_memory_status(request.name))
+        return response
 
+    @_aborts_on_error
     async def CudaSharedMemoryUnregister(
         self, request: pb.CudaSharedMemoryUnregisterRequest, context: grpc.aio.ServicerContext
     ) -> pb.CudaSharedMemoryUnregisterResponse:
-        try:
-            self._server.unregister_cuda_shared_memory(request.name)
-            return pb.CudaSharedMemoryUnregisterResponse()
-        except TritonError as exc:
-            error = exc
-        except Exception as exc:
-            error = _unexpected(exc)
-        await _abort(context, error)
+        self._server.unregister_cuda_shared_memory(request.name)
+        return pb.CudaSharedMemoryUnregisterResponse()
 
+    @_aborts_on_error
     async def TraceSetting(
         self, request: pb.TraceSettingRequest, context: grpc.aio.ServicerContext
     ) -> pb.TraceSettingResponse:
         """Triton's trace settings, global or of one model; an empty value list clears."""
-        try:
-            update = {key: list(value.value) or None for key, value in request.settings.items()}
-            settings = trace_setting(self._server, request.model_name, update, grpc=True)
-            response = pb.TraceSettingResponse()
-            for key, values in settings.items():
-                response.settings[key].value.extend(values)
-            return response
-        except TritonError as exc:
-            error = exc
-        except Exception as exc:
-            error = _unexpected(exc)
-        await _abort(context, error)
+        update = {key: list(value.value) or None for key, value in request.settings.items()}
+        settings = trace_setting(self._server, request.model_name, update, grpc=True)
+        response = pb.TraceSettingResponse()
+        for key, values in settings.items():
+            response.settings[key].value.extend(values)
+        return response
 
     # -- logging extension ---------------------------------------------------------------
 
+    @_aborts_on_error
     async def LogSettings(
         self, request: pb.LogSettingsRequest, context: grpc.aio.ServicerContext
     ) -> pb.LogSettingsResponse:
         """The log settings, after applying the ones the request sets."""
-        try:
-            given = {
-                key: (value.WhichOneof("parameter_choice"), _setting_value(value))
-                for key, value in request.settings.items()
-            }
-            settings = logging_extension.update(logging_extension.changes_from_grpc(given))
-            response = pb.LogSettingsResponse()
-            for key, value in settings.items():
-                _set_setting_value(response.settings[key], value)
-            return response
-        except TritonError as exc:
-            error = exc
-        except Exception as exc:
-            error = _unexpected(exc)
-        await _abort(context, error)
+        given = {
+            key: (value.WhichOneof("parameter_choice"), _setting_value(value))
+            for key, value in request.settings.items()
+        }
+        settings = logging_extension.update(logging_extension.changes_from_grpc(given))
+        response = pb.LogSettingsResponse()
+        for key, value in settings.items():
+            _set_setting_value(response.settings[key], value)
+        return response
 
 
 class HealthServicer(health_pb2_grpc.HealthServicer):
