@@ -320,7 +320,8 @@ class TritonPythonModel:
             values = from_dlpack(tensor.to_dlpack())
             assert values.dtype == torch.bfloat16, values.dtype
             doubled = pb_utils.Tensor.from_dlpack("OUTPUT0", to_dlpack(values * 2))
-            bits = pb_utils.Tensor("BITS", tensor.as_numpy().copy())
+            # as_numpy() of a BF16 tensor raises, as in Triton: its bits go as uint16
+            bits = pb_utils.Tensor("BITS", values.view(torch.int16).numpy().view(np.uint16).copy())
             responses.append(pb_utils.InferenceResponse([doubled, bits]))
         return responses
 """
