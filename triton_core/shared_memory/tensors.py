@@ -18,6 +18,8 @@ import numpy as np
 
 from triton_core.dtypes import NUMPY_DTYPES, deserialize_bytes, serialize_bytes
 from triton_core.errors import internal, invalid_arg
+from triton_core.shared_memory.refs import SharedMemorySpans, SystemSpan
+from triton_core.shared_memory.system import SystemRegion
 from triton_core.types import InferenceRequest, InferenceResponse, Tensor
 
 if TYPE_CHECKING:
@@ -82,19 +84,28 @@ def resolve(
     use = SharedMemoryUse(registry)
     inputs = dict(request.inputs)
     model = request.model_name
+    spans = SharedMemorySpans()
     try:
         for name, spec in tensors.inputs.items():
             if name in inputs:
                 raise invalid_arg(f"input '{name}' already exists in request for model '{model}'")
             region = use.hold(spec.ref)
             region.check_alive()
-            inputs[name] = Tensor(name, spec.datatype, _input_array(region, spec, name, model))
+            array = _input_array(region, spec, name, model)
+            inputs[name] = Tensor(name, spec.datatype, array)
+            if isinstance(region, SystemRegion) and array.dtype.kind != "O" and array.size:
+                spans.inputs[name] = (array, SystemSpan(region, spec.ref.offset, array.nbytes))
         for name, ref in tensors.outputs.items():
-            use.outputs[name] = (use.hold(ref), ref)
+            region = use.hold(ref)
+            use.outputs[name] = (region, ref)
+            if isinstance(region, SystemRegion):
+                spans.outputs[name] = SystemSpan(region, ref.offset, ref.byte_size)
     except BaseException:
         use.release()
         raise
-    return replace(request, inputs=inputs, shared_memory=None), use
+    in_regions = spans if spans.inputs or spans.outputs else None
+    resolved = replace(request, inputs=inputs, shared_memory=None, shared_memory_spans=in_regions)
+    return resolved, use
 
 
 def _input_array(region: Region, spec: SharedMemoryInput, name: str, model: str) -> np.ndarray:
@@ -161,6 +172,8 @@ def _write(tensor: Tensor, region: Region, ref: SharedMemoryRef) -> None:
         )
     if not size:
         return
+    if isinstance(region, SystemRegion) and region.holds(ref.offset, data):
+        return  # a backend wrote it there itself (SharedMemorySpans)
     region.check_alive()
     region.write(ref.offset, data)
 

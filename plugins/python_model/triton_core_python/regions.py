@@ -1,0 +1,220 @@
+"""Clients' system shared-memory regions, mapped in the stub process itself.
+
+A request whose input is in a registered system region reaches the stub as a reference
+``(region, offset, byte size)`` instead of bytes copied through the server's transfer
+memory; an output the client asked into such a region the stub writes there itself, and
+the answer carries only its metadata. The server hands the stub the descriptor of the
+object it opened and checked when the region was registered (``SCM_RIGHTS``, with the
+first message that refers to the region), never a name to open: what the stub maps is the
+very object the server registered, even if the client unlinked the name and made another.
+
+* :class:`RegionAnnouncer` (server side) knows which regions a stub was sent, and tells it
+  when one is closed (unregistered and no longer used) so it lets the mapping go.
+* :class:`MappedRegions` (stub side) maps each region at most twice (read-only for inputs,
+  read-write for outputs, on first use), and re-checks the object's real size (``fstat``)
+  before every use: a region its owner truncated gives the request a clear error instead of
+  a SIGBUS. As in the server, a truncation *during* a model's use of the memory cannot be
+  caught; then only this process faults, and the instance restarts.
+
+Imported by the stub process: the standard library and numpy only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import mmap
+import os
+import threading
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+#: (ident, name, key, offset in the object, byte size): a region as the stub learns it
+Announcement = tuple[int, str, str, int, int]
+#: pb_utils.TritonError.INVALID_ARG: what a request on a truncated region gets
+INVALID_ARG = 3
+
+
+class RegionError(Exception):
+    """A request's tensor cannot be read from or written to its region; ``code`` is a
+    pb_utils.TritonError code."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+class RegionAnnouncer:
+    """The regions one stub process was sent (server side); thread-safe.
+
+    ``announce`` picks, for a batch about to be sent, the regions the stub does not have yet
+    (with their descriptors); the caller sends them under the same lock as the batch, so
+    that a region is always announced before, or with, the first batch that uses it.
+    """
+
+    def __init__(self, on_dropped: Callable[[int], None]) -> None:
+        self.lock = threading.Lock()
+        self._sent: set[int] = set()
+        self._on_dropped = on_dropped
+
+    def announce(self, regions: dict[int, Any]) -> tuple[list[Announcement], list[int]]:
+        """(announcements, descriptors) of ``regions`` (ident -> region) not yet sent; call
+        with :attr:`lock` held, and send them before releasing it."""
+        announcements: list[Announcement] = []
+        fds: list[int] = []
+        for ident, region in regions.items():
+            if ident in self._sent:
+                continue
+            self._sent.add(ident)
+            announcements.append((ident, region.name, region.key, region.offset, region.byte_size))
+            fds.append(region.fileno())
+            region.on_close(_weak_callback(self._closed))
+        return announcements, fds
+
+    def _closed(self, region: Any) -> None:
+        with self.lock:
+            self._sent.discard(region.ident)
+        self._on_dropped(region.ident)
+
+
+def _weak_callback(method: Callable[[Any], None]) -> Callable[[Any], None]:
+    """``method`` without keeping its object alive (a region may outlive the stub)."""
+    reference = weakref.WeakMethod(method)  # type: ignore[arg-type]
+
+    def call(region: Any) -> None:
+        bound = reference()
+        if bound is not None:
+            bound(region)
+
+    return call
+
+
+class _Region:
+    """One region in the stub: the server's descriptor and up to two mappings."""
+
+    __slots__ = ("byte_size", "fd", "key", "name", "offset", "reader", "writer")
+
+    def __init__(self, name: str, key: str, offset: int, byte_size: int, fd: int) -> None:
+        self.name = name
+        self.key = key
+        self.offset = offset
+        self.byte_size = byte_size
+        self.fd = fd
+        self.reader: tuple[mmap.mmap, int] | None = None
+        self.writer: tuple[mmap.mmap, int] | None = None
+
+    def check_size(self) -> None:
+        """The object still holds the whole region (its owner may have truncated it)."""
+        needed = self.offset + self.byte_size
+        size = os.fstat(self.fd).st_size
+        if size < needed:
+            raise RegionError(
+                INVALID_ARG,
+                f"shared memory region '{self.name}' (key '{self.key}') is {size} bytes now, "
+                f"less than the {needed} bytes it was registered with: it was truncated",
+            )
+
+    def mapping(self, writable: bool) -> tuple[mmap.mmap, int]:
+        """(mapping, where byte 0 of the region is in it), made on first use."""
+        current = self.writer if writable else self.reader
+        if current is not None:
+            return current
+        start = self.offset - self.offset % mmap.ALLOCATIONGRANULARITY
+        base = self.offset - start
+        prot = mmap.PROT_READ | (mmap.PROT_WRITE if writable else 0)
+        made = (
+            mmap.mmap(self.fd, base + self.byte_size, mmap.MAP_SHARED, prot, offset=start),
+            base,
+        )
+        if writable:
+            self.writer = made
+        else:
+            self.reader = made
+        return made
+
+    def close(self) -> None:
+        for made in (self.reader, self.writer):
+            if made is not None:
+                # a view the model kept holds it: then it is unmapped when that view dies
+                with contextlib.suppress(BufferError):
+                    made[0].close()
+        self.reader = self.writer = None
+        with contextlib.suppress(OSError):
+            os.close(self.fd)
+
+
+class MappedRegions:
+    """The regions the server sent this stub, by ident (stub side); thread-safe."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._regions: dict[int, _Region] = {}
+
+    def add(self, announcements: list[Announcement], fds: tuple[int, ...]) -> None:
+        """Keep the regions of a message (takes ownership of ``fds``)."""
+        with self._lock:
+            for (ident, name, key, offset, byte_size), fd in zip(announcements, fds, strict=True):
+                old = self._regions.pop(ident, None)
+                if old is not None:
+                    old.close()
+                self._regions[ident] = _Region(name, key, offset, byte_size, fd)
+
+    def drop(self, idents: tuple[int, ...]) -> None:
+        """The server closed these regions: let them go."""
+        with self._lock:
+            dropped = [self._regions.pop(ident, None) for ident in idents]
+        for region in dropped:
+            if region is not None:
+                region.close()
+
+    def __len__(self) -> int:
+        return len(self._regions)
+
+    def _get(self, ident: int, offset: int, nbytes: int) -> _Region:
+        region = self._regions.get(ident)
+        if region is None:
+            raise RegionError(INVALID_ARG, f"unknown shared memory region {ident}")
+        if offset < 0 or nbytes < 0 or offset + nbytes > region.byte_size:
+            raise RegionError(
+                INVALID_ARG,
+                f"Invalid offset + byte size for shared memory region: '{region.name}'",
+            )
+        return region
+
+    def input(
+        self, ident: int, offset: int, nbytes: int, dtype: np.dtype, shape: tuple[int, ...]
+    ) -> np.ndarray:
+        """A read-only view of ``nbytes`` at ``offset`` of region ``ident``."""
+        region = self._get(ident, offset, nbytes)
+        region.check_size()
+        try:
+            mapping, base = region.mapping(writable=False)
+        except (OSError, ValueError) as exc:  # truncated right after the check, say
+            raise RegionError(
+                INVALID_ARG, f"cannot map shared memory region '{region.name}': {exc}"
+            ) from None
+        return np.ndarray(shape, dtype, mapping, base + offset)
+
+    def write(self, ident: int, offset: int, byte_size: int, array: np.ndarray) -> bool:
+        """Copy ``array`` (little-endian numbers) to ``offset`` of region ``ident`` when it
+        fits in ``byte_size``; False when it does not or the region cannot take it now (the
+        server then writes it, and says why when it cannot either)."""
+        region = self._regions.get(ident)
+        nbytes = array.nbytes
+        if region is None or nbytes > byte_size or offset + byte_size > region.byte_size:
+            return False
+        try:
+            region.check_size()
+        except RegionError:
+            return False
+        if nbytes:
+            try:
+                mapping, base = region.mapping(writable=True)
+            except (OSError, ValueError):
+                return False
+            target = np.ndarray(array.shape, array.dtype, mapping, base + offset)
+            np.copyto(target, array, casting="no")
+        return True
