@@ -59,8 +59,20 @@ class SharedMemoryUse:
         for region in held:
             self._registry.release(region)
 
-    def output_bytes(self) -> int:
-        return sum(ref.byte_size for _, ref in self.outputs.values())
+    def bytes_to_write(self, response: InferenceResponse) -> int:
+        """Bytes :meth:`write_outputs` would copy: outputs a backend already wrote into
+        their regions (SharedMemorySpans) cost nothing."""
+        if response.error is not None or not self.outputs:
+            return 0
+        total = 0
+        for tensor in response.outputs:
+            target = self.outputs.get(tensor.name)
+            if target is None:
+                continue
+            region, ref = target
+            if not (isinstance(region, SystemRegion) and region.holds(ref.offset, tensor.data)):
+                total += min(tensor.data.nbytes, ref.byte_size)
+        return total
 
     def write_outputs(self, response: InferenceResponse) -> None:
         """Write the outputs asked into regions there; the response then marks them."""
