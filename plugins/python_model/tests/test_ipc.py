@@ -8,6 +8,7 @@ import os
 import numpy as np
 import pytest
 from triton_core_python import ipc
+from triton_core_python.regions import MappedRegions, RegionAnnouncer, RegionError
 from triton_core_python.shm import (
     REUSE_LIMIT,
     Arena,
@@ -237,3 +238,68 @@ def test_small_blocks_are_copied_and_freed_at_once_big_ones_viewed_until_dropped
             b.send(ipc.EXECUTE_DONE, 1, None, None)
             a.recv()
             assert segment.live == 0
+
+
+def test_extra_descriptors_ride_along_after_the_segments_even_in_a_big_message(pair):
+    a, b = pair
+    read_end, write_end = os.pipe()
+    try:
+        packer = Packer()
+        packer.add("X", "INT8", np.ones(8, np.int8))
+        body = ["y" * 100] * 2000  # through shared memory: its segment is announced too
+        a.send(ipc.EXECUTE, 5, body, packer.write(a.memory.arena), [write_end])
+        message = b.recv()
+        assert message.body == body and len(message.fds) == 1
+        os.write(message.fds[0], b"same pipe")  # the receiver got the sender's pipe
+        os.close(message.fds[0])
+        assert os.read(read_end, 64) == b"same pipe"
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+
+
+def test_regions_are_mapped_once_checked_on_every_use_and_let_go(tmp_path):
+    path = tmp_path / "object"
+    path.write_bytes(np.arange(1024, dtype=np.int32).tobytes())
+    regions = MappedRegions()
+    # the region starts 40 bytes into the object: the mapping starts at the page before it
+    regions.add([(7, "r", "/r", 40, 4000)], (os.open(path, os.O_RDWR),))
+    view = regions.input(7, 8, 16, np.dtype("<i4"), (4,))
+    assert view.tolist() == [12, 13, 14, 15] and not view.flags.writeable
+    assert regions.write(7, 100, 16, np.array([-1, -2], np.int32))
+    assert np.frombuffer(path.read_bytes(), np.int32)[35:37].tolist() == [-1, -2]
+    assert not regions.write(7, 100, 4, np.array([-1, -2], np.int32))  # over its byte size
+    with pytest.raises(RegionError, match="Invalid offset \\+ byte size"):
+        regions.input(7, 3990, 16, np.dtype("<i4"), (4,))
+    os.truncate(path, 1000)
+    with pytest.raises(RegionError, match="'r' \\(key '/r'\\) is 1000 bytes now"):
+        regions.input(7, 8, 16, np.dtype("<i4"), (4,))
+    assert not regions.write(7, 100, 16, np.array([-1, -2], np.int32))
+    del view
+    regions.drop((7,))
+    assert len(regions) == 0
+    with pytest.raises(RegionError, match="unknown shared memory region 7"):
+        regions.input(7, 8, 16, np.dtype("<i4"), (4,))
+
+
+def test_a_region_is_announced_once_per_process_and_its_close_is_reported():
+    from triton_core.shared_memory.system import SystemRegion
+
+    name = f"tcshm_unit_{os.getpid()}"
+    fd = os.open(f"/dev/shm/{name}", os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+    try:
+        os.ftruncate(fd, 8192)
+        region = SystemRegion("unit", f"/{name}", 4096, 4096)
+        closed: list[int] = []
+        announcer = RegionAnnouncer(closed.append)
+        with announcer.lock:
+            announcements, fds = announcer.announce({region.ident: region})
+        assert announcements == [(region.ident, "unit", f"/{name}", 4096, 4096)]
+        assert os.path.samestat(os.fstat(fds[0]), os.fstat(fd))
+        with announcer.lock:
+            assert announcer.announce({region.ident: region}) == ([], [])
+        region.close()
+        assert closed == [region.ident]
+    finally:
+        os.close(fd)
+        os.unlink(f"/dev/shm/{name}")
