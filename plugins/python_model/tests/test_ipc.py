@@ -303,3 +303,24 @@ def test_a_region_is_announced_once_per_process_and_its_close_is_reported():
     finally:
         os.close(fd)
         os.unlink(f"/dev/shm/{name}")
+
+
+def test_an_output_that_views_an_input_of_the_same_object_is_written_right(tmp_path):
+    path = tmp_path / "object"
+    count = 1 << 16
+    path.write_bytes(np.arange(2 * count, dtype=np.int32).tobytes())
+    opened = tuple(os.open(path, os.O_RDWR) for _ in range(2))
+    regions = MappedRegions()
+    # two registrations of one object, as a client may make: input in one, output in other
+    regions.add([(1, "in", "/o", 0, 8 * count), (2, "out", "/o", 0, 8 * count)], opened)
+    values = regions.input(1, 0, 4 * count, np.dtype("<i4"), (count,))
+    # the output overlaps the input it views, through another mapping of the same pages
+    assert regions.write(2, 4096, 4 * count, values)
+    assert np.array_equal(np.fromfile(path, np.int32)[1024 : 1024 + count], np.arange(count))
+    same = regions.input(1, 4 * count, 4096, np.dtype("<i4"), (1024,))
+    assert regions.write(2, 4 * count, 4096, same)  # exactly where it is: nothing to copy
+    expected = np.fromfile(path, np.int32)[count : count + 1024][::-1]
+    assert regions.write(2, 4 * count + 4096, 4096, same[::-1])  # a negative stride
+    assert np.array_equal(np.fromfile(path, np.int32)[count + 1024 : count + 2048], expected)
+    del values, same
+    regions.drop((1, 2))

@@ -95,7 +95,9 @@ def _weak_callback(method: Callable[[Any], None]) -> Callable[[Any], None]:
 class _Region:
     """One region in the stub: the server's descriptor and up to two mappings."""
 
-    __slots__ = ("byte_size", "fd", "key", "name", "offset", "reader", "writer")
+    __slots__ = (
+        "byte_size", "fd", "key", "name", "object", "offset", "reader", "reader_at", "writer"
+    )  # fmt: skip
 
     def __init__(self, name: str, key: str, offset: int, byte_size: int, fd: int) -> None:
         self.name = name
@@ -103,7 +105,12 @@ class _Region:
         self.offset = offset
         self.byte_size = byte_size
         self.fd = fd
+        info = os.fstat(fd)
+        #: which object: two regions may be spans of the same one
+        self.object = (info.st_dev, info.st_ino)
         self.reader: tuple[mmap.mmap, int] | None = None
+        #: the address of the region's byte 0 in the read-only mapping (0: not mapped)
+        self.reader_at = 0
         self.writer: tuple[mmap.mmap, int] | None = None
 
     def check_size(self) -> None:
@@ -133,7 +140,18 @@ class _Region:
             self.writer = made
         else:
             self.reader = made
+            probe = np.frombuffer(made[0], np.uint8, 1)
+            self.reader_at = probe.__array_interface__["data"][0] + base
+            del probe  # the buffer export would keep the mapping from closing
         return made
+
+    def holds(self, address: int) -> int | None:
+        """Where in the object ``address`` is, when it is in this region's read-only
+        mapping (a model's output that views one of its inputs); else None."""
+        start = self.reader_at
+        if start and start <= address < start + self.byte_size:
+            return self.offset + address - start
+        return None
 
     def close(self) -> None:
         for made in (self.reader, self.writer):
@@ -142,6 +160,7 @@ class _Region:
                 with contextlib.suppress(BufferError):
                     made[0].close()
         self.reader = self.writer = None
+        self.reader_at = 0
         with contextlib.suppress(OSError):
             os.close(self.fd)
 
@@ -210,11 +229,43 @@ class MappedRegions:
             region.check_size()
         except RegionError:
             return False
-        if nbytes:
-            try:
-                mapping, base = region.mapping(writable=True)
-            except (OSError, ValueError):
-                return False
-            target = np.ndarray(array.shape, array.dtype, mapping, base + offset)
-            np.copyto(target, array, casting="no")
+        if not nbytes:
+            return True
+        low, high = _byte_bounds(array)
+        source = self._in_object(low, region) if array.base is not None else None
+        if source is not None:
+            destination = region.offset + offset
+            if source == destination and array.flags.c_contiguous:
+                return True  # the output is its input, already where it is asked to be
+            if source < destination + nbytes and destination < source + (high - low):
+                # the same bytes through another mapping: numpy cannot see the overlap
+                array = array.copy()
+        try:
+            mapping, base = region.mapping(writable=True)
+        except (OSError, ValueError):
+            return False
+        target = np.ndarray(array.shape, array.dtype, mapping, base + offset)
+        np.copyto(target, array, casting="no")
         return True
+
+    def _in_object(self, address: int, region: _Region) -> int | None:
+        """Where ``address`` is in ``region``'s object, when it is in a region of the same
+        object mapped here (an output that views an input); else None."""
+        for other in list(self._regions.values()):
+            if other.object == region.object:
+                found = other.holds(address)
+                if found is not None:
+                    return found
+        return None
+
+
+def _byte_bounds(array: np.ndarray) -> tuple[int, int]:
+    """The first and one past the last byte address ``array`` spans (numpy's byte_bounds,
+    which moved between numpy versions)."""
+    low = high = array.__array_interface__["data"][0]
+    for dim, stride in zip(array.shape, array.strides, strict=True):
+        if stride < 0:
+            low += (dim - 1) * stride
+        else:
+            high += (dim - 1) * stride
+    return low, high + array.itemsize
