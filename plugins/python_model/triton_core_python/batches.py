@@ -138,7 +138,11 @@ class BatchCodec:
                 continue
             if written:
                 assert requests is not None
-                outputs = self._outputs_in_regions(owner, descriptors, written, requests[index])
+                try:
+                    outputs = self._outputs_in_regions(owner, descriptors, written, requests[index])
+                except TritonError as region_error:  # closed: its request was cancelled
+                    responses.append(InferenceResponse(error=region_error))
+                    continue
             else:
                 outputs = [Tensor(d[0], self._datatype(d), unpack(owner, d)) for d in descriptors]
             if self.settings.output_reshapes:
@@ -168,6 +172,8 @@ class BatchCodec:
                 outputs.append(Tensor(name, self._datatype(descriptor), unpack(owner, descriptor)))
                 continue
             dtype = NUMPY_DTYPES[descriptor[1]]
+            # the request may be gone (cancelled) and its region closed since the stub wrote
+            span.region.check_alive()
             data = np.ndarray(shape, dtype, span.region.view(span.offset, nbytes))
             data.flags.writeable = False
             outputs.append(Tensor(name, self._datatype(descriptor), data))
