@@ -140,11 +140,10 @@ class SystemRegion:
         np.copyto(target, data, casting="no")
 
     def close(self) -> None:
-        mapping, self._map = self._map, None
-        if mapping is not None:
-            # numpy views may still use it: then it is unmapped when the last one goes
-            with contextlib.suppress(BufferError):
-                mapping.close()
+        # Not mmap.close(): a numpy view of the mapping refers to the mmap object and holds
+        # no buffer export, so closing would unmap it under a view still in use (a SIGSEGV
+        # on the next read). Dropped, the mapping is unmapped when the last view goes.
+        self._map = None
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
