@@ -367,3 +367,30 @@ def test_unregistering_while_the_model_uses_the_region_is_safe(
     assert read(new_handle, 256, 512) == (values * 2).tobytes()
     assert again["path"] == f"/dev/shm/{renamed}" and again["pid"] == where["pid"]
     http.unregister_system_shared_memory(name)
+
+
+def test_a_request_abandoned_while_its_region_goes_away_leaves_the_model_serving(
+    server: ServerProcess, repository: Path, http, regions
+) -> None:
+    """The client gives up on a request and unregisters its output's region before the
+    model answers: the region closes under the stub's answer, and the model goes on."""
+    gate = gate_of(repository)
+    for signal in ("started", "release"):
+        (gate / signal).unlink(missing_ok=True)
+    name, _, handle = regions.create(1024, register_with=http)
+    write(handle, np.arange(64, dtype=np.int32).tobytes())
+    impatient = server.http_client(network_timeout=1.0)
+    try:
+        with pytest.raises(Exception):  # noqa: B017 - the client's own timeout, any kind
+            infer_in_regions(impatient, httpclient, "where_gated", "INT32", 64, name, 256, 0, 512)
+        wait_until((gate / "started").exists, 60, what="the model to start executing")
+        http.unregister_system_shared_memory(name)
+    finally:
+        (gate / "release").touch()
+        impatient.close()
+    values = np.arange(64, dtype=np.int32)
+    for _ in range(3):  # more than the batches an instance may have in flight
+        tensor = httpclient.InferInput("INPUT0", [64], "INT32")
+        tensor.set_data_from_numpy(values)
+        assert np.array_equal(http.infer("where_gated", [tensor]).as_numpy("OUTPUT0"), values)
+    assert "Traceback" not in server.log() and "restarting" not in server.log()

@@ -154,11 +154,9 @@ class _Region:
         return None
 
     def close(self) -> None:
-        for made in (self.reader, self.writer):
-            if made is not None:
-                # a view the model kept holds it: then it is unmapped when that view dies
-                with contextlib.suppress(BufferError):
-                    made[0].close()
+        # Not mmap.close(): a numpy view of a mapping refers to the mmap object, not to a
+        # buffer export, so closing would unmap it under a view the model still holds.
+        # Dropped, a mapping is unmapped when its last view dies.
         self.reader = self.writer = None
         self.reader_at = 0
         with contextlib.suppress(OSError):
@@ -182,12 +180,13 @@ class MappedRegions:
                 self._regions[ident] = _Region(name, key, offset, byte_size, fd)
 
     def drop(self, idents: tuple[int, ...]) -> None:
-        """The server closed these regions: let them go."""
+        """The server closed these regions: let them go (a mapping a view still uses is
+        unmapped when the last such view dies)."""
         with self._lock:
-            dropped = [self._regions.pop(ident, None) for ident in idents]
-        for region in dropped:
-            if region is not None:
-                region.close()
+            for ident in idents:
+                region = self._regions.pop(ident, None)
+                if region is not None:
+                    region.close()
 
     def __len__(self) -> int:
         return len(self._regions)
@@ -207,44 +206,46 @@ class MappedRegions:
         self, ident: int, offset: int, nbytes: int, dtype: np.dtype, shape: tuple[int, ...]
     ) -> np.ndarray:
         """A read-only view of ``nbytes`` at ``offset`` of region ``ident``."""
-        region = self._get(ident, offset, nbytes)
-        region.check_size()
-        try:
-            mapping, base = region.mapping(writable=False)
-        except (OSError, ValueError) as exc:  # truncated right after the check, say
-            raise RegionError(
-                INVALID_ARG, f"cannot map shared memory region '{region.name}': {exc}"
-            ) from None
-        return np.ndarray(shape, dtype, mapping, base + offset)
+        # under the lock: a region the server closes meanwhile is let go after the view
+        # exists (its mapping then lives as long as the view)
+        with self._lock:
+            region = self._get(ident, offset, nbytes)
+            region.check_size()
+            try:
+                return _view(region.mapping(writable=False), offset, dtype, shape)
+            except (OSError, ValueError) as exc:  # truncated right after the check, say
+                raise RegionError(
+                    INVALID_ARG, f"cannot map shared memory region '{region.name}': {exc}"
+                ) from None
 
     def write(self, ident: int, offset: int, byte_size: int, array: np.ndarray) -> bool:
         """Copy ``array`` (little-endian numbers) to ``offset`` of region ``ident`` when it
         fits in ``byte_size``; False when it does not or the region cannot take it now (the
         server then writes it, and says why when it cannot either)."""
-        region = self._regions.get(ident)
         nbytes = array.nbytes
-        if region is None or nbytes > byte_size or offset + byte_size > region.byte_size:
-            return False
-        try:
-            region.check_size()
-        except RegionError:
-            return False
-        if not nbytes:
-            return True
-        low, high = _byte_bounds(array)
-        source = self._in_object(low, region) if array.base is not None else None
-        if source is not None:
-            destination = region.offset + offset
-            if source == destination and array.flags.c_contiguous:
-                return True  # the output is its input, already where it is asked to be
-            if source < destination + nbytes and destination < source + (high - low):
-                # the same bytes through another mapping: numpy cannot see the overlap
-                array = array.copy()
-        try:
-            mapping, base = region.mapping(writable=True)
-        except (OSError, ValueError):
-            return False
-        target = np.ndarray(array.shape, array.dtype, mapping, base + offset)
+        with self._lock:
+            region = self._regions.get(ident)
+            if region is None or nbytes > byte_size or offset + byte_size > region.byte_size:
+                return False
+            try:
+                region.check_size()
+            except RegionError:
+                return False
+            if not nbytes:
+                return True
+            low, high = _byte_bounds(array)
+            source = self._in_object(low, region) if array.base is not None else None
+            if source is not None:
+                destination = region.offset + offset
+                if source == destination and array.flags.c_contiguous:
+                    return True  # the output is its input, already where it is asked to be
+                if source < destination + nbytes and destination < source + (high - low):
+                    # the same bytes through another mapping: numpy cannot see the overlap
+                    array = array.copy()
+            try:
+                target = _view(region.mapping(writable=True), offset, array.dtype, array.shape)
+            except (OSError, ValueError):
+                return False
         np.copyto(target, array, casting="no")
         return True
 
@@ -257,6 +258,15 @@ class MappedRegions:
                 if found is not None:
                     return found
         return None
+
+
+def _view(
+    mapped: tuple[mmap.mmap, int], offset: int, dtype: np.dtype, shape: tuple[int, ...]
+) -> np.ndarray:
+    """An array over a mapping; it refers to the mmap object, which stays mapped while it
+    lives."""
+    mapping, base = mapped
+    return np.ndarray(shape, dtype, mapping, base + offset)
 
 
 def _byte_bounds(array: np.ndarray) -> tuple[int, int]:
