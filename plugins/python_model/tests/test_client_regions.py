@@ -69,8 +69,9 @@ def where(values):
 
 class TritonPythonModel:
     def initialize(self, args):
-        parameters = json.loads(args["model_config"]).get("parameters", {})
-        self.gate = {k: v["string_value"] for k, v in parameters.items()}
+        config = json.loads(args["model_config"])
+        self.gate = {k: v["string_value"] for k, v in config.get("parameters", {}).items()}
+        self.decoupled = config.get("model_transaction_policy", {}).get("decoupled", False)
 
     def execute(self, requests):
         if self.gate:
@@ -83,12 +84,19 @@ class TritonPythonModel:
             values = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
             info = np.array([json.dumps(where(values)).encode()], dtype=np.object_)
             info = info.reshape([1] * values.ndim)  # [1], or [1, 1] with a batch dimension
-            responses.append(
-                pb_utils.InferenceResponse(
-                    [pb_utils.Tensor("OUTPUT0", values), pb_utils.Tensor("WHERE", info)]
-                )
+            response = pb_utils.InferenceResponse(
+                [pb_utils.Tensor("OUTPUT0", values), pb_utils.Tensor("WHERE", info)]
             )
-        return responses
+            if self.decoupled:  # the input, then the input reversed
+                sender = request.get_response_sender()
+                sender.send(response)
+                reverse = pb_utils.Tensor("OUTPUT0", values[::-1].copy())
+                sender.send(
+                    pb_utils.InferenceResponse([reverse, pb_utils.Tensor("WHERE", info)]),
+                    flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL,
+                )
+            responses.append(response)
+        return None if self.decoupled else responses
 """
 
 DATATYPES = ("FP32", "FP16", "FP64", "INT8", "INT64", "UINT16", "BOOL", "BYTES")
@@ -112,6 +120,7 @@ def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
     for datatype in DATATYPES:
         write_model(root, f"where_{datatype.lower()}", datatype)
     write_model(root, "where_big", "FP32")
+    write_model(root, "where_stream", "FP32", "model_transaction_policy { decoupled: true }")
     write_model(
         root,
         "where_batched",
@@ -266,6 +275,46 @@ def test_a_region_unlinked_and_made_again_under_its_key_is_still_the_registered_
     finally:
         shm.destroy_shared_memory_region(other)
         http.unregister_system_shared_memory(name)
+
+
+def test_a_decoupled_model_reads_its_input_in_the_region_and_streams_into_one(
+    grpc, http, regions
+) -> None:
+    values = np.arange(512, dtype=np.float32)
+    name, _, handle = regions.create(8192, register_with=http)
+    write(handle, values.tobytes())
+    answers: list = []
+    done = threading.Event()
+
+    def callback(result, error) -> None:
+        answers.append((result, error))
+        if (
+            error is not None
+            or result.get_response().parameters["triton_final_response"].bool_param
+        ):
+            done.set()
+
+    tensor = grpcclient.InferInput("INPUT0", [512], "FP32")
+    tensor.set_shared_memory(name, 2048)
+    grpc.start_stream(callback=callback)
+    try:
+        grpc.async_stream_infer(
+            "where_stream",
+            [tensor],
+            outputs=[
+                shm_output(grpcclient, "OUTPUT0", name, 2048, 4096),
+                grpcclient.InferRequestedOutput("WHERE"),
+            ],
+            enable_empty_final_response=True,
+        )
+        assert done.wait(60)
+    finally:
+        grpc.stop_stream()
+    assert [error for _, error in answers] == [None] * len(answers)
+    wheres = [where_of(result) for result, _ in answers if result.as_numpy("WHERE") is not None]
+    assert len(wheres) == 2 and all(w["path"] == f"/dev/shm/{name}" for w in wheres)
+    # each response overwrote the region: the last one, the input reversed, is there
+    assert read(handle, 2048, 4096) == values[::-1].tobytes()
 
 
 def pending(server: ServerProcess, model: str) -> float:
