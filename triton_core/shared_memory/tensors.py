@@ -105,8 +105,10 @@ def resolve(
             region.check_alive()
             array = _input_array(region, spec, name, model)
             inputs[name] = Tensor(name, spec.datatype, array)
-            if isinstance(region, SystemRegion) and array.dtype.kind != "O" and array.size:
-                spans.inputs[name] = (array, SystemSpan(region, spec.ref.offset, array.nbytes))
+            if isinstance(region, SystemRegion) and array.size:
+                # BYTES: the serialized elements, which the server has parsed and checked
+                size = spec.ref.byte_size if array.dtype.kind == "O" else array.nbytes
+                spans.inputs[name] = (array, SystemSpan(region, spec.ref.offset, size))
         for name, ref in tensors.outputs.items():
             region = use.hold(ref)
             use.outputs[name] = (region, ref)

@@ -58,6 +58,8 @@ def where(values):
         (end - start for start, end, _, path in mappings() if "triton-python-model" in path),
         default=0,
     )
+    # the clients' objects mapped in this process
+    found["mapped"] = sorted({path for *_, path in mappings() if path.startswith("/dev/shm/")})
     if values.dtype != object and values.size:
         address = values.__array_interface__["data"][0]
         for start, end, perms, path in mappings():
@@ -227,9 +229,9 @@ def test_values_of_every_kind_go_in_and_out_through_regions(
         client, module, f"where_{datatype.lower()}", datatype, 300, name, len(data), 40, 16384
     )
     assert read(handle, len(data), 100 + 16384) == data
-    if datatype == "BYTES":
-        assert "path" not in where  # BYTES are parsed by the server and sent as copies
-    else:
+    # BYTES elements are objects: parsed from the region mapped in the model's process
+    assert f"/dev/shm/{name}" in where["mapped"]
+    if datatype != "BYTES":
         assert where["path"] == f"/dev/shm/{name}"
 
 

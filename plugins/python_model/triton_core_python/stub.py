@@ -32,6 +32,7 @@ import json
 import os
 import queue
 import socket
+import struct
 import sys
 import threading
 import time
@@ -45,9 +46,9 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 
 from triton_core_python import ipc
-from triton_core_python.regions import MappedRegions, RegionError
+from triton_core_python.regions import INVALID_ARG, MappedRegions, RegionError
 from triton_core_python.shm import Arena
-from triton_core_python.wire import NUMPY_DTYPES, Packer, unpack
+from triton_core_python.wire import NUMPY_DTYPES, Packer, deserialize_bytes, unpack
 
 _Deliver = Callable[[Any, bool], None]
 
@@ -282,9 +283,21 @@ class Stub:
         return requests, failed
 
     def _mapped(self, descriptor: tuple[Any, ...]) -> Any:
-        """An input in a client's region: a read-only view of the region, mapped here."""
-        _, datatype, shape, offset, nbytes, region = descriptor
-        return self.regions.input(region, offset, nbytes, NUMPY_DTYPES[datatype], shape)
+        """An input in a client's region: a read-only view of the region, mapped here
+        (BYTES: its elements, parsed from there)."""
+        name, datatype, shape, offset, nbytes, region = descriptor
+        if datatype != "BYTES":
+            return self.regions.input(region, offset, nbytes, NUMPY_DTYPES[datatype], shape)
+        data = self.regions.input(region, offset, nbytes, NUMPY_DTYPES["UINT8"], (nbytes,))
+        count = 1
+        for dim in shape:
+            count *= dim
+        try:
+            return deserialize_bytes(data, count).reshape(shape)
+        except (ValueError, struct.error) as exc:  # its owner rewrote it since the server read it
+            raise RegionError(
+                INVALID_ARG, f"unable to parse BYTES data for input '{name}': {exc}"
+            ) from None
 
     def _run_without(
         self, requests: list[pb_utils.InferenceRequest], failed: dict[int, tuple[int, str]]
