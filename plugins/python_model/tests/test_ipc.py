@@ -282,8 +282,12 @@ def test_regions_are_mapped_once_checked_on_every_use_and_let_go(tmp_path):
         regions.input(7, 8, 16, np.dtype("<i4"), (4,))
 
 
-def test_a_region_is_announced_once_per_process_and_its_close_is_reported():
+def test_a_region_is_announced_once_per_process_and_its_close_is_reported(monkeypatch):
+    from triton_core_python import regions as regions_module
+
     from triton_core.shared_memory.system import SystemRegion
+
+    monkeypatch.setattr(regions_module, "REGIONS_PER_PROCESS", 1)
 
     name = f"tcshm_unit_{os.getpid()}"
     fd = os.open(f"/dev/shm/{name}", os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
@@ -298,8 +302,13 @@ def test_a_region_is_announced_once_per_process_and_its_close_is_reported():
         assert os.path.samestat(os.fstat(fds[0]), os.fstat(fd))
         with announcer.lock:
             assert announcer.announce({region.ident: region}) == ([], [])
+        # the process maps a bounded number of regions: tensors in others go as copies
+        other = SystemRegion("other", f"/{name}", 0, 4096)
+        assert announcer.can_map(region) and not announcer.can_map(other)
         region.close()
         assert closed == [region.ident]
+        assert announcer.can_map(other)  # room again
+        other.close()
     finally:
         os.close(fd)
         os.unlink(f"/dev/shm/{name}")

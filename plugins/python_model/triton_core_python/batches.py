@@ -48,6 +48,8 @@ class BatchCodec:
         self.pending: dict[int, InferenceRequest] = {}
         #: the traces of traced requests sent to the stub, by id: their BLS calls continue them
         self._traces = traces
+        #: whether the process may map one more client region (it keeps a bounded number)
+        self.may_map: Callable[[Any], bool] = lambda region: True
 
     def encode(self, requests: list[InferenceRequest]) -> EncodedBatch:
         packer = Packer()
@@ -61,12 +63,13 @@ class BatchCodec:
             spans = request.shared_memory_spans
             targets = None
             if spans is not None:
+                mapped = _Mapped(regions, self.may_map)
                 inputs = [
-                    _input(packer, name, t, reshapes, spans, regions)
+                    _input(packer, name, t, reshapes, spans, mapped)
                     for name, t in request.inputs.items()
                 ]
                 if not decoupled and spans.outputs:
-                    targets = _output_targets(spans, regions)
+                    targets = _output_targets(spans, mapped)
             elif reshapes:
                 inputs = [
                     add(name, t.datatype, _reshaped(reshapes, name, t.data))
@@ -207,13 +210,29 @@ class BatchCodec:
             self.pending.pop(key, None)
 
 
+class _Mapped:
+    """The regions a batch refers to, within what the process may map."""
+
+    __slots__ = ("_may_map", "regions")
+
+    def __init__(self, regions: dict[int, Any], may_map: Callable[[Any], bool]) -> None:
+        self.regions = regions
+        self._may_map = may_map
+
+    def take(self, region: Any) -> bool:
+        if region.ident in self.regions or self._may_map(region):
+            self.regions[region.ident] = region
+            return True
+        return False
+
+
 def _input(
     packer: Packer,
     name: str,
     tensor: Tensor,
     reshapes: Mapping[str, Callable[[Any], Any]],
     spans: SharedMemorySpans,
-    regions: dict[int, Any],
+    mapped: _Mapped,
 ) -> tuple[Any, ...]:
     """An input's descriptor: where it is in its region when the server resolved it from
     one (the stub maps it), else its bytes planned into the batch's block."""
@@ -221,31 +240,30 @@ def _input(
     if reshapes:
         data = _reshaped(reshapes, name, data)
     entry = spans.inputs.get(name)
-    if entry is None or entry[0] is not tensor.data:
+    if entry is None or entry[0] is not tensor.data or not mapped.take(entry[1].region):
         return packer.add(name, tensor.datatype, data)
     span = entry[1]
-    region = span.region
-    regions[region.ident] = region
-    return (name, tensor.datatype, data.shape, span.offset, span.byte_size, region.ident)
+    return (name, tensor.datatype, data.shape, span.offset, span.byte_size, span.region.ident)
 
 
-def _output_targets(spans: SharedMemorySpans, regions: dict[int, Any]) -> dict[str, Any]:
+def _output_targets(spans: SharedMemorySpans, mapped: _Mapped) -> dict[str, Any]:
     """Output name -> (region ident, offset, byte size): where the stub may write it."""
-    targets = {}
-    for name, span in spans.outputs.items():
-        region = span.region
-        regions[region.ident] = region
-        targets[name] = (region.ident, span.offset, span.byte_size)
-    return targets
+    return {
+        name: (span.region.ident, span.offset, span.byte_size)
+        for name, span in spans.outputs.items()
+        if mapped.take(span.region)
+    }
 
 
-def in_region(request: InferenceRequest, name: str, data: Any) -> bool:
+def in_region(
+    request: InferenceRequest, name: str, data: Any, may_map: Callable[[Any], bool]
+) -> bool:
     """Whether the input ``name`` (``data``) travels as a reference to its region."""
     spans = request.shared_memory_spans
     if spans is None:
         return False
     entry = spans.inputs.get(name)
-    return entry is not None and entry[0] is data
+    return entry is not None and entry[0] is data and may_map(entry[1].region)
 
 
 def _reshaped(reshapes: Mapping[str, Callable[[Any], Any]], name: str, array: Any) -> Any:

@@ -169,6 +169,7 @@ class StubProcess:
         self.codec = BatchCodec(settings, self._traces)
         #: the clients' system regions this process maps
         self.regions = RegionAnnouncer(self._region_closed)
+        self.codec.may_map = self.regions.can_map
         self._death_lock = threading.Lock()
         self._reader_thread: threading.Thread | None = None
         self._flush_scheduled = False
@@ -383,7 +384,7 @@ class StubProcess:
         if self.dead:
             raise StubDied(sent=False)
         ident = next(self._ids)
-        if _estimated_bytes(requests) < _OFFLOAD_BYTES:
+        if _estimated_bytes(requests, self.regions.can_map) < _OFFLOAD_BYTES:
             batch = self.codec.encode(requests)
             self._in_flight[ident] = [batch.keys, done, requests]
             try:
@@ -756,13 +757,13 @@ def _times(measured: tuple[int, int, int, int] | None) -> ExecutionTimes | None:
     return ExecutionTimes(received, started - received, ended - started, answered - ended)
 
 
-def _estimated_bytes(requests: list[InferenceRequest]) -> int:
+def _estimated_bytes(requests: list[InferenceRequest], may_map: Callable[[Any], bool]) -> int:
     """Roughly how many bytes a batch's inputs take in shared memory (cheap to compute)."""
     total = 0
     for request in requests:
         for name, tensor in request.inputs.items():
             data = tensor.data
-            if request.shared_memory_spans is not None and in_region(request, name, data):
+            if request.shared_memory_spans is not None and in_region(request, name, data, may_map):
                 continue  # the process maps it: nothing to copy
             # BYTES elements are objects: count them at a typical string's size
             total += data.size * 64 if data.dtype.kind == "O" else data.nbytes

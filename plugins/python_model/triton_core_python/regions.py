@@ -35,6 +35,8 @@ import numpy as np
 Announcement = tuple[int, str, str, int, int]
 #: pb_utils.TritonError.INVALID_ARG: what a request on a truncated region gets
 INVALID_ARG = 3
+#: regions one process maps at most (a descriptor each); tensors in more go as copies
+REGIONS_PER_PROCESS = 256
 
 
 class RegionError(Exception):
@@ -59,6 +61,11 @@ class RegionAnnouncer:
         self.lock = threading.Lock()
         self._sent: set[int] = set()
         self._on_dropped = on_dropped
+
+    def can_map(self, region: Any) -> bool:
+        """Whether the process maps ``region`` already, or may map one more."""
+        sent = self._sent
+        return region.ident in sent or len(sent) < REGIONS_PER_PROCESS
 
     def announce(self, regions: dict[int, Any]) -> tuple[list[Announcement], list[int]]:
         """(announcements, descriptors) of ``regions`` (ident -> region) not yet sent; call
