@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import threading
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -25,7 +26,7 @@ import tritonclient.http as httpclient
 import tritonclient.utils.shared_memory as shm
 from tritonclient.utils import InferenceServerException, serialize_byte_tensor
 
-from tests.e2e.test_shared_memory import Regions, read, shm_output, write
+from tests.e2e.test_shared_memory import Regions, find_perf_analyzer, read, shm_output, write
 from tests.support import ServerProcess, serve_until_done, wait_until
 
 pytestmark = pytest.mark.timeout(300)
@@ -445,3 +446,26 @@ def test_a_request_abandoned_while_its_region_goes_away_leaves_the_model_serving
         tensor.set_data_from_numpy(values)
         assert np.array_equal(http.infer("where_gated", [tensor]).as_numpy("OUTPUT0"), values)
     assert "Traceback" not in server.log() and "restarting" not in server.log()
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_perf_analyzer_with_system_shared_memory_runs_clean_on_a_python_model(
+    protocol, server: ServerProcess, http
+) -> None:
+    tool = find_perf_analyzer()
+    if tool is None:
+        pytest.skip("perf_analyzer is not installed (shared/tools/setup-peer-tools.sh)")
+    url = server.http_url if protocol == "http" else server.grpc_url
+    command = [
+        tool, "-m", "where_fp32", "-u", url, "-i", protocol, "--shared-memory", "system",
+        "--output-shared-memory-size", "65536", "--shape", "INPUT0:4096",
+        "--concurrency-range", "2:2", "--measurement-mode", "count_windows",
+        "--measurement-request-count", "100", "--max-trials", "10",
+        "--stability-percentage", "900",
+    ]  # fmt: skip
+    output = subprocess.run(command, capture_output=True, text=True, timeout=240)
+    assert output.returncode == 0, output.stdout[-3000:] + output.stderr[-2000:]
+    assert "Throughput" in output.stdout
+    assert "Unable to" not in output.stdout + output.stderr  # its clean-up went through
+    assert http.get_system_shared_memory_status() == []
+    assert "restarting" not in server.log()
