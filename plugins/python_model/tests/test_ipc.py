@@ -333,3 +333,19 @@ def test_an_output_that_views_an_input_of_the_same_object_is_written_right(tmp_p
     assert np.array_equal(np.fromfile(path, np.int32)[count + 1024 : count + 2048], expected)
     del values, same
     regions.drop((1, 2))
+
+
+def test_a_region_closed_before_its_announcement_arrives_goes_after_its_batch(tmp_path):
+    path = tmp_path / "object"
+    path.write_bytes(bytes(4096))
+    regions = MappedRegions()
+    regions.drop((9,))  # the events socket outran the control socket
+    regions.add([(9, "late", "/late", 0, 4096)], (os.open(path, os.O_RDWR),))
+    assert regions.input(9, 0, 16, np.dtype("<i4"), (4,)).tolist() == [0, 0, 0, 0]
+    regions.drop_stale()  # the batch ran: nothing is kept for a region the server closed
+    assert len(regions) == 0
+    regions.drop_stale()
+    regions.add([(10, "next", "/next", 0, 4096)], (os.open(path, os.O_RDWR),))
+    regions.drop_stale()
+    assert len(regions) == 1  # an ordinary region stays
+    regions.drop((10,))

@@ -176,6 +176,10 @@ class MappedRegions:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._regions: dict[int, _Region] = {}
+        #: closed by the server before the batch announcing them arrived (a request that
+        #: was cancelled while its batch waited): let go once that batch has run
+        self._closed_early: set[int] = set()
+        self._stale: list[int] = []
 
     def add(self, announcements: list[Announcement], fds: tuple[int, ...]) -> None:
         """Keep the regions of a message (takes ownership of ``fds``)."""
@@ -185,6 +189,9 @@ class MappedRegions:
                 if old is not None:
                     old.close()
                 self._regions[ident] = _Region(name, key, offset, byte_size, fd)
+                if ident in self._closed_early:
+                    self._closed_early.discard(ident)
+                    self._stale.append(ident)
 
     def drop(self, idents: tuple[int, ...]) -> None:
         """The server closed these regions: let them go (a mapping a view still uses is
@@ -192,8 +199,17 @@ class MappedRegions:
         with self._lock:
             for ident in idents:
                 region = self._regions.pop(ident, None)
-                if region is not None:
+                if region is None:
+                    self._closed_early.add(ident)  # its announcement is still on its way
+                else:
                     region.close()
+
+    def drop_stale(self) -> None:
+        """Let go the regions closed before the batch that announced them ran (after it)."""
+        if self._stale:
+            with self._lock:
+                stale, self._stale = self._stale, []
+            self.drop(tuple(stale))
 
     def __len__(self) -> int:
         return len(self._regions)

@@ -227,6 +227,7 @@ class Stub:
         # answer below can carry the frees of their shared memory.
         del requests
         self._send_control(ipc.EXECUTE_DONE, message.ident, (status, payload, times), block)
+        self.regions.drop_stale()
 
     def _requests(
         self, message: ipc.Message
