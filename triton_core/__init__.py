@@ -116,7 +116,9 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "triton_core.shared_memory.refs": (
         "SharedMemoryInput",
         "SharedMemoryRef",
+        "SharedMemorySpans",
         "SharedMemoryTensors",
+        "SystemSpan",
     ),
     "triton_core.shared_memory.region": ("SystemRegionStatus",),
     "triton_core.shared_memory.registry": ("SharedMemoryOptions",),
@@ -223,7 +225,9 @@ if TYPE_CHECKING:
     from triton_core.shared_memory.refs import (
         SharedMemoryInput,
         SharedMemoryRef,
+        SharedMemorySpans,
         SharedMemoryTensors,
+        SystemSpan,
     )
     from triton_core.shared_memory.region import SystemRegionStatus
     from triton_core.shared_memory.registry import SharedMemoryOptions
@@ -308,9 +312,11 @@ __all__ = [
     "SharedMemoryInput",
     "SharedMemoryOptions",
     "SharedMemoryRef",
+    "SharedMemorySpans",
     "SharedMemoryTensors",
     "Status",
     "SystemRegionStatus",
+    "SystemSpan",
     "Tensor",
     "TritonError",
     "__version__",

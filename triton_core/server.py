@@ -738,7 +738,7 @@ def _trace_end(trace: Trace, done: asyncio.Future[InferenceResponse]) -> None:
 async def _write_outputs(use: shm_tensors.SharedMemoryUse, response: InferenceResponse) -> None:
     """Write a response's shared-memory outputs: large ones from a thread (numpy copies
     without the GIL), so the event loop goes on serving meanwhile."""
-    if use.output_bytes() <= shm_tensors.OFFLOAD_BYTES:
+    if use.bytes_to_write(response) <= shm_tensors.OFFLOAD_BYTES:
         use.write_outputs(response)
         return
     copiers = buffer_manager.threads()  # --buffer-manager-thread-count, when given

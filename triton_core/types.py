@@ -11,7 +11,7 @@ import numpy as np
 from triton_core.errors import TritonError
 
 if TYPE_CHECKING:
-    from triton_core.shared_memory.refs import SharedMemoryTensors
+    from triton_core.shared_memory.refs import SharedMemorySpans, SharedMemoryTensors
     from triton_core.statistics import StepTimes
     from triton_core.tracing.trace import Trace
 
@@ -89,6 +89,9 @@ class InferenceRequest:
     #: tensors in registered shared-memory regions (None: none); the server turns the
     #: inputs into views in ``inputs`` and writes the outputs into their regions
     shared_memory: SharedMemoryTensors | None = None
+    #: set by the server on a request whose tensors it resolved from system regions: where
+    #: they are, for backends that map the regions in the model's own process
+    shared_memory_spans: SharedMemorySpans | None = None
     #: set by a backend: the model released the request with Triton's
     #: ``TRITONSERVER_REQUEST_RELEASE_RESCHEDULE``, to run it again (no response this time);
     #: only a sequence batcher with ``iterative_sequence`` accepts that

@@ -117,6 +117,22 @@ async def test_unregister_while_in_use_closes_after_the_last_user(server, shm_ob
     assert region.users == 0 and region._map is None
 
 
+def test_a_view_that_outlives_its_region_still_reads_its_bytes(shm_object) -> None:
+    """A region closed (unregistered, last user gone) while something still holds a view of
+    it, e.g. a Python model's output view of a region or a model keeping its input: the
+    mapping stays until the view goes, instead of being unmapped under it (a SIGSEGV)."""
+    key, path = shm_object
+    path.write_bytes(np.arange(1024, dtype=np.int32).tobytes())
+    registry = SharedMemoryRegistry(ALLOWED)
+    registry.register_system("r", key, 4096)
+    region = registry.acquire("r", 0, 4096)
+    view = np.ndarray((1024,), np.int32, region.view(0, 4096))
+    registry.unregister(RegionKind.SYSTEM, "r")
+    registry.release(region)  # the last user: the region closes
+    assert region._map is None
+    assert int(view.sum()) == sum(range(1024))
+
+
 async def refused_input(server, key: str, byte_size: int, spec: SharedMemoryInput) -> TritonError:
     """The error of a request whose two inputs are ``spec``, in region "r" of ``key``."""
     server.register_system_shared_memory("r", key, byte_size)

@@ -11,9 +11,12 @@ fault the process, as with Triton: the flag ``--allow-client-shm`` is for truste
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import itertools
 import mmap
 import os
 import stat
+from collections.abc import Callable
 from typing import Final
 
 import numpy as np
@@ -27,6 +30,8 @@ SHM_DIRECTORY: Final = "/dev/shm"
 RESERVED_PREFIX: Final = "triton_python_backend_shm_region_"
 _NAME_MAX: Final = 255
 _OPEN_FLAGS: Final = os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY
+#: one number per registration, never reused: a region registered again is another region
+_IDENTS = itertools.count(1)
 
 
 def object_name(name: str, key: str) -> str:
@@ -54,7 +59,12 @@ def _bad_key(name: str, key: str, why: str) -> Exception:
 
 
 class SystemRegion:
-    """A registered system region: ``byte_size`` bytes at ``offset`` of the object ``key``."""
+    """A registered system region: ``byte_size`` bytes at ``offset`` of the object ``key``.
+
+    A backend that runs models in other processes may hand them the descriptor
+    (:meth:`fileno`) to map the same object there; ``ident`` names this registration to
+    them, and :meth:`on_close` tells them when to let their mappings go.
+    """
 
     kind = RegionKind.SYSTEM
 
@@ -65,6 +75,8 @@ class SystemRegion:
         self.byte_size = byte_size
         self.users = 0
         self.closing = False
+        self.ident = next(_IDENTS)
+        self._close_callbacks: list[Callable[[SystemRegion], None]] = []
         self._fd = _open_object(name, key)
         try:
             self._check_size(offset, byte_size)
@@ -81,6 +93,8 @@ class SystemRegion:
         except BaseException:
             os.close(self._fd)
             raise
+        # where byte 0 of the region is in this process (a buffer export, released at once)
+        self._address = ctypes.addressof(ctypes.c_char.from_buffer(self._map)) + self._base
 
     def _check_size(self, offset: int, byte_size: int) -> None:
         size = os.fstat(self._fd).st_size
@@ -95,10 +109,24 @@ class SystemRegion:
         needed = self.offset + self.byte_size
         size = os.fstat(self._fd).st_size
         if size < needed:
-            raise invalid_arg(
-                f"shared memory region '{self.name}' (key '{self.key}') is {size} bytes now, "
-                f"less than the {needed} bytes it was registered with: it was truncated"
-            )
+            raise invalid_arg(truncated_message(self.name, self.key, size, needed))
+
+    def fileno(self) -> int:
+        """The open descriptor of the object (valid while the region is held)."""
+        return self._fd
+
+    def holds(self, offset: int, data: np.ndarray) -> bool:
+        """Whether ``data`` is row-major and starts at ``offset`` of this region's mapping:
+        its bytes are already where a write to ``offset`` would put them."""
+        return (
+            self._map is not None
+            and data.flags.c_contiguous
+            and data.__array_interface__["data"][0] == self._address + offset
+        )
+
+    def on_close(self, callback: Callable[[SystemRegion], None]) -> None:
+        """Call ``callback(region)`` once the region is closed (unregistered and unused)."""
+        self._close_callbacks.append(callback)
 
     def view(self, offset: int, byte_size: int) -> memoryview:
         assert self._map is not None
@@ -112,17 +140,28 @@ class SystemRegion:
         np.copyto(target, data, casting="no")
 
     def close(self) -> None:
-        mapping, self._map = self._map, None
-        if mapping is not None:
-            # numpy views may still use it: then it is unmapped when the last one goes
-            with contextlib.suppress(BufferError):
-                mapping.close()
+        # Not mmap.close(): a numpy view of the mapping refers to the mmap object and holds
+        # no buffer export, so closing would unmap it under a view still in use (a SIGSEGV
+        # on the next read). Dropped, the mapping is unmapped when the last view goes.
+        self._map = None
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
+        callbacks, self._close_callbacks = self._close_callbacks, []
+        for callback in callbacks:
+            with contextlib.suppress(Exception):  # a backend's bookkeeping; the region is gone
+                callback(self)
 
     def status(self) -> SystemRegionStatus:
         return SystemRegionStatus(self.name, self.key, self.offset, self.byte_size)
+
+
+def truncated_message(name: str, key: str, size: int, needed: int) -> str:
+    """What a request on a region whose owner truncated its object is told."""
+    return (
+        f"shared memory region '{name}' (key '{key}') is {size} bytes now, "
+        f"less than the {needed} bytes it was registered with: it was truncated"
+    )
 
 
 def _open_object(name: str, key: str) -> int:

@@ -18,6 +18,8 @@ import numpy as np
 
 from triton_core.dtypes import NUMPY_DTYPES, deserialize_bytes, serialize_bytes
 from triton_core.errors import internal, invalid_arg
+from triton_core.shared_memory.refs import SharedMemorySpans, SystemSpan
+from triton_core.shared_memory.system import SystemRegion
 from triton_core.types import InferenceRequest, InferenceResponse, Tensor
 
 if TYPE_CHECKING:
@@ -57,8 +59,20 @@ class SharedMemoryUse:
         for region in held:
             self._registry.release(region)
 
-    def output_bytes(self) -> int:
-        return sum(ref.byte_size for _, ref in self.outputs.values())
+    def bytes_to_write(self, response: InferenceResponse) -> int:
+        """Bytes :meth:`write_outputs` would copy: outputs a backend already wrote into
+        their regions (SharedMemorySpans) cost nothing."""
+        if response.error is not None or not self.outputs:
+            return 0
+        total = 0
+        for tensor in response.outputs:
+            target = self.outputs.get(tensor.name)
+            if target is None:
+                continue
+            region, ref = target
+            if not (isinstance(region, SystemRegion) and region.holds(ref.offset, tensor.data)):
+                total += min(tensor.data.nbytes, ref.byte_size)
+        return total
 
     def write_outputs(self, response: InferenceResponse) -> None:
         """Write the outputs asked into regions there; the response then marks them."""
@@ -82,19 +96,30 @@ def resolve(
     use = SharedMemoryUse(registry)
     inputs = dict(request.inputs)
     model = request.model_name
+    spans = SharedMemorySpans()
     try:
         for name, spec in tensors.inputs.items():
             if name in inputs:
                 raise invalid_arg(f"input '{name}' already exists in request for model '{model}'")
             region = use.hold(spec.ref)
             region.check_alive()
-            inputs[name] = Tensor(name, spec.datatype, _input_array(region, spec, name, model))
+            array = _input_array(region, spec, name, model)
+            inputs[name] = Tensor(name, spec.datatype, array)
+            if isinstance(region, SystemRegion) and array.size:
+                # BYTES: the serialized elements, which the server has parsed and checked
+                size = spec.ref.byte_size if array.dtype.kind == "O" else array.nbytes
+                spans.inputs[name] = (array, SystemSpan(region, spec.ref.offset, size))
         for name, ref in tensors.outputs.items():
-            use.outputs[name] = (use.hold(ref), ref)
+            region = use.hold(ref)
+            use.outputs[name] = (region, ref)
+            if isinstance(region, SystemRegion):
+                spans.outputs[name] = SystemSpan(region, ref.offset, ref.byte_size)
     except BaseException:
         use.release()
         raise
-    return replace(request, inputs=inputs, shared_memory=None), use
+    in_regions = spans if spans.inputs or spans.outputs else None
+    resolved = replace(request, inputs=inputs, shared_memory=None, shared_memory_spans=in_regions)
+    return resolved, use
 
 
 def _input_array(region: Region, spec: SharedMemoryInput, name: str, model: str) -> np.ndarray:
@@ -161,6 +186,8 @@ def _write(tensor: Tensor, region: Region, ref: SharedMemoryRef) -> None:
         )
     if not size:
         return
+    if isinstance(region, SystemRegion) and region.holds(ref.offset, data):
+        return  # a backend wrote it there itself (SharedMemorySpans)
     region.check_alive()
     region.write(ref.offset, data)
 

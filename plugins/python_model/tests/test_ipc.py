@@ -8,6 +8,7 @@ import os
 import numpy as np
 import pytest
 from triton_core_python import ipc
+from triton_core_python.regions import MappedRegions, RegionAnnouncer, RegionError
 from triton_core_python.shm import (
     REUSE_LIMIT,
     Arena,
@@ -237,3 +238,114 @@ def test_small_blocks_are_copied_and_freed_at_once_big_ones_viewed_until_dropped
             b.send(ipc.EXECUTE_DONE, 1, None, None)
             a.recv()
             assert segment.live == 0
+
+
+def test_extra_descriptors_ride_along_after_the_segments_even_in_a_big_message(pair):
+    a, b = pair
+    read_end, write_end = os.pipe()
+    try:
+        packer = Packer()
+        packer.add("X", "INT8", np.ones(8, np.int8))
+        body = ["y" * 100] * 2000  # through shared memory: its segment is announced too
+        a.send(ipc.EXECUTE, 5, body, packer.write(a.memory.arena), [write_end])
+        message = b.recv()
+        assert message.body == body and len(message.fds) == 1
+        os.write(message.fds[0], b"same pipe")  # the receiver got the sender's pipe
+        os.close(message.fds[0])
+        assert os.read(read_end, 64) == b"same pipe"
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+
+
+def test_regions_are_mapped_once_checked_on_every_use_and_let_go(tmp_path):
+    path = tmp_path / "object"
+    path.write_bytes(np.arange(1024, dtype=np.int32).tobytes())
+    regions = MappedRegions()
+    # the region starts 40 bytes into the object: the mapping starts at the page before it
+    regions.add([(7, "r", "/r", 40, 4000)], (os.open(path, os.O_RDWR),))
+    view = regions.input(7, 8, 16, np.dtype("<i4"), (4,))
+    assert view.tolist() == [12, 13, 14, 15] and not view.flags.writeable
+    assert regions.write(7, 100, 16, np.array([-1, -2], np.int32))
+    assert np.frombuffer(path.read_bytes(), np.int32)[35:37].tolist() == [-1, -2]
+    assert not regions.write(7, 100, 4, np.array([-1, -2], np.int32))  # over its byte size
+    with pytest.raises(RegionError, match="Invalid offset \\+ byte size"):
+        regions.input(7, 3990, 16, np.dtype("<i4"), (4,))
+    os.truncate(path, 1000)
+    with pytest.raises(RegionError, match="'r' \\(key '/r'\\) is 1000 bytes now"):
+        regions.input(7, 8, 16, np.dtype("<i4"), (4,))
+    assert not regions.write(7, 100, 16, np.array([-1, -2], np.int32))
+    del view
+    regions.drop((7,))
+    assert len(regions) == 0
+    with pytest.raises(RegionError, match="unknown shared memory region 7"):
+        regions.input(7, 8, 16, np.dtype("<i4"), (4,))
+
+
+def test_a_region_is_announced_once_per_process_and_its_close_is_reported(monkeypatch):
+    from triton_core_python import regions as regions_module
+
+    from triton_core.shared_memory.system import SystemRegion
+
+    monkeypatch.setattr(regions_module, "REGIONS_PER_PROCESS", 1)
+
+    name = f"tcshm_unit_{os.getpid()}"
+    fd = os.open(f"/dev/shm/{name}", os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+    try:
+        os.ftruncate(fd, 8192)
+        region = SystemRegion("unit", f"/{name}", 4096, 4096)
+        closed: list[int] = []
+        announcer = RegionAnnouncer(closed.append)
+        with announcer.lock:
+            announcements, fds = announcer.announce({region.ident: region})
+        assert announcements == [(region.ident, "unit", f"/{name}", 4096, 4096)]
+        assert os.path.samestat(os.fstat(fds[0]), os.fstat(fd))
+        with announcer.lock:
+            assert announcer.announce({region.ident: region}) == ([], [])
+        # the process maps a bounded number of regions: tensors in others go as copies
+        other = SystemRegion("other", f"/{name}", 0, 4096)
+        assert announcer.can_map(region) and not announcer.can_map(other)
+        region.close()
+        assert closed == [region.ident]
+        assert announcer.can_map(other)  # room again
+        other.close()
+    finally:
+        os.close(fd)
+        os.unlink(f"/dev/shm/{name}")
+
+
+def test_an_output_that_views_an_input_of_the_same_object_is_written_right(tmp_path):
+    path = tmp_path / "object"
+    count = 1 << 16
+    path.write_bytes(np.arange(2 * count, dtype=np.int32).tobytes())
+    opened = tuple(os.open(path, os.O_RDWR) for _ in range(2))
+    regions = MappedRegions()
+    # two registrations of one object, as a client may make: input in one, output in other
+    regions.add([(1, "in", "/o", 0, 8 * count), (2, "out", "/o", 0, 8 * count)], opened)
+    values = regions.input(1, 0, 4 * count, np.dtype("<i4"), (count,))
+    # the output overlaps the input it views, through another mapping of the same pages
+    assert regions.write(2, 4096, 4 * count, values)
+    assert np.array_equal(np.fromfile(path, np.int32)[1024 : 1024 + count], np.arange(count))
+    same = regions.input(1, 4 * count, 4096, np.dtype("<i4"), (1024,))
+    assert regions.write(2, 4 * count, 4096, same)  # exactly where it is: nothing to copy
+    expected = np.fromfile(path, np.int32)[count : count + 1024][::-1]
+    assert regions.write(2, 4 * count + 4096, 4096, same[::-1])  # a negative stride
+    assert np.array_equal(np.fromfile(path, np.int32)[count + 1024 : count + 2048], expected)
+    del values, same
+    regions.drop((1, 2))
+
+
+def test_a_region_closed_before_its_announcement_arrives_goes_after_its_batch(tmp_path):
+    path = tmp_path / "object"
+    path.write_bytes(bytes(4096))
+    regions = MappedRegions()
+    regions.drop((9,))  # the events socket outran the control socket
+    regions.add([(9, "late", "/late", 0, 4096)], (os.open(path, os.O_RDWR),))
+    assert regions.input(9, 0, 16, np.dtype("<i4"), (4,)).tolist() == [0, 0, 0, 0]
+    regions.drop_stale()  # the batch ran: nothing is kept for a region the server closed
+    assert len(regions) == 0
+    regions.drop_stale()
+    regions.add([(10, "next", "/next", 0, 4096)], (os.open(path, os.O_RDWR),))
+    regions.drop_stale()
+    assert len(regions) == 1  # an ordinary region stays
+    regions.drop((10,))

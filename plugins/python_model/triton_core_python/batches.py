@@ -8,17 +8,30 @@ Decoupled requests get a key each, under which the stub's responses find them.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+import numpy as np
 
 from triton_core import InferenceRequest, InferenceResponse, Tensor, TritonError, internal
 from triton_core_python import ipc
 from triton_core_python.codes import status_of
-from triton_core_python.wire import Descriptor, Packer, unpack
+from triton_core_python.wire import NUMPY_DTYPES, Descriptor, Packer, unpack
 
 if TYPE_CHECKING:
     import weakref
 
+    from triton_core import SharedMemorySpans
     from triton_core_python.process import StubSettings
+
+
+class EncodedBatch(NamedTuple):
+    """A batch ready to send: its body, its tensors to copy, its decoupled keys, and the
+    clients' system regions (by ident) the stub maps instead of receiving copies."""
+
+    body: list[Any]
+    packer: Packer
+    keys: list[int]
+    regions: dict[int, Any]
 
 
 class BatchCodec:
@@ -35,16 +48,29 @@ class BatchCodec:
         self.pending: dict[int, InferenceRequest] = {}
         #: the traces of traced requests sent to the stub, by id: their BLS calls continue them
         self._traces = traces
+        #: whether the process may map one more client region (it keeps a bounded number)
+        self.may_map: Callable[[Any], bool] = lambda region: True
 
-    def encode(self, requests: list[InferenceRequest]) -> tuple[list[Any], Packer, list[int]]:
+    def encode(self, requests: list[InferenceRequest]) -> EncodedBatch:
         packer = Packer()
         add = packer.add
         decoupled = self.decoupled
         reshapes = self.settings.input_reshapes
         body = []
         keys = []
+        regions: dict[int, Any] = {}
         for index, request in enumerate(requests):
-            if reshapes:
+            spans = request.shared_memory_spans
+            targets = None
+            if spans is not None:
+                mapped = _Mapped(regions, self.may_map)
+                inputs = [
+                    _input(packer, name, t, reshapes, spans, mapped)
+                    for name, t in request.inputs.items()
+                ]
+                if not decoupled and spans.outputs:
+                    targets = _output_targets(spans, mapped)
+            elif reshapes:
                 inputs = [
                     add(name, t.datatype, _reshaped(reshapes, name, t.data))
                     for name, t in request.inputs.items()
@@ -71,9 +97,10 @@ class BatchCodec:
                     inputs,
                     request.timeout_us,
                     self._trace_reference(request),
+                    targets,
                 )
             )
-        return body, packer, keys
+        return EncodedBatch(body, packer, keys, regions)
 
     def _trace_reference(self, request: InferenceRequest) -> tuple[int, str] | None:
         """(trace id, W3C context) of a traced request, for ``request.trace()`` in the stub."""
@@ -83,13 +110,16 @@ class BatchCodec:
         self._traces[trace.id] = trace
         return trace.id, trace.context()
 
-    def responses(self, block: Any, items: list[Any]) -> list[InferenceResponse | None]:
-        """The responses of a batch; None for a request its model rescheduled."""
+    def responses(
+        self, block: Any, items: list[Any], requests: list[InferenceRequest] | None = None
+    ) -> list[InferenceResponse | None]:
+        """The responses of a batch (of ``requests``, in order); None for a request its
+        model rescheduled."""
         memory = self.memory
         assert memory is not None
         owner = memory.take_block(block)
         responses: list[InferenceResponse | None] = []
-        for item in items:
+        for index, item in enumerate(items):
             if item == ipc.RESCHEDULED:
                 responses.append(None)  # no response: the request runs again
                 continue
@@ -103,13 +133,21 @@ class BatchCodec:
                     )
                 )
                 continue
-            descriptors, error, parameters = item
+            descriptors, error, parameters, written = item
             if error is not None:
                 responses.append(
                     InferenceResponse(error=TritonError(status_of(error[0]), error[1]))
                 )
                 continue
-            outputs = [Tensor(d[0], self._datatype(d), unpack(owner, d)) for d in descriptors]
+            if written:
+                assert requests is not None
+                try:
+                    outputs = self._outputs_in_regions(owner, descriptors, written, requests[index])
+                except TritonError as region_error:  # closed: its request was cancelled
+                    responses.append(InferenceResponse(error=region_error))
+                    continue
+            else:
+                outputs = [Tensor(d[0], self._datatype(d), unpack(owner, d)) for d in descriptors]
             if self.settings.output_reshapes:
                 reshape_error = self._reshape_outputs(outputs)
                 if reshape_error is not None:
@@ -117,6 +155,32 @@ class BatchCodec:
                     continue
             responses.append(InferenceResponse(outputs, parameters or {}))
         return responses
+
+    def _outputs_in_regions(
+        self,
+        owner: Any,
+        descriptors: list[Descriptor],
+        written: tuple[str, ...],
+        request: InferenceRequest,
+    ) -> list[Tensor]:
+        """Outputs, those the stub wrote into their regions as views of the region there
+        (the server's own mapping): the server recognises them and copies nothing."""
+        spans = request.shared_memory_spans
+        assert spans is not None
+        outputs = []
+        for descriptor in descriptors:
+            name, _, shape, _, nbytes = descriptor
+            span = spans.outputs.get(name) if name in written else None
+            if span is None or nbytes > span.byte_size:
+                outputs.append(Tensor(name, self._datatype(descriptor), unpack(owner, descriptor)))
+                continue
+            dtype = NUMPY_DTYPES[descriptor[1]]
+            # the request may be gone (cancelled) and its region closed since the stub wrote
+            span.region.check_alive()
+            data = np.ndarray(shape, dtype, span.region.view(span.offset, nbytes))
+            data.flags.writeable = False
+            outputs.append(Tensor(name, self._datatype(descriptor), data))
+        return outputs
 
     def _reshape_outputs(self, outputs: list[Tensor]) -> TritonError | None:
         """View outputs in the config's dims where the config reshapes them."""
@@ -144,6 +208,62 @@ class BatchCodec:
     def forget(self, keys: list[int]) -> None:
         for key in keys:
             self.pending.pop(key, None)
+
+
+class _Mapped:
+    """The regions a batch refers to, within what the process may map."""
+
+    __slots__ = ("_may_map", "regions")
+
+    def __init__(self, regions: dict[int, Any], may_map: Callable[[Any], bool]) -> None:
+        self.regions = regions
+        self._may_map = may_map
+
+    def take(self, region: Any) -> bool:
+        if region.ident in self.regions or self._may_map(region):
+            self.regions[region.ident] = region
+            return True
+        return False
+
+
+def _input(
+    packer: Packer,
+    name: str,
+    tensor: Tensor,
+    reshapes: Mapping[str, Callable[[Any], Any]],
+    spans: SharedMemorySpans,
+    mapped: _Mapped,
+) -> tuple[Any, ...]:
+    """An input's descriptor: where it is in its region when the server resolved it from
+    one (the stub maps it), else its bytes planned into the batch's block."""
+    data = tensor.data
+    if reshapes:
+        data = _reshaped(reshapes, name, data)
+    entry = spans.inputs.get(name)
+    if entry is None or entry[0] is not tensor.data or not mapped.take(entry[1].region):
+        return packer.add(name, tensor.datatype, data)
+    span = entry[1]
+    return (name, tensor.datatype, data.shape, span.offset, span.byte_size, span.region.ident)
+
+
+def _output_targets(spans: SharedMemorySpans, mapped: _Mapped) -> dict[str, Any]:
+    """Output name -> (region ident, offset, byte size): where the stub may write it."""
+    return {
+        name: (span.region.ident, span.offset, span.byte_size)
+        for name, span in spans.outputs.items()
+        if mapped.take(span.region)
+    }
+
+
+def in_region(
+    request: InferenceRequest, name: str, data: Any, may_map: Callable[[Any], bool]
+) -> bool:
+    """Whether the input ``name`` (``data``) travels as a reference to its region."""
+    spans = request.shared_memory_spans
+    if spans is None:
+        return False
+    entry = spans.inputs.get(name)
+    return entry is not None and entry[0] is data and may_map(entry[1].region)
 
 
 def _reshaped(reshapes: Mapping[str, Callable[[Any], Any]], name: str, array: Any) -> Any:

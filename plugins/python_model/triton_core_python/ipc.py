@@ -6,7 +6,7 @@ happen at any time: decoupled responses, BLS calls, cancellation queries, logs, 
 A seqpacket socket keeps message boundaries, so one ``sendmsg`` is one message and one
 ``recvmsg`` reads it whole.
 
-A message is ``marshal`` of ``(kind, ident, body, block, frees, announced, dropped)``:
+A message is ``marshal`` of ``(kind, ident, body, block, frees, announced, dropped, extra)``:
 
 * ``kind``/``ident``: what it is and which call it answers;
 * ``body``: plain data (tuples, lists, dicts, str, int, float, bytes, None);
@@ -16,7 +16,9 @@ A message is ``marshal`` of ``(kind, ident, body, block, frees, announced, dropp
 * ``announced``: ``(segment, size)`` of sender segments whose descriptors ride along
   (``SCM_RIGHTS``), in order; a segment is announced on each socket before a message on
   that socket refers to it;
-* ``dropped``: sender segments that no longer exist (the receiver forgets its mapping).
+* ``dropped``: sender segments that no longer exist (the receiver forgets its mapping);
+* ``extra``: how many more descriptors ride along after the announced segments' ones, for
+  the message's body to use (clients' shared-memory regions, see :mod:`.regions`).
 
 A message too big for the socket goes through shared memory itself (``INDIRECT``).
 
@@ -56,6 +58,8 @@ METRIC = 20  # stub -> server (events): custom metrics; ident 0: no answer expec
 METRIC_ANSWER = 21  # server -> stub (events): (ok, value or message)
 CONTROL = 18  # stub -> server (events): model management (is_model_ready ...)
 CONTROL_ANSWER = 19  # server -> stub (events)
+REGIONS_CLOSED = 22  # server -> stub (events): (idents,) of clients' regions to let go
+REGIONS = 23  # server -> stub (control): clients' regions announced ahead of a batch
 
 #: largest message sent inline; bigger ones go through shared memory (seqpacket messages
 #: are bounded by the socket buffer, ~200 KiB by default)
@@ -63,7 +67,8 @@ CONTROL_ANSWER = 19  # server -> stub (events)
 RESCHEDULED = -1
 
 INLINE_LIMIT = 48 * 1024
-_MAX_FDS = 16
+#: descriptors one message may carry: announced segments and clients' regions together
+_MAX_FDS = 64
 _ANCILLARY = socket.CMSG_SPACE(_MAX_FDS * 4)
 # plain ints: the socket module's flags are enums, slow to combine on every message
 _DONTWAIT = int(socket.MSG_DONTWAIT)
@@ -79,6 +84,8 @@ class Message(NamedTuple):
     ident: int
     body: Any
     block: tuple[int, int, int] | None
+    #: the extra descriptors the message carried (the receiver owns them)
+    fds: tuple[int, ...] = ()
 
 
 #: received blocks up to this size are copied out and freed at once: a copy of a few KiB
@@ -131,9 +138,18 @@ class Channel:
     def fileno(self) -> int:
         return self.sock.fileno()
 
-    def send(self, kind: int, ident: int, body: Any, block: tuple[int, int, int] | None) -> None:
-        """Send one message; raises :class:`PeerClosed` when the peer is gone."""
+    def send(
+        self,
+        kind: int,
+        ident: int,
+        body: Any,
+        block: tuple[int, int, int] | None,
+        extra_fds: list[int] | None = None,
+    ) -> None:
+        """Send one message (with ``extra_fds`` for its body); raises :class:`PeerClosed`
+        when the peer is gone."""
         memory = self.memory
+        extra = len(extra_fds) if extra_fds else 0
         with self._send_lock:
             fds: list[int] = []
             announced: list[tuple[int, int]] = []
@@ -141,7 +157,9 @@ class Channel:
                 self._announce(block[0], fds, announced)
             frees = memory.leases.drain()
             dropped = _drain(memory.arena.dropped)
-            message = marshal.dumps((kind, ident, body, block, frees, tuple(announced), dropped))
+            message = marshal.dumps(
+                (kind, ident, body, block, frees, tuple(announced), dropped, extra)
+            )
             if len(message) > INLINE_LIMIT:
                 inner = marshal.dumps((kind, ident, body, block))
                 segment, offset = memory.arena.alloc(len(inner))
@@ -149,8 +167,10 @@ class Channel:
                 spill = (segment.id, offset, len(inner))
                 self._announce(segment.id, fds, announced)
                 message = marshal.dumps(
-                    (INDIRECT, 0, None, spill, frees, tuple(announced), dropped)
+                    (INDIRECT, 0, None, spill, frees, tuple(announced), dropped, extra)
                 )
+            if extra_fds:
+                fds += extra_fds
             try:
                 if fds:
                     self.sock.sendmsg(
@@ -191,12 +211,21 @@ class Channel:
             for fd in _fds(ancillary):
                 os.close(fd)
             raise PeerClosed("message truncated")
-        kind, ident, body, block, frees, announced, dropped = marshal.loads(self._view[:size])
+        kind, ident, body, block, frees, announced, dropped, extra = marshal.loads(
+            self._view[:size]
+        )
         memory = self.memory
-        if announced:
+        extra_fds: tuple[int, ...] = ()
+        if announced or extra:
             fds = _fds(ancillary)
-            for (segment_id, segment_size), fd in zip(announced, fds, strict=True):
+            count = len(announced)
+            if len(fds) != count + extra:
+                for fd in fds:
+                    os.close(fd)
+                raise PeerClosed("a message's descriptors went missing")
+            for (segment_id, segment_size), fd in zip(announced, fds, strict=False):
                 memory.peers.add(segment_id, fd, segment_size)
+            extra_fds = tuple(fds[count:])
         for segment_id in dropped:
             memory.peers.drop(segment_id)
         if frees:
@@ -208,7 +237,7 @@ class Channel:
             inner = bytes(memory.peers.block(*block))
             memory.leases.release(block[0])  # copied out: freed with the next send
             kind, ident, body, block = marshal.loads(inner)
-        return Message(kind, ident, body, block)
+        return Message(kind, ident, body, block, extra_fds)
 
     def close(self) -> None:
         with contextlib.suppress(OSError):

@@ -34,12 +34,12 @@ from triton_core import (
     unavailable,
 )
 from triton_core_python import ipc
-from triton_core_python.batches import BatchCodec
+from triton_core_python.batches import BatchCodec, EncodedBatch, in_region
 from triton_core_python.calls import ModelCalls
 from triton_core_python.codes import status_of
 from triton_core_python.metrics import ModelMetricBudget, StubMetrics
+from triton_core_python.regions import RegionAnnouncer
 from triton_core_python.shm import Arena, SharedMemoryError
-from triton_core_python.wire import Packer
 
 if TYPE_CHECKING:
     from triton_core import Server
@@ -91,8 +91,12 @@ def stub_command(python: str, *arguments: str) -> tuple[list[str], dict[str, str
 
 #: events handled per loop callback, so that a chatty stub cannot starve the loop
 _EVENTS_PER_CALLBACK = 64
-#: batches with more tensor bytes than this are copied into shared memory off the loop
-_OFFLOAD_BYTES = 1 << 20
+#: batches with more tensor bytes than this are copied into shared memory off the loop; up to
+#: it the copy (about 0.1 ms per MiB) costs the loop less than the hop to a thread and back,
+#: and no more than sending the answer of that size, which the loop does anyway
+_OFFLOAD_BYTES = 4 << 20
+#: clients' regions announced in one message at most (their descriptors ride along)
+_REGIONS_PER_MESSAGE = 32
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,6 +169,9 @@ class StubProcess:
         self.calls = ModelCalls(server, loop, self._send_event, self._traces)
         #: batches to the stub's wire form and back; its decoupled requests by key
         self.codec = BatchCodec(settings, self._traces)
+        #: the clients' system regions this process maps
+        self.regions = RegionAnnouncer(self._region_closed)
+        self.codec.may_map = self.regions.can_map
         self._death_lock = threading.Lock()
         self._reader_thread: threading.Thread | None = None
         self._flush_scheduled = False
@@ -359,8 +366,9 @@ class StubProcess:
         assert control is not None
         if self.dead:
             raise StubDied(sent=False)
-        body, packer, keys = self.codec.encode(requests)
-        self._send_batch(next(self._ids), body, packer, keys)
+        batch = self.codec.encode(requests)
+        keys = batch.keys
+        self._send_batch(next(self._ids), batch)
         try:
             message = control.recv()
         except ipc.PeerClosed:
@@ -380,11 +388,11 @@ class StubProcess:
         if self.dead:
             raise StubDied(sent=False)
         ident = next(self._ids)
-        if _estimated_bytes(requests) < _OFFLOAD_BYTES:
-            body, packer, keys = self.codec.encode(requests)
-            self._in_flight[ident] = [keys, done, requests]
+        if _estimated_bytes(requests, self.regions.can_map) < _OFFLOAD_BYTES:
+            batch = self.codec.encode(requests)
+            self._in_flight[ident] = [batch.keys, done, requests]
             try:
-                self._send_batch(ident, body, packer, keys)
+                self._send_batch(ident, batch)
             except BaseException:
                 del self._in_flight[ident]
                 raise
@@ -397,9 +405,9 @@ class StubProcess:
     def _send_off_loop(self, ident: int, requests: list[InferenceRequest]) -> None:
         assert self._loop is not None
         try:
-            body, packer, keys = self.codec.encode(requests)
-            self._loop.call_soon_threadsafe(self._set_keys, ident, keys)
-            self._send_batch(ident, body, packer, keys)
+            batch = self.codec.encode(requests)
+            self._loop.call_soon_threadsafe(self._set_keys, ident, batch.keys)
+            self._send_batch(ident, batch)
         except BaseException as exc:
             self._loop.call_soon_threadsafe(self._send_failed, ident, exc)
 
@@ -413,12 +421,16 @@ class StubProcess:
         if entry is not None:
             self._fail_batch(entry, exc)
 
-    def _send_batch(self, ident: int, body: list[Any], packer: Packer, keys: list[int]) -> None:
+    def _send_batch(self, ident: int, batch: EncodedBatch) -> None:
         memory, control = self.memory, self.control
         assert memory is not None and control is not None
+        keys = batch.keys
         try:
-            block = packer.write(memory.arena)
-            control.send(ipc.EXECUTE, ident, body, block)
+            block = batch.packer.write(memory.arena)
+            if batch.regions:
+                self._send_with_regions(control, ident, batch, block)
+            else:
+                control.send(ipc.EXECUTE, ident, (batch.body, ()), block)
         except SharedMemoryError as exc:
             self.codec.forget(keys)
             raise unavailable(
@@ -435,6 +447,23 @@ class StubProcess:
                 raise StubDied(sent=False) from None
             raise
 
+    def _send_with_regions(
+        self, control: ipc.Channel, ident: int, batch: EncodedBatch, block: Any
+    ) -> None:
+        """Send a batch that refers to clients' regions, with those the process does not
+        map yet (in messages of their own before it when there are many)."""
+        with self.regions.lock:
+            announcements, fds = self.regions.announce(batch.regions)
+            limit = _REGIONS_PER_MESSAGE
+            while len(announcements) > limit:
+                control.send(ipc.REGIONS, 0, announcements[:limit], None, fds[:limit])
+                announcements, fds = announcements[limit:], fds[limit:]
+            control.send(ipc.EXECUTE, ident, (batch.body, announcements), block, fds)
+
+    def _region_closed(self, ident: int) -> None:
+        """A region the process maps was unregistered and is unused: it lets it go."""
+        self._send_event(ipc.REGIONS_CLOSED, 0, (ident,), None)
+
     def _result(
         self, message: ipc.Message, keys: list[int], requests: list[InferenceRequest]
     ) -> list[InferenceResponse | None] | None:
@@ -448,7 +477,7 @@ class StubProcess:
             for index in payload or ():
                 requests[index].reschedule = True
             return None
-        responses = self.codec.responses(message.block, payload)
+        responses = self.codec.responses(message.block, payload, requests)
         for index, item in enumerate(payload):
             if item == ipc.RESCHEDULED:
                 requests[index].reschedule = True
@@ -732,12 +761,14 @@ def _times(measured: tuple[int, int, int, int] | None) -> ExecutionTimes | None:
     return ExecutionTimes(received, started - received, ended - started, answered - ended)
 
 
-def _estimated_bytes(requests: list[InferenceRequest]) -> int:
+def _estimated_bytes(requests: list[InferenceRequest], may_map: Callable[[Any], bool]) -> int:
     """Roughly how many bytes a batch's inputs take in shared memory (cheap to compute)."""
     total = 0
     for request in requests:
-        for tensor in request.inputs.values():
+        for name, tensor in request.inputs.items():
             data = tensor.data
+            if request.shared_memory_spans is not None and in_region(request, name, data, may_map):
+                continue  # the process maps it: nothing to copy
             # BYTES elements are objects: count them at a typical string's size
             total += data.size * 64 if data.dtype.kind == "O" else data.nbytes
     return total

@@ -32,6 +32,7 @@ import json
 import os
 import queue
 import socket
+import struct
 import sys
 import threading
 import time
@@ -41,11 +42,13 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import numpy as np
 import triton_python_backend_utils as pb_utils
 
 from triton_core_python import ipc
+from triton_core_python.regions import INVALID_ARG, MappedRegions, RegionError
 from triton_core_python.shm import Arena
-from triton_core_python.wire import Packer, unpack
+from triton_core_python.wire import NUMPY_DTYPES, Packer, deserialize_bytes, unpack
 
 _Deliver = Callable[[Any, bool], None]
 
@@ -93,6 +96,8 @@ class Stub:
         self.memory = ipc.Memory(arena)
         self.commands = ipc.Channel(control, self.memory, 0)
         self.events = ipc.Channel(events, self.memory, 1)
+        #: clients' system regions the server sent: their tensors are read and written here
+        self.regions = MappedRegions()
         self._waiters: dict[int, _Deliver] = {}
         self._ids = itertools.count(1)
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -138,6 +143,8 @@ class Stub:
             assert message is not None
             if message.kind == ipc.EXECUTE:
                 self._serve(message)
+            elif message.kind == ipc.REGIONS:
+                self.regions.add(message.body, message.fds)
             elif message.kind == ipc.FINALIZE:
                 self._finalize()
                 self._send_control(ipc.FINALIZED, 0, None, None)
@@ -204,10 +211,13 @@ class Stub:
 
     def _serve(self, message: ipc.Message) -> None:
         received = time.monotonic_ns()
-        requests = self._requests(message)
+        requests, failed = self._requests(message)
         times = None
         try:
-            status, payload, block, started, ended = self._run(requests)
+            if failed:
+                status, payload, block, started, ended = self._run_without(requests, failed)
+            else:
+                status, payload, block, started, ended = self._run(requests)
         except BaseException as exc:
             status, payload, block = 1, self._error_of(exc), None
             exc.__traceback__ = None  # drop the frames holding the requests' tensors
@@ -217,14 +227,23 @@ class Stub:
         # answer below can carry the frees of their shared memory.
         del requests
         self._send_control(ipc.EXECUTE_DONE, message.ident, (status, payload, times), block)
+        self.regions.drop_stale()
 
-    def _requests(self, message: ipc.Message) -> list[pb_utils.InferenceRequest]:
+    def _requests(
+        self, message: ipc.Message
+    ) -> tuple[list[pb_utils.InferenceRequest], dict[int, tuple[int, str]]]:
+        """The batch's requests, and those whose tensors could not be read from their
+        clients' regions (position -> (code, message)): they are answered with that error."""
+        items, announced = message.body
+        if announced:
+            self.regions.add(announced, message.fds)
         owner = self.memory.take_block(message.block)
         received = pb_utils.InferenceRequest._received
         tensor = pb_utils.Tensor._of
         name, version, decoupled = self.model_name, self.model_version, self.decoupled
         all_outputs = self.output_names
         requests = []
+        failed: dict[int, tuple[int, str]] = {}
         for (
             key,
             request_id,
@@ -235,8 +254,16 @@ class Stub:
             inputs,
             timeout,
             trace,
-        ) in message.body:
-            tensors = [tensor(d[0], d[1], unpack(owner, d)) for d in inputs]
+            targets,
+        ) in items:
+            try:
+                tensors = [
+                    tensor(d[0], d[1], unpack(owner, d) if len(d) == 5 else self._mapped(d))
+                    for d in inputs
+                ]
+            except RegionError as error:
+                failed[len(requests)] = (error.code, error.message)
+                tensors = []
             request = received(
                 key,
                 request_id,
@@ -252,8 +279,52 @@ class Stub:
             )
             if trace is not None:
                 request._trace = pb_utils.InferenceTrace(trace[1] or None, trace[0])
+            request._output_regions = targets
             requests.append(request)
-        return requests
+        return requests, failed
+
+    def _mapped(self, descriptor: tuple[Any, ...]) -> Any:
+        """An input in a client's region: a read-only view of the region, mapped here
+        (BYTES: its elements, parsed from there)."""
+        name, datatype, shape, offset, nbytes, region = descriptor
+        if datatype != "BYTES":
+            return self.regions.input(region, offset, nbytes, NUMPY_DTYPES[datatype], shape)
+        data = self.regions.input(region, offset, nbytes, NUMPY_DTYPES["UINT8"], (nbytes,))
+        count = 1
+        for dim in shape:
+            count *= dim
+        try:
+            return deserialize_bytes(data, count).reshape(shape)
+        except (ValueError, struct.error) as exc:  # its owner rewrote it since the server read it
+            raise RegionError(
+                INVALID_ARG, f"unable to parse BYTES data for input '{name}': {exc}"
+            ) from None
+
+    def _run_without(
+        self, requests: list[pb_utils.InferenceRequest], failed: dict[int, tuple[int, str]]
+    ) -> tuple[int, Any, Any, int, int]:
+        """:meth:`_run` on the requests not in ``failed``; those are answered their error."""
+        positions = [index for index in range(len(requests)) if index not in failed]
+        if positions:
+            status, payload, block, started, ended = self._run([requests[i] for i in positions])
+        else:
+            started = ended = time.monotonic_ns()
+            status, payload, block = 0, None if self.decoupled else [], None
+        if self.decoupled:
+            for index, (code, text) in failed.items():
+                self.send_response(
+                    requests[index]._key,
+                    pb_utils.InferenceResponse(error=pb_utils.TritonError(text, code)),
+                    pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL,
+                )
+            rescheduled = [positions[index] for index in payload or ()]
+            return status, rescheduled or None, block, started, ended
+        items: list[Any] = [None] * len(requests)
+        for index, item in zip(positions, payload, strict=True):
+            items[index] = item
+        for index, error in failed.items():
+            items[index] = ((), error, None, None)
+        return status, items, block, started, ended
 
     def _run(self, requests: list[pb_utils.InferenceRequest]) -> tuple[int, Any, Any, int, int]:
         """(status 0, answers, their block, execute's start and end times) of a batch."""
@@ -298,7 +369,7 @@ class Stub:
             elif response is None:
                 items.append(None)
             elif isinstance(response, pb_utils.InferenceResponse):
-                items.append(self._encode_response(packer, response))
+                items.append(self._encode_response(packer, response, request._output_regions))
             else:
                 raise pb_utils.TritonModelException(
                     "execute() must return InferenceResponse objects, got "
@@ -330,16 +401,44 @@ class Stub:
             f"message: {detail}",
         )
 
-    @staticmethod
-    def _encode_response(packer: Packer, response: pb_utils.InferenceResponse) -> tuple:
+    def _encode_response(
+        self,
+        packer: Packer,
+        response: pb_utils.InferenceResponse,
+        targets: dict[str, tuple[int, int, int]] | None = None,
+    ) -> tuple:
+        """(descriptors, error, parameters, outputs written into clients' regions)."""
         add = packer.add
-        descriptors = tuple(add(t._name, t._datatype, t._array) for t in response._tensors)
         error = response._error
+        written: list[str] = []
+        if targets and error is None:
+            descriptors = []
+            for t in response._tensors:
+                target = targets.get(t._name)
+                if target is not None and self._write_to_region(target, t._datatype, t._array):
+                    array = t._array
+                    descriptors.append((t._name, t._datatype, array.shape, 0, array.nbytes))
+                    written.append(t._name)
+                else:
+                    descriptors.append(add(t._name, t._datatype, t._array))
+        else:
+            descriptors = [add(t._name, t._datatype, t._array) for t in response._tensors]
         return (
-            descriptors,
+            tuple(descriptors),
             None if error is None else (error.code(), error.message()),
             response._parameters or None,
+            tuple(written) or None,
         )
+
+    def _write_to_region(self, target: tuple[int, int, int], datatype: str, array: Any) -> bool:
+        """Write an output into the client's region it was asked into, when it is numbers
+        in the wire's byte order (else the server converts and writes it)."""
+        if datatype == "BYTES" or type(array) is not np.ndarray:
+            return False
+        dtype = array.dtype
+        if dtype.kind not in "biuf" or dtype.byteorder == ">":
+            return False
+        return self.regions.write(*target, array)
 
     # -- what pb_utils calls ---------------------------------------------------------------------
 
@@ -502,6 +601,8 @@ class Stub:
                 )
                 if deliver is not None:
                     deliver(self._response(message.block, item), final)
+            elif kind == ipc.REGIONS_CLOSED:
+                self.regions.drop(message.body)
             elif kind in (ipc.CANCEL_ANSWER, ipc.CONTROL_ANSWER, ipc.METRIC_ANSWER):
                 deliver = self._waiters.pop(message.ident, None)
                 if deliver is not None:
