@@ -353,7 +353,6 @@ class GRPCInferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
 
     # -- inference ------------------------------------------------------------------------
 
-    @_aborts_on_error
     async def ModelInfer(
         self, request: pb.ModelInferRequest | SplitInferRequest, context: grpc.aio.ServicerContext
     ) -> pb.ModelInferResponse | EncodedMessage:
@@ -534,6 +533,7 @@ class GRPCInferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
 
     # -- system shared memory --------------------------------------------------------------
 
+    @_aborts_on_error
     async def SystemSharedMemoryStatus(
         self, request: pb.SystemSharedMemoryStatusRequest, context: grpc.aio.ServicerContext
     ) -> pb.SystemSharedMemoryStatusResponse:
