@@ -47,6 +47,6 @@ def test_without_copy_threads_gathers_run_inline() -> None:
     parts = [np.ones((4, 1 << 18), np.float32), np.zeros((4, 1 << 18), np.float32)]
     before = _copiers()
     np.testing.assert_array_equal(buffer_manager.gather(parts), np.concatenate(parts))
-    assert _copiers() == before == 0
+    assert _copiers() == before  # threads left by earlier tests may still be ending
     with pytest.raises(ValueError, match="must not be negative"):
         buffer_manager.set_thread_count(-1)
