@@ -72,6 +72,13 @@ class InstanceSpec:
 class ModelInstance(ABC):
     """An execution context of a model (a session, an engine, a process)."""
 
+    #: ``execute`` may also be called on the server's event-loop thread, for a small batch
+    #: of a model whose executions are short, when every instance is idle: it then skips
+    #: two thread hand-offs (``--inline-execution-budget-us``). Set it only where
+    #: ``execute`` keeps no per-thread state (nothing set in :meth:`thread_started`) and
+    #: never waits on other work of the server.
+    may_run_inline: bool = False
+
     @abstractmethod
     def execute(self, requests: list[InferenceRequest]) -> list[InferenceResponse]:
         """Run a batch of validated requests; return one response per request, in order.

@@ -27,6 +27,7 @@ from triton_core.plugins import PluginManager, create_plugin_manager
 from triton_core.repository.loader import LoaderOptions, ModelLoader
 from triton_core.repository.manager import ControlMode, ModelRepositoryManager
 from triton_core.repository.sources import open_source
+from triton_core.scheduling import inline
 from triton_core.scheduling.rate_limiter import MODES as RATE_LIMIT_MODES
 from triton_core.scheduling.rate_limiter import OFF as RATE_LIMIT_OFF
 from triton_core.scheduling.rate_limiter import RateLimiter
@@ -116,6 +117,8 @@ class ServerOptions:
     buffer_manager_thread_count: int = 0
     #: ``--host-policy``: (policy name, setting, value) as given
     host_policies: list[tuple[str, str, str]] = field(default_factory=list)
+    #: ``--inline-execution-budget-us``: short batches run on the event loop (0: never)
+    inline_execution_budget_us: int = inline.DEFAULT_BUDGET_US
 
 
 def _extensions() -> tuple[str, ...]:
@@ -191,6 +194,7 @@ class Server:
             batch_strategies=self.plugins.register_batch_strategies(),
             rate_limiter=self._create_rate_limiter(),
             server=self,
+            inline_budget_us=self.options.inline_execution_budget_us,
         )
         self._loader = ModelLoader(
             backends,

@@ -31,13 +31,14 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from functools import partial
 from queue import Empty, SimpleQueue
-from time import monotonic_ns
+from time import monotonic_ns, thread_time_ns
 from typing import TYPE_CHECKING
 
 from triton_core.backend import EventDrivenInstance
 from triton_core.errors import Status, TritonError
 from triton_core.failures import RepeatedFailureLog, model_label, raised
 from triton_core.host_policy import format_cpus, run_this_thread_on
+from triton_core.scheduling.inline import InlineGate
 from triton_core.scheduling.timeouts import ExecuteWatch
 from triton_core.statistics import ExecutionTimes, ModelStatistics
 from triton_core.streaming import note_instance
@@ -100,6 +101,7 @@ class InstancePool(ABC):
         prepare: Callable[[list[InferenceRequest]], None] | None = None,
         passive: Sequence[ModelInstance] = (),
         cpus: Sequence[frozenset[int] | None] = (),
+        inline_budget_us: int = 0,
     ) -> None:
         self.instances = list(instances)
         #: per instance: the CPUs its thread runs on (``host_policy``); empty: any
@@ -136,6 +138,17 @@ class InstancePool(ABC):
         self._limiter = limiter
         if limiter is not None:
             self._limit(limiter, limits)
+        #: short batches run on the event loop (see triton_core.scheduling.inline)
+        self._inline = (
+            InlineGate(inline_budget_us, model_name)
+            if inline_budget_us > 0
+            and self.instances
+            and all(instance.may_run_inline for instance in self.instances)
+            and limiter is None
+            and self.watch is None
+            and not any(self._cpus)  # a host policy binds instances to their threads' CPUs
+            else None
+        )
         self._start()
 
     @abstractmethod
@@ -429,6 +442,11 @@ class ThreadedInstancePool(InstancePool):
 
     def _start(self) -> None:
         self._queue: SimpleQueue[Batch | None] = SimpleQueue()
+        #: batches the loop put in the shared queue, and those the threads took from a queue
+        self._submitted = 0
+        self._taken = 0
+        #: small batches that wait for the instances to be idle, to run inline
+        self._inline_waiting: deque[Batch] = deque()
         #: one queue per instance after pin() (sequence batching), or with a rate limiter
         self._pinned: list[SimpleQueue[Batch | None]] | None = (
             [SimpleQueue() for _ in self.instances] if self._limiter is not None else None
@@ -453,11 +471,59 @@ class ThreadedInstancePool(InstancePool):
         if self._limiter is not None:
             self._submit_limited((requests, futures))
             return
+        inline = self._inline
+        # the dynamic batcher forms batches as instances free up: they go to its threads
+        if inline is not None and self.on_batch_done is None and inline.allows(requests):
+            if self._all_idle():
+                self._run_inline(requests, futures)
+            else:  # runs inline once the threads' batches are answered (see _resolve_thread)
+                self._inline_waiting.append((requests, futures))
+            return
+        if self._inline_waiting:  # they go first, to the threads: none waits behind this one
+            self._to_threads(self._inline_waiting)
+        self._submitted += 1
         self._queue.put((requests, futures))
+
+    def _to_threads(self, batches: deque[Batch]) -> None:
+        while batches:
+            self._submitted += 1
+            self._queue.put(batches.popleft())
+
+    def _all_idle(self) -> bool:
+        """No instance executes and none is about to: every batch put in the shared queue
+        was taken (``_taken`` first: a thread counts it after marking itself busy)."""
+        return self._taken == self._submitted and self._idle == len(self.instances)
+
+    def _resolve_thread(
+        self,
+        requests: list[InferenceRequest],
+        futures: list[asyncio.Future[InferenceResponse]],
+        results: list[InferenceResponse | TritonError],
+        times: ExecutionTimes,
+    ) -> None:
+        """Answer a batch an instance thread ran; then, once every instance is idle, run
+        the batches waiting to run inline. They wait only for batches already queued: a
+        batch for the threads sends them to the threads first."""
+        self._resolve(requests, futures, results, times)
+        waiting = self._inline_waiting
+        if waiting and self._all_idle():
+            while waiting:
+                self._run_inline(*waiting.popleft())
+
+    def _run_inline(
+        self, requests: list[InferenceRequest], futures: list[asyncio.Future[InferenceResponse]]
+    ) -> None:
+        """Execute the batch on the event loop with instance 0, which is idle."""
+        assert self._inline is not None
+        cpu_start = thread_time_ns()
+        results, times = self._execute(self.instances[0], self.names[0], requests)
+        self._inline.record_inline(thread_time_ns() - cpu_start)
+        self._resolve(requests, futures, results, times)
 
     def pin(self) -> None:
         if self._pinned is not None:
             return
+        self._inline = None  # a batch stays on its instance's thread
         self._pinned = [SimpleQueue() for _ in self.instances]
         # Each thread takes exactly one _PIN: after taking it, it reads only its own queue.
         for _ in self._threads:
@@ -512,7 +578,8 @@ class ThreadedInstancePool(InstancePool):
     def _run(self, index: int, instance: ModelInstance) -> None:
         name = self.names[index]
         queue = self._queue
-        resolve = self._resolve
+        inline = self._inline
+        resolve = self._resolve if inline is None else self._resolve_thread
         call_soon = self._loop.call_soon_threadsafe
         watch = self.watch
         name_native_thread(name)  # the instance's name where the system shows threads
@@ -547,28 +614,20 @@ class ThreadedInstancePool(InstancePool):
                 continue
             with self._lock:
                 self._idle -= 1
+                self._taken += 1
             requests, futures = batch
             if requests and requests[0].response_sender is not None:  # decoupled
                 note_instance(requests, name)
-            start = monotonic_ns()
-            infer_start = infer_end = start
             if watch is not None:
                 watch.began(index, futures)
-            try:
-                if self._prepare is not None:
-                    self._prepare(requests)
-                infer_start = monotonic_ns()
-                responses = instance.execute(requests)
-                infer_end = monotonic_ns()
-                results = self._finish(requests, responses, name)
-            except Exception as exc:  # a backend bug must fail the batch, not the thread
-                results = self._failed(exc, len(requests), name)
-            end = monotonic_ns()
+            if inline is None:
+                results, times = self._execute(instance, name, requests)
+            else:
+                cpu_start = thread_time_ns()
+                results, times = self._execute(instance, name, requests)
+                inline.record(thread_time_ns() - cpu_start)
             if watch is not None:
                 watch.ended(index, futures)
-            times = ExecutionTimes(
-                start, infer_start - start, infer_end - infer_start, max(0, end - infer_end)
-            )
             with self._lock:
                 self._idle += 1
             try:
@@ -577,6 +636,27 @@ class ThreadedInstancePool(InstancePool):
                 call_soon(resolve, requests, futures, results, times)
             except RuntimeError:  # loop closed during shutdown
                 return
+
+    def _execute(
+        self, instance: ModelInstance, name: str, requests: list[InferenceRequest]
+    ) -> tuple[list[InferenceResponse | TritonError], ExecutionTimes]:
+        """One batch on ``instance``: its results and times."""
+        start = monotonic_ns()
+        infer_start = infer_end = start
+        try:
+            if self._prepare is not None:
+                self._prepare(requests)
+            infer_start = monotonic_ns()
+            responses = instance.execute(requests)
+            infer_end = monotonic_ns()
+            results = self._finish(requests, responses, name)
+        except Exception as exc:  # a backend bug must fail the batch, not the thread
+            results = self._failed(exc, len(requests), name)
+        end = monotonic_ns()
+        times = ExecutionTimes(
+            start, infer_start - start, infer_end - infer_start, max(0, end - infer_end)
+        )
+        return results, times
 
     def _stop_workers(self) -> set[int]:
         queues = self._pinned or [self._queue] * len(self._threads)

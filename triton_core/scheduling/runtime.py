@@ -37,8 +37,10 @@ class SchedulingRuntime:
         batch_strategies: BatchStrategyRegistry | None = None,
         rate_limiter: RateLimiter | None = None,
         server: Server | None = None,
+        inline_budget_us: int = 0,
     ) -> None:
         self._schedulers = schedulers
+        self._inline_budget_us = inline_budget_us
         self._batch_strategies = batch_strategies or BatchStrategyRegistry()
         self._loop = loop
         self._rate_limiter = rate_limiter
@@ -141,6 +143,7 @@ class SchedulingRuntime:
             prepare=prepare,
             passive=[instance for i, instance in enumerate(instances) if i not in serving],
             cpus=[specs[i].cpus for i in serving],
+            inline_budget_us=self._inline_budget_us,
         )
 
     def _batch_strategy(self, config: ModelConfig) -> BatchStrategy | None:

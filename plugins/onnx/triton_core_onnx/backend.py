@@ -506,6 +506,8 @@ class OnnxRuntimeInstance(ModelInstance):
             and not model.bytes_inputs
             and not model.bf16_outputs
         )
+        # A CPU session keeps no per-thread state: a short run may happen on the event loop.
+        self.may_run_inline = session.get_providers() == [CPU_PROVIDER]
 
     @property
     def session(self) -> ort.InferenceSession:
