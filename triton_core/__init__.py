@@ -41,6 +41,12 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "parse_config_text",
         "wire_datatype",
     ),
+    "triton_core.device_tensors": (
+        "DeviceBuffer",
+        "has_device_tensors",
+        "request_on_device",
+        "request_to_host",
+    ),
     "triton_core.dtypes": (
         "CONFIG_TO_WIRE",
         "ELEMENT_SIZE",
@@ -147,6 +153,12 @@ if TYPE_CHECKING:
         config_to_json,
         parse_config_text,
         wire_datatype,
+    )
+    from triton_core.device_tensors import (
+        DeviceBuffer,
+        has_device_tensors,
+        request_on_device,
+        request_to_host,
     )
     from triton_core.dtypes import (
         CONFIG_TO_WIRE,
@@ -269,6 +281,7 @@ __all__ = [
     "CacheRegistry",
     "CacheStatistics",
     "DataType",
+    "DeviceBuffer",
     "EventDrivenInstance",
     "ExecutionTimes",
     "InferenceRequest",
@@ -329,6 +342,7 @@ __all__ = [
     "fill_tensor",
     "fill_unset",
     "format_shape",
+    "has_device_tensors",
     "hookimpl",
     "input_reshapes",
     "internal",
@@ -337,6 +351,8 @@ __all__ = [
     "not_found",
     "output_reshapes",
     "parse_config_text",
+    "request_on_device",
+    "request_to_host",
     "reshaper",
     "response_size",
     "serialize_bytes",

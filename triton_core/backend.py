@@ -72,6 +72,13 @@ class InstanceSpec:
 class ModelInstance(ABC):
     """An execution context of a model (a session, an engine, a process)."""
 
+    #: opt in to device memory: inputs a client put in CUDA shared memory arrive as
+    #: :class:`~triton_core.DeviceBuffer` (on any GPU: check ``device_id``) instead of host
+    #: copies, and outputs it asked into CUDA shared memory are offered in
+    #: ``request.device_outputs``. Only batches of one request carry them; see
+    #: docs/writing_plugins.md. False: numpy arrays only, as always.
+    accepts_device_tensors: bool = False
+
     @abstractmethod
     def execute(self, requests: list[InferenceRequest]) -> list[InferenceResponse]:
         """Run a batch of validated requests; return one response per request, in order.

@@ -34,6 +34,7 @@ from queue import Empty, SimpleQueue
 from time import monotonic_ns
 from typing import TYPE_CHECKING
 
+from triton_core import device_tensors
 from triton_core.backend import EventDrivenInstance
 from triton_core.errors import Status, TritonError
 from triton_core.failures import RepeatedFailureLog, model_label, raised
@@ -132,11 +133,16 @@ class InstancePool(ABC):
         self._warmed: list[Future[None]] = [Future() for _ in self.instances] if warmup else []
         #: completes each formed batch before it runs (batch_input); None: nothing to do
         self._prepare = prepare
+        #: some instance takes device tensors: the others get host copies (see _run)
+        self.device_inputs = self._takes_device_tensors()
         #: --rate-limit execution_count: batches wait for an instance holding its resources
         self._limiter = limiter
         if limiter is not None:
             self._limit(limiter, limits)
         self._start()
+
+    def _takes_device_tensors(self) -> bool:
+        return any(getattr(i, "accepts_device_tensors", False) for i in self.instances)
 
     @abstractmethod
     def _start(self) -> None:
@@ -537,6 +543,10 @@ class ThreadedInstancePool(InstancePool):
             _settle(self._warmed[index], lambda: self._warm_up(index, warmup))
         if self._pinned is not None and self._limiter is not None:
             queue = self._pinned[index]
+        # device tensors go to an instance that takes them, one request at a time (a batch
+        # of several is gathered in host memory); anything else gets host copies
+        device_inputs = self.device_inputs
+        accepts_device = getattr(instance, "accepts_device_tensors", False)
         while True:
             batch = queue.get()
             if batch is None:
@@ -555,6 +565,9 @@ class ThreadedInstancePool(InstancePool):
             if watch is not None:
                 watch.began(index, futures)
             try:
+                if device_inputs and (not accepts_device or len(requests) > 1):
+                    for request in requests:
+                        device_tensors.request_to_host(request)
                 if self._prepare is not None:
                     self._prepare(requests)
                 infer_start = monotonic_ns()
@@ -592,6 +605,9 @@ class ThreadedInstancePool(InstancePool):
 class EventDrivenInstancePool(InstancePool):
     """Event-driven instances, with no threads: batches are handed to them on the event
     loop and wait here for a free instance; each may hold ``max_batches_in_flight``."""
+
+    def _takes_device_tensors(self) -> bool:
+        return False  # batches are begun on the event loop: no place to copy to host
 
     def _start(self) -> None:
         driven = [i for i in self.instances if isinstance(i, EventDrivenInstance)]

@@ -4,6 +4,10 @@ Inputs are views on the mapping, never copies; their region is held (its use cou
 the request is answered, and the mapping itself lives as long as any view of it does, so a
 region unregistered mid-request stays valid for that request. Every use re-checks the
 object's real size first: a region truncated by its owner is an INVALID_ARG, not a SIGBUS.
+
+Tensors in CUDA regions become :class:`~triton_core.DeviceBuffer` s instead of host copies
+when the server asks for it (``resolve(..., device=True)``: a model whose instances take
+device tensors); outputs such an instance wrote into their region are not copied again.
 """
 
 from __future__ import annotations
@@ -12,15 +16,18 @@ import asyncio
 import mmap
 from dataclasses import replace
 from math import prod
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, cast
 
 import numpy as np
 
+from triton_core.device_tensors import DEVICE_DATATYPES, DeviceBuffer, output_too_small
 from triton_core.dtypes import NUMPY_DTYPES, deserialize_bytes, serialize_bytes
 from triton_core.errors import internal, invalid_arg
+from triton_core.shared_memory.region import RegionKind
 from triton_core.types import InferenceRequest, InferenceResponse, Tensor
 
 if TYPE_CHECKING:
+    from triton_core.device_tensors import DeviceMemory
     from triton_core.shared_memory.refs import SharedMemoryInput, SharedMemoryRef
     from triton_core.shared_memory.region import Region
     from triton_core.shared_memory.registry import SharedMemoryRegistry
@@ -70,34 +77,60 @@ class SharedMemoryUse:
             if target is not None:
                 _write(tensor, *target)
                 written.append(tensor.name)
+            elif isinstance(tensor.data, DeviceBuffer):  # not for a region: the body needs it
+                tensor.data = tensor.data.to_host()
         response.shared_memory_outputs = frozenset(written)
 
 
 def resolve(
-    registry: SharedMemoryRegistry, request: InferenceRequest
+    registry: SharedMemoryRegistry, request: InferenceRequest, *, device: bool = False
 ) -> tuple[InferenceRequest, SharedMemoryUse]:
-    """A copy of ``request`` whose shared-memory inputs are views, and the regions it holds."""
+    """A copy of ``request`` whose shared-memory inputs are views, and the regions it holds.
+
+    ``device``: tensors in CUDA regions stay there, as :class:`DeviceBuffer` inputs and
+    ``device_outputs`` targets, for a model whose instances accept device tensors.
+    """
     tensors = request.shared_memory
     assert tensors is not None
     use = SharedMemoryUse(registry)
     inputs = dict(request.inputs)
     model = request.model_name
+    device_outputs: dict[str, DeviceBuffer] = {}
     try:
         for name, spec in tensors.inputs.items():
             if name in inputs:
                 raise invalid_arg(f"input '{name}' already exists in request for model '{model}'")
             region = use.hold(spec.ref)
             region.check_alive()
-            inputs[name] = Tensor(name, spec.datatype, _input_array(region, spec, name, model))
+            on_device = (
+                device and region.kind is RegionKind.CUDA and spec.datatype in DEVICE_DATATYPES
+            )
+            data = _input_array(region, spec, name, model, on_device)
+            inputs[name] = Tensor(name, spec.datatype, data)
         for name, ref in tensors.outputs.items():
-            use.outputs[name] = (use.hold(ref), ref)
+            region = use.hold(ref)
+            use.outputs[name] = (region, ref)
+            if device and region.kind is RegionKind.CUDA:
+                device_outputs[name] = _output_target(region, ref)
     except BaseException:
         use.release()
         raise
-    return replace(request, inputs=inputs, shared_memory=None), use
+    resolved = replace(request, inputs=inputs, shared_memory=None)
+    if device_outputs:
+        resolved.device_outputs = device_outputs
+    return resolved, use
 
 
-def _input_array(region: Region, spec: SharedMemoryInput, name: str, model: str) -> np.ndarray:
+def _output_target(region: Region, ref: SharedMemoryRef) -> DeviceBuffer:
+    """The client's bytes for an output, as a writable buffer (laid out by the backend)."""
+    memory = cast("DeviceMemory", region)
+    return DeviceBuffer(memory, ref.offset, ref.byte_size, "UINT8", (ref.byte_size,), False)
+
+
+def _input_array(
+    region: Region, spec: SharedMemoryInput, name: str, model: str, on_device: bool = False
+) -> np.ndarray:
+    """The input as a view of its region, or where it is (``on_device``: a CUDA region)."""
     shape = spec.shape
     dtype = NUMPY_DTYPES.get(spec.datatype)
     if dtype is None:
@@ -124,6 +157,10 @@ def _input_array(region: Region, spec: SharedMemoryInput, name: str, model: str)
         )
     if not count:
         return _shaped(np.empty(0, dtype), shape, name, model)
+    if on_device:
+        memory = cast("DeviceMemory", region)
+        # Tensor.data holds a DeviceBuffer only on the way to instances that accept one
+        return cast(np.ndarray, DeviceBuffer(memory, ref.offset, expected, spec.datatype, shape))
     array = np.ndarray(shape, dtype, region.view(ref.offset, expected))
     array.flags.writeable = False  # the client's memory: models read it, never write it
     return array
@@ -142,6 +179,12 @@ def _shaped(flat: np.ndarray, shape: tuple[int, ...], name: str, model: str) -> 
 def _write(tensor: Tensor, region: Region, ref: SharedMemoryRef) -> None:
     """One copy, from the output's array into the region (cast to the wire type first)."""
     data = tensor.data
+    if isinstance(data, DeviceBuffer):
+        if data.memory is region and data.offset == ref.offset:
+            if data.nbytes > ref.byte_size:
+                raise output_too_small(tensor.name, ref.byte_size, data.nbytes)
+            return  # the backend wrote it there
+        data = data.to_host()
     datatype = tensor.datatype
     if datatype == "BYTES":
         data = np.frombuffer(serialize_bytes(data), np.uint8)
