@@ -73,3 +73,50 @@ class FakeCudaRegion:
         assert offset + byte_size <= self.byte_size
         self.device_copies.append((offset, byte_size))
         ctypes.memmove(self.device_pointer(offset), source, byte_size)
+
+
+class TorchCudaRegion(FakeCudaRegion):
+    """The same region in real device memory (a torch allocation on GPU 0), for GPU tests
+    of a backend without a client: host copies are still counted, device copies made."""
+
+    def __init__(self, name: str, byte_size: int) -> None:
+        import torch
+
+        super().__init__(name, byte_size)
+        self._torch = torch
+        self.device_memory = torch.zeros(byte_size, dtype=torch.uint8, device="cuda:0")
+
+    def device_pointer(self, offset: int) -> int:
+        return int(self.device_memory.data_ptr()) + offset
+
+    def fill(self, offset: int, array: np.ndarray) -> None:
+        raw = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
+        self.device_memory[offset : offset + raw.size] = self._torch.from_numpy(raw).cuda(0)
+
+    def contents(self, offset: int, dtype: type, count: int) -> np.ndarray:
+        size = count * np.dtype(dtype).itemsize
+        return self.device_memory[offset : offset + size].cpu().numpy().view(dtype)
+
+    def view(self, offset: int, byte_size: int) -> memoryview:
+        self.to_host.append(byte_size)
+        return self.device_memory[offset : offset + byte_size].cpu().numpy().data
+
+    def copy_from_device(self, offset: int, source: int, byte_size: int) -> None:
+        torch = self._torch
+        self.device_copies.append((offset, byte_size))
+        source_tensor = torch.as_tensor(_DeviceBytes(source, byte_size), device="cuda:0")
+        self.device_memory[offset : offset + byte_size].copy_(source_tensor)
+        torch.cuda.synchronize(0)
+
+
+class _DeviceBytes:
+    """``byte_size`` bytes at a device address, as a CUDA array interface."""
+
+    def __init__(self, pointer: int, byte_size: int) -> None:
+        self.__cuda_array_interface__ = {
+            "shape": (byte_size,),
+            "typestr": "|u1",
+            "data": (pointer, False),
+            "version": 3,
+            "strides": None,
+        }

@@ -4,13 +4,17 @@ HTTP and gRPC.
 Everywhere: register requests are checked field by field before any CUDA call, and a server
 that cannot open CUDA handles says why. On a GPU machine (``gpu`` marker): regions made with
 ``tritonclient.utils.cuda_shared_memory`` carry the inputs and outputs of an ONNX, a PyTorch
-and a Python model.
+and a Python model; GPU instances (ONNX Runtime's CUDA provider, outputs of fixed size bound
+into the region and of variable size copied there on the device; TorchScript on CUDA) read
+and write the regions in place, which the server's host-copy counter
+(``triton_core_cuda_shared_memory_host_copies``) shows, and a CPU instance gets host copies.
 """
 
 from __future__ import annotations
 
 import base64
 import contextlib
+import re
 import urllib.error
 import urllib.request
 import uuid
@@ -56,6 +60,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     torch_builders.save(torch_builders.AddSub(), root / "torch_add_sub" / "1" / "model.pt")
     (root / "torch_add_sub" / "config.pbtxt").write_text(TORCH_CONFIG)
     python_model(root, "py_identity", PYTHON_IDENTITY, "TYPE_FP32")
+    device_tensor_models(root)
     process = ServerProcess([root], "--allow-client-shm=true")
     try:
         process.wait_ready(timeout=120)
@@ -355,20 +360,35 @@ def test_onnx_inputs_and_outputs_in_cuda_regions(protocol, http, grpc, cuda_regi
 @pytest.mark.gpu
 @NEEDS_GPU
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
-def test_pytorch_inputs_and_outputs_in_cuda_regions(protocol, http, grpc, cuda_regions) -> None:
+@pytest.mark.parametrize(
+    "model",
+    [
+        "torch_add_sub",
+        pytest.param(
+            "torch_gpu", marks=pytest.mark.skipif("not TORCH_CUDA", reason="no torch CUDA")
+        ),
+    ],
+)
+def test_pytorch_inputs_and_outputs_in_cuda_regions(
+    server, protocol, model, http, grpc, cuda_regions
+) -> None:
+    """``torch_gpu``, a CUDA instance, reads and writes the regions in place: no host copy."""
     x = np.arange(8, dtype=np.float32).reshape(2, 4)
     y = np.full((2, 4), 0.5, dtype=np.float32)
+    before = host_copies(server)
     out = infer_in_regions(
         protocol,
         http,
         grpc,
         cuda_regions,
-        "torch_add_sub",
+        model,
         {"INPUT__0": x, "INPUT__1": y},
         ["OUTPUT__0", "OUTPUT__1"],
     )
     np.testing.assert_array_equal(out["OUTPUT__0"], x + y)
     np.testing.assert_array_equal(out["OUTPUT__1"], x - y)
+    if model == "torch_gpu":
+        assert host_copies(server) == before
 
 
 @pytest.mark.gpu
@@ -395,3 +415,80 @@ def test_an_output_region_too_small_names_the_output(http, cuda_regions) -> None
     output.set_shared_memory(small, 16)
     error = error_of(http.infer, "onnx_identity", [tensor], outputs=[output])
     assert "for output 'OUTPUT0' (16 bytes) should be at least 256 bytes" in error.message()
+
+
+# ------------------------------------------------------------------------------------------
+# a GPU machine: GPU instances take the regions as device memory, with no host copy
+
+ON_GPU = "instance_group [ { kind: KIND_GPU count: 1 gpus: [ 0 ] } ]"
+ON_CPU = "instance_group [ { kind: KIND_CPU count: 1 } ]"
+
+
+def _ort_cuda() -> bool:
+    import onnxruntime
+
+    return "CUDAExecutionProvider" in onnxruntime.get_available_providers()
+
+
+def _torch_cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+ORT_CUDA = CUDA.available and _ort_cuda()
+TORCH_CUDA = CUDA.available and _torch_cuda()
+NEEDS_ORT_CUDA = pytest.mark.skipif(not ORT_CUDA, reason="no CUDA regions or ORT CUDA provider")
+
+
+def onnx_model(root, name: str, dims: tuple[int, ...], group: str) -> None:  # type: ignore[no-untyped-def]
+    onnx_builders.identity(root / name / "1" / "model.onnx", "FP32", dims)
+    config = f'backend: "onnxruntime"\nmax_batch_size: 8\n{group}\n'
+    (root / name / "config.pbtxt").write_text(config)
+
+
+def device_tensor_models(root) -> None:  # type: ignore[no-untyped-def]
+    """GPU instances where this machine can run them, and a CPU one to compare with."""
+    if not CUDA.available:
+        return
+    onnx_model(root, "onnx_fixed_cpu", (1000,), ON_CPU)
+    if ORT_CUDA:
+        onnx_model(root, "onnx_fixed_gpu", (1000,), ON_GPU)
+        onnx_model(root, "onnx_variable_gpu", (-1,), ON_GPU)
+    if TORCH_CUDA:
+        torch_builders.save(torch_builders.AddSub(), root / "torch_gpu" / "1" / "model.pt")
+        (root / "torch_gpu" / "config.pbtxt").write_text(TORCH_CONFIG + ON_GPU)
+
+
+def host_copies(server: ServerProcess) -> int:
+    with urllib.request.urlopen(server.metrics_url, timeout=10) as reply:
+        text = reply.read().decode()
+    found = re.search(r"^triton_core_cuda_shared_memory_host_copies (\d+)", text, re.MULTILINE)
+    assert found, "the host-copy counter is listed where CUDA regions can be opened"
+    return int(found.group(1))
+
+
+@pytest.mark.gpu
+@NEEDS_ORT_CUDA
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+@pytest.mark.parametrize("model", ["onnx_fixed_gpu", "onnx_variable_gpu"])
+def test_onnx_cuda_instance_reads_and_writes_regions_on_the_device(
+    server, protocol, model, http, grpc, cuda_regions
+) -> None:
+    x = np.random.default_rng(7).standard_normal((3, 1000)).astype(np.float32)
+    before = host_copies(server)
+    out = infer_in_regions(protocol, http, grpc, cuda_regions, model, {"INPUT0": x}, ["OUTPUT0"])
+    np.testing.assert_array_equal(out["OUTPUT0"], x)
+    assert host_copies(server) == before
+
+
+@pytest.mark.gpu
+@NEEDS_GPU
+def test_a_cpu_instance_gets_host_copies_of_the_same_regions(server, http, grpc, cuda_regions):
+    x = np.ones((2, 1000), np.float32)
+    before = host_copies(server)
+    out = infer_in_regions(
+        "http", http, grpc, cuda_regions, "onnx_fixed_cpu", {"INPUT0": x}, ["OUTPUT0"]
+    )
+    np.testing.assert_array_equal(out["OUTPUT0"], x)
+    assert host_copies(server) == before + 2  # the input to host, the output back

@@ -359,3 +359,29 @@ async def test_server_routes_device_tensors_by_what_the_model_accepts(tmp_path: 
         assert (source.to_host, sink.from_host) == ([16], [16])
     finally:
         await server.stop()
+
+
+# ------------------------------------------------------------------------------------------
+# the host-copy counters: what shows that CUDA tensors stayed on the device
+
+
+def test_host_copy_metrics_appear_only_where_cuda_regions_can_be_opened(monkeypatch) -> None:
+    from triton_core import metrics
+    from triton_core.shared_memory import cuda
+
+    monkeypatch.setattr(metrics, "cuda_support", lambda: cuda.CudaSupport(reason="no GPU"))
+    assert list(metrics._cuda_host_copy_families()) == []
+    monkeypatch.setattr(metrics, "cuda_support", lambda: cuda.CudaSupport(device_count=1))
+    monkeypatch.setattr(cuda, "HOST_COPIES", cuda.HostCopies())
+    monkeypatch.setattr(metrics, "HOST_COPIES", cuda.HOST_COPIES)
+    cuda.HOST_COPIES.add(24)
+    cuda.HOST_COPIES.add(40)
+    samples = {
+        sample.name: sample.value
+        for family in metrics._cuda_host_copy_families()
+        for sample in family.samples
+    }
+    assert samples == {
+        "triton_core_cuda_shared_memory_host_copies": 2,
+        "triton_core_cuda_shared_memory_host_copies_bytes": 64,
+    }

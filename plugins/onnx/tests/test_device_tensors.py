@@ -231,3 +231,36 @@ def test_reshaped_inputs_are_not_taken_on_the_device(builders, load, model_file,
     )
     gpu = OnnxRuntimeInstance(model, RecordingSession(), specs.gpu(0))  # type: ignore[arg-type]
     assert gpu.accepts_device_tensors is False
+
+
+# ------------------------------------------------------------------------------------------
+# a GPU: a real CUDA-provider session over device memory torch allocated
+
+
+def cuda_provider() -> bool:
+    import onnxruntime
+
+    return "CUDAExecutionProvider" in onnxruntime.get_available_providers()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not cuda_provider(), reason="onnxruntime has no CUDAExecutionProvider here")
+@pytest.mark.parametrize(("dims", "device_copies"), [((3,), []), ((-1,), [(16, 24)])])
+def test_cuda_session_binds_regions_in_place(
+    builders, load, model_file, specs, dims, device_copies
+) -> None:
+    pytest.importorskip("torch")
+    from tests.fake_cuda_memory import TorchCudaRegion
+
+    builders.identity(model_file, "FP32", dims)
+    model = load(
+        'max_batch_size: 8\ninstance_group [ { name: "m" kind: KIND_GPU count: 1 gpus: [ 0 ] } ]'
+    )
+    gpu = model.create_instance(specs.gpu(0))
+    assert gpu.accepts_device_tensors
+    source, sink = TorchCudaRegion("in", 64), TorchCudaRegion("out", 64)
+    (response,) = gpu.execute([device_request(source, sink)])
+    np.testing.assert_array_equal(sink.contents(16, np.float32, 6), X.ravel())
+    assert response.output("OUTPUT0").data.pointer == sink.device_pointer(16)
+    assert source.host_copies == sink.host_copies == 0
+    assert sink.device_copies == device_copies

@@ -17,7 +17,7 @@ import pytest
 import torch
 from triton_core_torch import runtime
 
-from tests.fake_cuda_memory import FakeCudaRegion
+from tests.fake_cuda_memory import FakeCudaRegion, TorchCudaRegion
 from triton_core import DeviceBuffer, InferenceRequest, Status, Tensor, TritonError
 
 HAS_CUDA = torch.cuda.is_available()
@@ -128,28 +128,6 @@ def test_output_reshapes_keep_an_instance_off_the_device(builders, model_file, l
 # a GPU: device memory torch allocated, standing in for a client's CUDA region
 
 
-class TorchRegion(FakeCudaRegion):
-    """A region in real device memory (a torch allocation); host copies counted as before."""
-
-    def __init__(self, name: str, byte_size: int) -> None:
-        super().__init__(name, byte_size)
-        self.device_memory = torch.zeros(byte_size, dtype=torch.uint8, device="cuda:0")
-
-    def device_pointer(self, offset: int) -> int:
-        return int(self.device_memory.data_ptr()) + offset
-
-    def fill(self, offset: int, array: np.ndarray) -> None:
-        raw = torch.from_numpy(np.ascontiguousarray(array).reshape(-1).view(np.uint8))
-        self.device_memory[offset : offset + raw.numel()] = raw.to("cuda:0")
-
-    def contents(self, offset: int, dtype: type, count: int) -> np.ndarray:
-        size = count * np.dtype(dtype).itemsize
-        return self.device_memory[offset : offset + size].cpu().numpy().view(dtype)
-
-    def copy_from_device(self, offset: int, source: int, byte_size: int) -> None:
-        raise AssertionError("torch copies outputs into the region itself")
-
-
 @pytest.mark.gpu
 @pytest.mark.skipif(not HAS_CUDA, reason="torch sees no CUDA device")
 def test_gpu_instance_reads_and_writes_regions_in_place(builders, model_file, load, specs):
@@ -160,7 +138,7 @@ def test_gpu_instance_reads_and_writes_regions_in_place(builders, model_file, lo
     )
     gpu = model.create_instance(specs.gpu(0))
     assert gpu.accepts_device_tensors
-    source, sink = TorchRegion("in", 128), TorchRegion("out", 128)
+    source, sink = TorchCudaRegion("in", 128), TorchCudaRegion("out", 128)
     source.fill(0, X)
     source.fill(64, Y)
     request = device_request(source, sink, {"OUTPUT__0": (0, 24), "OUTPUT__1": (64, 24)})
@@ -168,4 +146,4 @@ def test_gpu_instance_reads_and_writes_regions_in_place(builders, model_file, lo
     np.testing.assert_array_equal(sink.contents(0, np.float32, 6), (X + Y).ravel())
     np.testing.assert_array_equal(sink.contents(64, np.float32, 6), (X - Y).ravel())
     assert isinstance(response.output("OUTPUT__0").data, DeviceBuffer)
-    assert source.host_copies == sink.host_copies == 0
+    assert source.host_copies == sink.host_copies == 0 and sink.device_copies == []
