@@ -17,6 +17,7 @@ from triton_core import (
     InferenceRequest,
     InferenceResponse,
     ModelInstance,
+    RequestedOutput,
     SharedMemoryInput,
     SharedMemoryOptions,
     SharedMemoryRef,
@@ -200,6 +201,16 @@ def test_resolve_copies_datatypes_that_cannot_stay_on_the_device(datatype, byte_
     )
     assert isinstance(resolved.inputs["INPUT0"].data, np.ndarray)
     assert source.to_host == [byte_size]
+    use.release()
+
+
+def test_outputs_asked_as_classifications_get_no_device_target() -> None:
+    registry = registry_with(FakeCudaRegion("in", 64), FakeCudaRegion("out", 64))
+    request = shm_request()
+    request.outputs = [RequestedOutput("OUTPUT0", classification=2)]
+    resolved, use = resolve(registry, request, device=True)
+    assert resolved.device_outputs is None
+    assert isinstance(resolved.inputs["INPUT0"].data, DeviceBuffer)
     use.release()
 
 

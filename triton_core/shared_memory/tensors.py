@@ -110,7 +110,7 @@ def resolve(
         for name, ref in tensors.outputs.items():
             region = use.hold(ref)
             use.outputs[name] = (region, ref)
-            if device and region.kind is RegionKind.CUDA:
+            if device and region.kind is RegionKind.CUDA and name not in _classified(request):
                 device_outputs[name] = _output_target(region, ref)
     except BaseException:
         use.release()
@@ -119,6 +119,11 @@ def resolve(
     if device_outputs:
         resolved.device_outputs = device_outputs
     return resolved, use
+
+
+def _classified(request: InferenceRequest) -> set[str]:
+    """Outputs asked as top-K labels: the server reads their values on the host."""
+    return {output.name for output in request.outputs or () if output.classification > 0}
 
 
 def _output_target(region: Region, ref: SharedMemoryRef) -> DeviceBuffer:
