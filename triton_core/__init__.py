@@ -42,6 +42,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "wire_datatype",
     ),
     "triton_core.device_tensors": (
+        "DEVICE_DATATYPES",
         "DeviceBuffer",
         "has_device_tensors",
         "request_on_device",
@@ -155,6 +156,7 @@ if TYPE_CHECKING:
         wire_datatype,
     )
     from triton_core.device_tensors import (
+        DEVICE_DATATYPES,
         DeviceBuffer,
         has_device_tensors,
         request_on_device,
@@ -267,6 +269,7 @@ def __dir__() -> list[str]:
 
 __all__ = [
     "CONFIG_TO_WIRE",
+    "DEVICE_DATATYPES",
     "ELEMENT_SIZE",
     "NUMPY_DTYPES",
     "WIRE_TO_CONFIG",

@@ -20,6 +20,7 @@ import onnxruntime as ort
 
 from triton_core import (
     CONFIG_TO_WIRE,
+    DEVICE_DATATYPES,
     Backend,
     BackendModel,
     BatchPlan,
@@ -396,8 +397,6 @@ def _copy_into(name: str, value: ort.OrtValue, target: DeviceBuffer) -> DeviceBu
     """An output ONNX Runtime allocated on the device, copied into the client's region."""
     datatype = CONFIG_TO_WIRE.get(ORT_TO_CONFIG.get(value.data_type(), ""), "")
     placed = target.laid_out(name, datatype, tuple(value.shape()))
-    if value.device_name().lower() == "cpu":
-        raise TritonError(Status.INTERNAL, f"output '{name}' was bound to cuda but is on cpu")
     placed.copy_from_device(value.data_ptr(), placed.nbytes)
     return placed
 
@@ -578,9 +577,9 @@ class OnnxRuntimeInstance(ModelInstance):
         targets = request.device_outputs or {}
         placed: dict[str, DeviceBuffer] = {}
         for name in names:
-            target = targets.get(name)
+            target = targets.get(name) if self._wire[name] in DEVICE_DATATYPES else None
             shape = self._known_output_shape(name, request.batch_size)
-            if target is None:
+            if target is None:  # the server writes it (or sends it) from host memory
                 binding.bind_output(name, "cpu")
             elif shape is None or not prod(shape):
                 binding.bind_output(name, "cuda", self.spec.device_id)
@@ -592,8 +591,8 @@ class OnnxRuntimeInstance(ModelInstance):
         for name, value in zip(names, values, strict=True):
             data = placed.get(name)
             if data is None:
-                target = targets.get(name)
-                data = value.numpy() if target is None else _copy_into(name, value, target)
+                on_host = value.device_name().lower() == "cpu"
+                data = value.numpy() if on_host else _copy_into(name, value, targets[name])
             outputs.append(Tensor(name, self._wire[name], cast(np.ndarray, data)))
         return InferenceResponse(outputs=outputs)
 

@@ -110,6 +110,26 @@ def test_tensors_on_another_gpu_go_through_the_host(opted_in) -> None:
     assert source.to_host == [24, 24] and not sink.memory.any()
 
 
+def test_a_bf16_output_asked_into_a_region_is_left_to_the_server(
+    builders, model_file, instance, monkeypatch
+) -> None:
+    builders.save(builders.Identity(), model_file, "script")
+    inst = instance(
+        'max_batch_size: 8\ninput [ { name: "INPUT__0" data_type: TYPE_BF16 dims: [ 3 ] } ]\n'
+        'output [ { name: "OUTPUT__0" data_type: TYPE_BF16 dims: [ 3 ] } ]',
+        auto_complete=False,
+    )
+    inst.accepts_device_tensors = True
+    monkeypatch.setattr(runtime, "_device_tensor", host_tensor)
+    bits = np.array([[0x3F80, 0x4000, 0xBF80]], np.uint16)  # BF16 inputs come as host arrays
+    request = InferenceRequest("m", {"INPUT__0": Tensor("INPUT__0", "BF16", bits)})
+    sink = FakeCudaRegion("out", 64)
+    request.device_outputs = {"OUTPUT__0": DeviceBuffer(sink, 0, 6, "UINT8", (6,), readonly=False)}
+    (response,) = inst.execute([request])
+    np.testing.assert_array_equal(response.output("OUTPUT__0").data, bits)  # written by the server
+    assert not sink.memory.any()
+
+
 def test_output_reshapes_keep_an_instance_off_the_device(builders, model_file, load, specs):
     builders.save(builders.Identity(), model_file, "script")
     model = load(

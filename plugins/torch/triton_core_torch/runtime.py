@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from triton_core import (
+    DEVICE_DATATYPES,
     BackendModel,
     BatchPlan,
     DataType,
@@ -901,7 +902,7 @@ class PyTorchInstance(ModelInstance):
         targets = request.device_outputs or {}
         outputs = []
         for name, value in zip(names, self._forward_outputs.values(result, names), strict=True):
-            target = targets.get(name)
+            target = targets.get(name) if self._wire[name] in DEVICE_DATATYPES else None
             if target is None or not isinstance(value, torch.Tensor):
                 (data,) = self._outputs(result, [name])
             else:
