@@ -274,10 +274,12 @@ class LoadedModel:
         )
 
         #: CUDA shared-memory tensors may reach instances as device memory: some instance
-        #: accepts them, and no scheduler on the way gathers or keeps values on the host
+        #: accepts them, and no scheduler on the way reads or keeps values on the host (a
+        #: plugin's batch strategy may look at them)
         self.device_inputs = (
             pool.device_inputs
             and config.WhichOneof("scheduling_choice") in _DEVICE_TENSOR_SCHEDULING
+            and "batch_strategy" not in config.parameters
         )
 
     def enqueue(self, request: InferenceRequest) -> asyncio.Future[InferenceResponse]:

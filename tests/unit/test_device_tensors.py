@@ -396,3 +396,26 @@ def test_host_copy_metrics_appear_only_where_cuda_regions_can_be_opened(monkeypa
         "triton_core_cuda_shared_memory_host_copies": 2,
         "triton_core_cuda_shared_memory_host_copies_bytes": 64,
     }
+
+
+@pytest.mark.parametrize(
+    ("config", "expected"),
+    [
+        ("", True),
+        ("dynamic_batching { }", True),
+        ("sequence_batching { }", False),
+        ('parameters { key: "batch_strategy" value { string_value: "x" } }', False),
+    ],
+)
+def test_models_whose_schedulers_read_values_get_no_device_tensors(config, expected) -> None:
+    from types import SimpleNamespace
+
+    from triton_core import parse_config_text
+    from triton_core.model import LoadedModel
+
+    parsed = parse_config_text(f'name: "m"\n{config}', "config.pbtxt")
+    pool = SimpleNamespace(device_inputs=True)
+    model = LoadedModel(parsed, 1, None, None, pool, None, None)  # type: ignore[arg-type]
+    assert model.device_inputs is expected
+    pool.device_inputs = False
+    assert LoadedModel(parsed, 1, None, None, pool, None, None).device_inputs is False  # type: ignore[arg-type]
