@@ -92,7 +92,7 @@ class OutputCheck:
                 f"returned output '{spec.name}' with datatype '{tensor.datatype}', but the config "
                 f"says '{spec.datatype}'"
             )
-        if not isinstance(data, np.ndarray | DeviceBuffer):
+        if not isinstance(data, np.ndarray) and not isinstance(data, DeviceBuffer):
             return f"returned output '{spec.name}' as a {type(data).__name__}, not a numpy array"
         if data.dtype != spec.dtype and not (
             spec.datatype == "BYTES" and data.dtype.kind in _BYTES_KINDS
