@@ -15,7 +15,7 @@ and returns that buffer as the output's data, so the server copies nothing after
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from math import prod
 from typing import Any, Final, Protocol
 
@@ -50,6 +50,15 @@ class DeviceMemory(Protocol):
         ...
 
 
+class Lease(Protocol):
+    """Keeps a buffer's region open while an instance may use it (see
+    :func:`release_leases`): a region unregistered meanwhile closes after, not under it."""
+
+    def end(self) -> None:
+        """Let the region go; idempotent."""
+        ...
+
+
 @dataclass(frozen=True, slots=True)
 class DeviceBuffer:
     """``byte_size`` bytes of ``memory`` at ``offset``, holding ``datatype`` values in
@@ -62,6 +71,8 @@ class DeviceBuffer:
     shape: tuple[int, ...]
     #: a client's input: models read it, never write it
     readonly: bool = True
+    #: holds the region while the request executes (set by the server; None: nothing held)
+    lease: Lease | None = field(default=None, repr=False, compare=False)
 
     @property
     def device_id(self) -> int:
@@ -168,11 +179,24 @@ def has_device_tensors(request: InferenceRequest) -> bool:
 def request_to_host(request: InferenceRequest) -> None:
     """Make ``request`` host-only, in place: device inputs copied to host arrays, device
     output targets dropped (the server then writes host outputs into their regions)."""
-    request.device_outputs = None
+    targets, request.device_outputs = request.device_outputs, None
+    buffers = list((targets or {}).values())
     for name, tensor in list(request.inputs.items()):
         data = tensor.data
         if isinstance(data, DeviceBuffer):
             request.inputs[name] = Tensor(name, tensor.datatype, data.to_host())
+            buffers.append(data)
+    for buffer in buffers:  # the instance will not touch the device memory
+        if buffer.lease is not None:
+            buffer.lease.end()
+
+
+def release_leases(requests: list[InferenceRequest]) -> None:
+    """After a batch executed: its device tensors' regions are no longer in use by it."""
+    for request in requests:
+        for buffer in [*_input_buffers(request), *(request.device_outputs or {}).values()]:
+            if buffer.lease is not None:
+                buffer.lease.end()
 
 
 def request_on_device(request: InferenceRequest, device_id: int) -> bool:

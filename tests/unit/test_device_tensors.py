@@ -5,6 +5,7 @@ every other) through a region kept in host memory (tests/fake_cuda_memory.py).""
 from __future__ import annotations
 
 import asyncio
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -28,6 +29,7 @@ from triton_core import (
     request_on_device,
     request_to_host,
 )
+from triton_core.device_tensors import release_leases
 from triton_core.scheduling.executor import ThreadedInstancePool
 from triton_core.shared_memory.registry import SharedMemoryRegistry
 from triton_core.shared_memory.tensors import resolve
@@ -170,7 +172,7 @@ def test_resolve_keeps_host_copies_unless_the_model_takes_device_tensors() -> No
     use.release()
 
 
-def test_resolve_for_device_tensors_copies_nothing() -> None:
+async def test_resolve_for_device_tensors_copies_nothing() -> None:
     source, sink = FakeCudaRegion("in", 64), FakeCudaRegion("out", 64)
     registry = registry_with(source, sink)
     resolved, use = resolve(registry, shm_request(), device=True)
@@ -186,13 +188,16 @@ def test_resolve_for_device_tensors_copies_nothing() -> None:
         False,
     )
     assert source.host_copies == sink.host_copies == 0
-    assert source.users == sink.users == 1  # held until answered, as host views are
-    use.release()
+    # held until answered, as host views are, and until the instance is done with them
+    assert source.users == sink.users == 2
+    use.release()  # the client went away
+    assert source.users == sink.users == 1
+    release_leases([resolved])  # the batch ended
     assert source.users == sink.users == 0
 
 
 @pytest.mark.parametrize(("datatype", "byte_size"), [("BF16", 12), ("BYTES", 24)])
-def test_resolve_copies_datatypes_that_cannot_stay_on_the_device(datatype, byte_size) -> None:
+async def test_resolve_copies_datatypes_that_cannot_stay_on_the_device(datatype, byte_size) -> None:
     source, sink = FakeCudaRegion("in", 64), FakeCudaRegion("out", 64)
     if datatype == "BYTES":  # six serialized empty strings: a 4-byte length each
         source.fill(8, np.zeros(6, np.uint32))
@@ -204,7 +209,7 @@ def test_resolve_copies_datatypes_that_cannot_stay_on_the_device(datatype, byte_
     use.release()
 
 
-def test_outputs_asked_as_classifications_get_no_device_target() -> None:
+async def test_outputs_asked_as_classifications_get_no_device_target() -> None:
     registry = registry_with(FakeCudaRegion("in", 64), FakeCudaRegion("out", 64))
     request = shm_request()
     request.outputs = [RequestedOutput("OUTPUT0", classification=2)]
@@ -214,7 +219,7 @@ def test_outputs_asked_as_classifications_get_no_device_target() -> None:
     use.release()
 
 
-def test_resolve_for_device_tensors_checks_the_byte_size() -> None:
+async def test_resolve_for_device_tensors_checks_the_byte_size() -> None:
     registry = registry_with(FakeCudaRegion("in", 64), FakeCudaRegion("out", 64))
     with pytest.raises(TritonError) as info:
         resolve(registry, shm_request(byte_size=20), device=True)
@@ -224,13 +229,13 @@ def test_resolve_for_device_tensors_checks_the_byte_size() -> None:
     assert registry.acquire("in", 0, 1).users == 1  # the failed request held nothing
 
 
-def test_resolve_keeps_the_bounds_check_before_any_device_buffer() -> None:
+async def test_resolve_keeps_the_bounds_check_before_any_device_buffer() -> None:
     registry = registry_with(FakeCudaRegion("in", 16), FakeCudaRegion("out", 64))
     with pytest.raises(TritonError, match="Invalid offset \\+ byte size"):
         resolve(registry, shm_request(), device=True)  # 8 + 24 > 16
 
 
-def test_write_outputs_skips_outputs_the_backend_wrote_and_copies_the_rest() -> None:
+async def test_write_outputs_skips_outputs_the_backend_wrote_and_copies_the_rest() -> None:
     source, sink = FakeCudaRegion("in", 64), FakeCudaRegion("out", 64)
     resolved, use = resolve(registry_with(source, sink), shm_request(), device=True)
     assert resolved.device_outputs is not None
@@ -311,6 +316,23 @@ async def test_a_pool_of_host_only_instances_never_copies() -> None:
 # the server: which models get device tensors
 
 
+async def test_a_request_dropped_before_it_ran_lets_its_regions_go() -> None:
+    source, sink = FakeCudaRegion("in", 64), FakeCudaRegion("out", 64)
+    resolved, use = resolve(registry_with(source, sink), shm_request(), device=True)
+    use.release()
+    assert source.users == sink.users == 1
+    del resolved  # never executed: collected, its holds end on the event loop
+    await wait_for(lambda: source.users == sink.users == 0)
+
+
+async def wait_for(condition, timeout: float = 30.0) -> None:  # type: ignore[no-untyped-def]
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not condition():
+        assert loop.time() < deadline, "timed out"
+        await asyncio.sleep(0.01)
+
+
 async def infer_through_regions(server, model: str) -> tuple[FakeCudaRegion, FakeCudaRegion]:
     source, sink = FakeCudaRegion(f"in_{model}", 64), FakeCudaRegion(f"out_{model}", 64)
     source.fill(0, np.arange(4, dtype=np.int32))
@@ -369,6 +391,41 @@ async def test_server_routes_device_tensors_by_what_the_model_accepts(tmp_path: 
         assert instance_of(server, "cached").received == [{"INPUT0": "ndarray"}]
         assert (source.to_host, sink.from_host) == ([16], [16])
     finally:
+        await server.stop()
+
+
+async def test_regions_unregistered_by_a_client_gone_mid_batch_close_after_it(tmp_path) -> None:
+    one_input_model(tmp_path, "on_device", extra=DEVICE)
+    server = numpy_server(tmp_path, shared_memory=ALLOWED)
+    await server.start()
+    gate = threading.Event()
+    try:
+        source, sink = FakeCudaRegion("in_gone", 64), FakeCudaRegion("out_gone", 64)
+        closed: list[str] = []
+        for region in (source, sink):
+            region.close = lambda region=region: closed.append(region.name)  # type: ignore[method-assign]
+            server.shared_memory.add(region)
+        instance = instance_of(server, "on_device")
+        instance.gate = gate
+        spec = SharedMemoryInput("INT32", (1, 4), SharedMemoryRef(source.name, 16))
+        request = InferenceRequest(
+            "on_device",
+            {},
+            shared_memory=SharedMemoryTensors(
+                {"INPUT0": spec}, {"OUTPUT0": SharedMemoryRef(sink.name, 16)}
+            ),
+        )
+        answer = asyncio.ensure_future(server.infer(request))
+        await asyncio.to_thread(instance.entered.wait, 30)
+        server.unregister_cuda_shared_memory(source.name)
+        server.unregister_cuda_shared_memory(sink.name)
+        answer.cancel()  # the client goes away while the instance works on its regions
+        await asyncio.gather(answer, return_exceptions=True)
+        assert closed == []  # still mapped: the instance may be using them
+        gate.set()
+        await wait_for(lambda: sorted(closed) == ["in_gone", "out_gone"])
+    finally:
+        gate.set()
         await server.stop()
 
 

@@ -576,6 +576,8 @@ class ThreadedInstancePool(InstancePool):
                 results = self._finish(requests, responses, name)
             except Exception as exc:  # a backend bug must fail the batch, not the thread
                 results = self._failed(exc, len(requests), name)
+            if device_inputs:
+                device_tensors.release_leases(requests)
             end = monotonic_ns()
             if watch is not None:
                 watch.ended(index, futures)

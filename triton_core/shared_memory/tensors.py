@@ -13,6 +13,7 @@ device tensors); outputs such an instance wrote into their region are not copied
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import mmap
 from dataclasses import replace
 from math import prod
@@ -96,6 +97,7 @@ def resolve(
     inputs = dict(request.inputs)
     model = request.model_name
     device_outputs: dict[str, DeviceBuffer] = {}
+    lease = DeviceLease(registry) if device else None
     try:
         for name, spec in tensors.inputs.items():
             if name in inputs:
@@ -106,13 +108,21 @@ def resolve(
                 device and region.kind is RegionKind.CUDA and spec.datatype in DEVICE_DATATYPES
             )
             data = _input_array(region, spec, name, model, on_device)
+            if lease is not None and isinstance(data, DeviceBuffer):
+                data = cast(np.ndarray, replace(data, lease=lease.hold(spec.ref)))
             inputs[name] = Tensor(name, spec.datatype, data)
         for name, ref in tensors.outputs.items():
             region = use.hold(ref)
             use.outputs[name] = (region, ref)
-            if device and region.kind is RegionKind.CUDA and name not in _classified(request):
-                device_outputs[name] = _output_target(region, ref)
+            if (
+                lease is not None
+                and region.kind is RegionKind.CUDA
+                and name not in _classified(request)
+            ):
+                device_outputs[name] = _output_target(region, ref, lease.hold(ref))
     except BaseException:
+        if lease is not None:
+            lease.end()
         use.release()
         raise
     resolved = replace(request, inputs=inputs, shared_memory=None)
@@ -126,10 +136,44 @@ def _classified(request: InferenceRequest) -> set[str]:
     return {output.name for output in request.outputs or () if output.classification > 0}
 
 
-def _output_target(region: Region, ref: SharedMemoryRef) -> DeviceBuffer:
+def _output_target(region: Region, ref: SharedMemoryRef, lease: DeviceLease) -> DeviceBuffer:
     """The client's bytes for an output, as a writable buffer (laid out by the backend)."""
     memory = cast("DeviceMemory", region)
-    return DeviceBuffer(memory, ref.offset, ref.byte_size, "UINT8", (ref.byte_size,), False)
+    size = ref.byte_size
+    return DeviceBuffer(memory, ref.offset, size, "UINT8", (size,), False, lease)
+
+
+class DeviceLease:
+    """One request's holds on the regions of its device tensors, besides its own.
+
+    A client that goes away releases the request's regions at once (SharedMemoryUse), but
+    an instance may still read and write them on the device until its batch ends, and a
+    region closed under it (its IPC mapping) would fault the GPU. These holds end after the
+    batch (``release_leases``), when its tensors are copied to host, or, for a request
+    dropped before it ran, when it is collected (released on the event loop then, never
+    inside whatever code the collector interrupted).
+    """
+
+    __slots__ = ("_held", "_loop", "_registry")
+
+    def __init__(self, registry: SharedMemoryRegistry) -> None:
+        self._registry = registry
+        self._held: list[Region] = []
+        self._loop = asyncio.get_running_loop()
+
+    def hold(self, ref: SharedMemoryRef) -> DeviceLease:
+        self._held.append(self._registry.acquire(ref.region, ref.offset, ref.byte_size))
+        return self
+
+    def end(self) -> None:
+        held, self._held = self._held, []
+        for region in held:
+            self._registry.release(region)
+
+    def __del__(self) -> None:
+        if self._held:
+            with contextlib.suppress(RuntimeError):  # the loop is closed: the server stopped
+                self._loop.call_soon_threadsafe(self.end)
 
 
 def _input_array(
