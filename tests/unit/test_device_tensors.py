@@ -1,6 +1,6 @@
 """Device tensors without a GPU: the DeviceBuffer's interfaces, and the core's routing of
 CUDA shared-memory tensors (device buffers for instances that accept them, host copies for
-every other) through a region kept in host memory (tests/fake_cuda_memory.py)."""
+every other) through a region kept in host memory (triton_core.testing.HostCudaRegion)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.fake_cuda_memory import FakeCudaRegion
 from tests.support import numpy_server, write_numpy_model
 from triton_core import (
     DeviceBuffer,
@@ -33,11 +32,12 @@ from triton_core.device_tensors import release_leases
 from triton_core.scheduling.executor import ThreadedInstancePool
 from triton_core.shared_memory.registry import SharedMemoryRegistry
 from triton_core.shared_memory.tensors import resolve
+from triton_core.testing import HostCudaRegion
 
 ALLOWED = SharedMemoryOptions(allow_client_shm=True)
 
 
-def buffer(region: FakeCudaRegion, offset: int = 0, shape=(2, 3), datatype="FP32") -> DeviceBuffer:
+def buffer(region: HostCudaRegion, offset: int = 0, shape=(2, 3), datatype="FP32") -> DeviceBuffer:
     size = int(np.prod(shape)) * 4
     return DeviceBuffer(region, offset, size, datatype, tuple(shape))
 
@@ -47,7 +47,7 @@ def buffer(region: FakeCudaRegion, offset: int = 0, shape=(2, 3), datatype="FP32
 
 
 def test_cuda_array_interface_points_at_the_offset_in_the_region() -> None:
-    region = FakeCudaRegion("r", 256)
+    region = HostCudaRegion("r", 256)
     interface = buffer(region, offset=64).__cuda_array_interface__
     assert interface == {
         "shape": (2, 3),
@@ -64,13 +64,13 @@ def test_cuda_array_interface_points_at_the_offset_in_the_region() -> None:
     [("FP16", "<f2"), ("FP64", "<f8"), ("INT8", "|i1"), ("UINT64", "<u8"), ("BOOL", "|b1")],
 )
 def test_typestr_follows_the_datatype(datatype: str, typestr: str) -> None:
-    region = FakeCudaRegion("r", 64)
+    region = HostCudaRegion("r", 64)
     interface = DeviceBuffer(region, 0, 8, datatype, (1,)).__cuda_array_interface__
     assert interface["typestr"] == typestr
 
 
 def test_an_output_target_is_writable_and_an_empty_buffer_has_a_null_pointer() -> None:
-    region = FakeCudaRegion("r", 64)
+    region = HostCudaRegion("r", 64)
     target = DeviceBuffer(region, 16, 48, "UINT8", (48,), readonly=False)
     placed = target.laid_out("OUT", "INT32", (2, 4))
     assert placed.__cuda_array_interface__["data"] == (region.device_pointer(16), False)
@@ -80,7 +80,7 @@ def test_an_output_target_is_writable_and_an_empty_buffer_has_a_null_pointer() -
 
 
 def test_an_output_too_large_for_its_target_names_the_output() -> None:
-    target = DeviceBuffer(FakeCudaRegion("r", 64), 0, 16, "UINT8", (16,), readonly=False)
+    target = DeviceBuffer(HostCudaRegion("r", 64), 0, 16, "UINT8", (16,), readonly=False)
     with pytest.raises(TritonError) as info:
         target.laid_out("OUTPUT0", "FP32", (1, 64))
     assert info.value.status is Status.INVALID_ARG
@@ -89,13 +89,13 @@ def test_an_output_too_large_for_its_target_names_the_output() -> None:
 
 @pytest.mark.parametrize("datatype", ["BYTES", "BF16"])
 def test_datatypes_without_a_typestr_cannot_be_laid_out(datatype: str) -> None:
-    target = DeviceBuffer(FakeCudaRegion("r", 64), 0, 64, "UINT8", (64,), readonly=False)
+    target = DeviceBuffer(HostCudaRegion("r", 64), 0, 64, "UINT8", (64,), readonly=False)
     with pytest.raises(TritonError, match="cannot be device memory"):
         target.laid_out("OUT", datatype, (2,))
 
 
 def test_reshape_keeps_the_bytes_and_refuses_other_counts() -> None:
-    source = buffer(FakeCudaRegion("r", 64), offset=8)
+    source = buffer(HostCudaRegion("r", 64), offset=8)
     assert source.reshape((3, 2)).shape == (3, 2)
     assert source.reshape([-1]).shape == (6,)
     assert source.reshape((1, -1)).pointer == source.pointer
@@ -105,7 +105,7 @@ def test_reshape_keeps_the_bytes_and_refuses_other_counts() -> None:
 
 
 def test_to_host_is_one_counted_copy_and_numpy_cannot_read_it_unasked() -> None:
-    region = FakeCudaRegion("r", 64)
+    region = HostCudaRegion("r", 64)
     values = np.arange(6, dtype=np.float32).reshape(2, 3)
     region.fill(24, values)
     device = buffer(region, offset=24)
@@ -119,7 +119,7 @@ def test_to_host_is_one_counted_copy_and_numpy_cannot_read_it_unasked() -> None:
 
 
 def test_copy_from_device_refuses_read_only_and_oversized_copies() -> None:
-    region = FakeCudaRegion("r", 64)
+    region = HostCudaRegion("r", 64)
     with pytest.raises(TritonError, match="read-only"):
         buffer(region).copy_from_device(region.device_pointer(32), 8)
     target = DeviceBuffer(region, 0, 16, "UINT8", (16,), readonly=False)
@@ -129,7 +129,7 @@ def test_copy_from_device_refuses_read_only_and_oversized_copies() -> None:
 
 
 def test_request_on_device_and_request_to_host() -> None:
-    near, far = FakeCudaRegion("near", 64), FakeCudaRegion("far", 64, device_id=1)
+    near, far = HostCudaRegion("near", 64), HostCudaRegion("far", 64, device_id=1)
     far.fill(0, np.arange(6, dtype=np.float32))
     request = InferenceRequest("m", {"X": Tensor("X", "FP32", buffer(far))})  # type: ignore[arg-type]
     request.device_outputs = {"Y": DeviceBuffer(near, 0, 64, "UINT8", (64,), readonly=False)}
@@ -144,7 +144,7 @@ def test_request_on_device_and_request_to_host() -> None:
 # resolve: device buffers only when asked, and only for what can stay on the device
 
 
-def registry_with(*regions: FakeCudaRegion) -> SharedMemoryRegistry:
+def registry_with(*regions: HostCudaRegion) -> SharedMemoryRegistry:
     registry = SharedMemoryRegistry(ALLOWED)
     for region in regions:
         registry.add(region)
@@ -163,7 +163,7 @@ def shm_request(datatype: str = "FP32", byte_size: int = 24) -> InferenceRequest
 
 
 def test_resolve_keeps_host_copies_unless_the_model_takes_device_tensors() -> None:
-    source, sink = FakeCudaRegion("in", 64), FakeCudaRegion("out", 64)
+    source, sink = HostCudaRegion("in", 64), HostCudaRegion("out", 64)
     source.fill(8, np.arange(6, dtype=np.float32))
     registry = registry_with(source, sink)
     resolved, use = resolve(registry, shm_request())
@@ -173,7 +173,7 @@ def test_resolve_keeps_host_copies_unless_the_model_takes_device_tensors() -> No
 
 
 async def test_resolve_for_device_tensors_copies_nothing() -> None:
-    source, sink = FakeCudaRegion("in", 64), FakeCudaRegion("out", 64)
+    source, sink = HostCudaRegion("in", 64), HostCudaRegion("out", 64)
     registry = registry_with(source, sink)
     resolved, use = resolve(registry, shm_request(), device=True)
     data = resolved.inputs["INPUT0"].data
@@ -198,7 +198,7 @@ async def test_resolve_for_device_tensors_copies_nothing() -> None:
 
 @pytest.mark.parametrize(("datatype", "byte_size"), [("BF16", 12), ("BYTES", 24)])
 async def test_resolve_copies_datatypes_that_cannot_stay_on_the_device(datatype, byte_size) -> None:
-    source, sink = FakeCudaRegion("in", 64), FakeCudaRegion("out", 64)
+    source, sink = HostCudaRegion("in", 64), HostCudaRegion("out", 64)
     if datatype == "BYTES":  # six serialized empty strings: a 4-byte length each
         source.fill(8, np.zeros(6, np.uint32))
     resolved, use = resolve(
@@ -210,7 +210,7 @@ async def test_resolve_copies_datatypes_that_cannot_stay_on_the_device(datatype,
 
 
 async def test_outputs_asked_as_classifications_get_no_device_target() -> None:
-    registry = registry_with(FakeCudaRegion("in", 64), FakeCudaRegion("out", 64))
+    registry = registry_with(HostCudaRegion("in", 64), HostCudaRegion("out", 64))
     request = shm_request()
     request.outputs = [RequestedOutput("OUTPUT0", classification=2)]
     resolved, use = resolve(registry, request, device=True)
@@ -220,7 +220,7 @@ async def test_outputs_asked_as_classifications_get_no_device_target() -> None:
 
 
 async def test_resolve_for_device_tensors_checks_the_byte_size() -> None:
-    registry = registry_with(FakeCudaRegion("in", 64), FakeCudaRegion("out", 64))
+    registry = registry_with(HostCudaRegion("in", 64), HostCudaRegion("out", 64))
     with pytest.raises(TritonError) as info:
         resolve(registry, shm_request(byte_size=20), device=True)
     assert "input byte size mismatch for input 'INPUT0' for model 'm'. Expected 24, got 20" in (
@@ -230,13 +230,13 @@ async def test_resolve_for_device_tensors_checks_the_byte_size() -> None:
 
 
 async def test_resolve_keeps_the_bounds_check_before_any_device_buffer() -> None:
-    registry = registry_with(FakeCudaRegion("in", 16), FakeCudaRegion("out", 64))
+    registry = registry_with(HostCudaRegion("in", 16), HostCudaRegion("out", 64))
     with pytest.raises(TritonError, match="Invalid offset \\+ byte size"):
         resolve(registry, shm_request(), device=True)  # 8 + 24 > 16
 
 
 async def test_write_outputs_skips_outputs_the_backend_wrote_and_copies_the_rest() -> None:
-    source, sink = FakeCudaRegion("in", 64), FakeCudaRegion("out", 64)
+    source, sink = HostCudaRegion("in", 64), HostCudaRegion("out", 64)
     resolved, use = resolve(registry_with(source, sink), shm_request(), device=True)
     assert resolved.device_outputs is not None
     placed = resolved.device_outputs["OUTPUT0"].laid_out("OUTPUT0", "FP32", (2, 3))
@@ -266,7 +266,7 @@ class Taker(ModelInstance):
         return [InferenceResponse() for _ in requests]
 
 
-def device_request(region: FakeCudaRegion) -> InferenceRequest:
+def device_request(region: HostCudaRegion) -> InferenceRequest:
     return InferenceRequest("m", {"X": Tensor("X", "FP32", buffer(region))})  # type: ignore[arg-type]
 
 
@@ -285,7 +285,7 @@ def finish(requests, responses, instance):  # type: ignore[no-untyped-def]
 async def test_pool_hands_device_buffers_only_to_instances_that_accept_them(
     accepts: bool, batch: int, expected: list[str]
 ) -> None:
-    region = FakeCudaRegion("r", 64)
+    region = HostCudaRegion("r", 64)
     # the pool routes device tensors when any of its instances accepts them
     instance, other = Taker(accepts), Taker(True)
     pool = ThreadedInstancePool(
@@ -317,7 +317,7 @@ async def test_a_pool_of_host_only_instances_never_copies() -> None:
 
 
 async def test_a_request_dropped_before_it_ran_lets_its_regions_go() -> None:
-    source, sink = FakeCudaRegion("in", 64), FakeCudaRegion("out", 64)
+    source, sink = HostCudaRegion("in", 64), HostCudaRegion("out", 64)
     resolved, use = resolve(registry_with(source, sink), shm_request(), device=True)
     use.release()
     assert source.users == sink.users == 1
@@ -333,8 +333,8 @@ async def wait_for(condition, timeout: float = 30.0) -> None:  # type: ignore[no
         await asyncio.sleep(0.01)
 
 
-async def infer_through_regions(server, model: str) -> tuple[FakeCudaRegion, FakeCudaRegion]:
-    source, sink = FakeCudaRegion(f"in_{model}", 64), FakeCudaRegion(f"out_{model}", 64)
+async def infer_through_regions(server, model: str) -> tuple[HostCudaRegion, HostCudaRegion]:
+    source, sink = HostCudaRegion(f"in_{model}", 64), HostCudaRegion(f"out_{model}", 64)
     source.fill(0, np.arange(4, dtype=np.int32))
     server.shared_memory.add(source)
     server.shared_memory.add(sink)
@@ -400,7 +400,7 @@ async def test_regions_unregistered_by_a_client_gone_mid_batch_close_after_it(tm
     await server.start()
     gate = threading.Event()
     try:
-        source, sink = FakeCudaRegion("in_gone", 64), FakeCudaRegion("out_gone", 64)
+        source, sink = HostCudaRegion("in_gone", 64), HostCudaRegion("out_gone", 64)
         closed: list[str] = []
         for region in (source, sink):
             region.close = lambda region=region: closed.append(region.name)  # type: ignore[method-assign]

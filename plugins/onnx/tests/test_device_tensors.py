@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from triton_core_onnx.backend import OnnxRuntimeInstance, OnnxRuntimeModel
 
-from tests.fake_cuda_memory import FakeCudaRegion
 from triton_core import DeviceBuffer, InferenceRequest, Status, Tensor, TritonError
+from triton_core.testing import HostCudaRegion
 
 
 class FakeOrtValue:
@@ -127,7 +127,7 @@ X = np.arange(6, dtype=np.float32).reshape(2, 3)
 
 
 def device_request(
-    source: FakeCudaRegion, sink: FakeCudaRegion | None, size: int = 24
+    source: HostCudaRegion, sink: HostCudaRegion | None, size: int = 24
 ) -> InferenceRequest:
     """INPUT0 = X at offset 8 of ``source``; OUTPUT0 into ``sink`` at offset 16."""
     source.fill(8, X)
@@ -145,7 +145,7 @@ def device_request(
 def test_inputs_and_fixed_size_outputs_are_bound_at_their_region_addresses(gpu_instance) -> None:
     instance = gpu_instance((3,))
     assert instance.accepts_device_tensors
-    source, sink = FakeCudaRegion("in", 64), FakeCudaRegion("out", 64)
+    source, sink = HostCudaRegion("in", 64), HostCudaRegion("out", 64)
     (response,) = instance.execute([device_request(source, sink)])
     binding = instance.session.binding
     assert binding.calls == [
@@ -170,7 +170,7 @@ def test_inputs_and_fixed_size_outputs_are_bound_at_their_region_addresses(gpu_i
 
 def test_outputs_of_unknown_size_are_bound_to_the_device_and_copied_there(gpu_instance) -> None:
     instance = gpu_instance((-1,))
-    source, sink = FakeCudaRegion("in", 64), FakeCudaRegion("out", 64)
+    source, sink = HostCudaRegion("in", 64), HostCudaRegion("out", 64)
     (response,) = instance.execute([device_request(source, sink)])
     assert ("bind_output", "OUTPUT0", "cuda", 0) in instance.session.binding.calls
     assert sink.device_copies == [(16, 24)]
@@ -182,7 +182,7 @@ def test_outputs_of_unknown_size_are_bound_to_the_device_and_copied_there(gpu_in
 @pytest.mark.parametrize("dims", [(3,), (-1,)])
 def test_an_output_region_too_small_names_the_output(gpu_instance, dims) -> None:
     instance = gpu_instance(dims)
-    source, sink = FakeCudaRegion("in", 64), FakeCudaRegion("out", 64)
+    source, sink = HostCudaRegion("in", 64), HostCudaRegion("out", 64)
     with pytest.raises(TritonError) as info:
         instance.execute([device_request(source, sink, size=16)])
     assert info.value.status is Status.INVALID_ARG
@@ -192,14 +192,14 @@ def test_an_output_region_too_small_names_the_output(gpu_instance, dims) -> None
 
 def test_an_output_not_asked_into_a_region_comes_back_to_the_host(gpu_instance) -> None:
     instance = gpu_instance((3,))
-    (response,) = instance.execute([device_request(FakeCudaRegion("in", 64), None)])
+    (response,) = instance.execute([device_request(HostCudaRegion("in", 64), None)])
     assert ("bind_output", "OUTPUT0", "cpu", 0) in instance.session.binding.calls
     np.testing.assert_array_equal(response.output("OUTPUT0").data, X)
 
 
 def test_tensors_on_another_gpu_go_through_the_host(gpu_instance) -> None:
     instance = gpu_instance((3,), device_id=0)
-    source, sink = FakeCudaRegion("in", 64, device_id=1), FakeCudaRegion("out", 64, device_id=1)
+    source, sink = HostCudaRegion("in", 64, device_id=1), HostCudaRegion("out", 64, device_id=1)
     (response,) = instance.execute([device_request(source, sink)])
     binding = instance.session.binding
     assert binding.calls[0] == ("bind_cpu_input", "INPUT0")
@@ -250,7 +250,7 @@ def test_cuda_session_binds_regions_in_place(
     builders, load, model_file, specs, dims, device_copies
 ) -> None:
     pytest.importorskip("torch")
-    from tests.fake_cuda_memory import TorchCudaRegion
+    from triton_core.testing import TorchCudaRegion
 
     builders.identity(model_file, "FP32", dims)
     model = load(

@@ -3,7 +3,7 @@ copied device to device into their regions.
 
 Without a GPU the path runs on a CPU instance opted in by hand, with the one CUDA call
 (wrapping a buffer's ``__cuda_array_interface__``) replaced by the same wrap over host
-memory (tests/fake_cuda_memory.py): what is read, written, selected and refused is the
+memory (triton_core.testing.HostCudaRegion): what is read, written, selected and refused is the
 same. With a GPU (``gpu`` marker) the real thing: device memory allocated by torch.
 """
 
@@ -17,8 +17,8 @@ import pytest
 import torch
 from triton_core_torch import runtime
 
-from tests.fake_cuda_memory import FakeCudaRegion, TorchCudaRegion
 from triton_core import DeviceBuffer, InferenceRequest, Status, Tensor, TritonError
+from triton_core.testing import HostCudaRegion, TorchCudaRegion
 
 HAS_CUDA = torch.cuda.is_available()
 
@@ -51,15 +51,15 @@ def opted_in(builders, model_file, instance, monkeypatch):  # type: ignore[no-un
     return inst
 
 
-def regions(device_id: int = 0) -> tuple[FakeCudaRegion, FakeCudaRegion]:
-    source = FakeCudaRegion("in", 128, device_id)
+def regions(device_id: int = 0) -> tuple[HostCudaRegion, HostCudaRegion]:
+    source = HostCudaRegion("in", 128, device_id)
     source.fill(0, X)
     source.fill(64, Y)
-    return source, FakeCudaRegion("out", 128, device_id)
+    return source, HostCudaRegion("out", 128, device_id)
 
 
 def device_request(
-    source: FakeCudaRegion, sink: FakeCudaRegion, outputs: dict[str, tuple[int, int]]
+    source: HostCudaRegion, sink: HostCudaRegion, outputs: dict[str, tuple[int, int]]
 ) -> InferenceRequest:
     inputs = {
         "INPUT__0": Tensor("INPUT__0", "FP32", DeviceBuffer(source, 0, 24, "FP32", (2, 3))),
@@ -123,7 +123,7 @@ def test_a_bf16_output_asked_into_a_region_is_left_to_the_server(
     monkeypatch.setattr(runtime, "_device_tensor", host_tensor)
     bits = np.array([[0x3F80, 0x4000, 0xBF80]], np.uint16)  # BF16 inputs come as host arrays
     request = InferenceRequest("m", {"INPUT__0": Tensor("INPUT__0", "BF16", bits)})
-    sink = FakeCudaRegion("out", 64)
+    sink = HostCudaRegion("out", 64)
     request.device_outputs = {"OUTPUT__0": DeviceBuffer(sink, 0, 6, "UINT8", (6,), readonly=False)}
     (response,) = inst.execute([request])
     np.testing.assert_array_equal(response.output("OUTPUT__0").data, bits)  # written by the server

@@ -1,21 +1,28 @@
-"""A CUDA shared-memory region kept in host memory, for tests on machines without a GPU.
+"""CUDA shared-memory regions for testing a backend's device-tensor path
+(``accepts_device_tensors``) without a client.
 
-It has the interface of a registered CUDA region (``Region`` and ``DeviceMemory``): its
-"device addresses" are host addresses, so a test can follow where bytes went (and what an
-ONNX Runtime IO binding or a backend would have read and written) and count every copy
-between the region and host memory, which a GPU-capable path must not make.
+:class:`HostCudaRegion` keeps its bytes in host memory, for machines without a GPU: it has
+the interface of a registered CUDA region (what :class:`~triton_core.DeviceBuffer` s point
+into), but its "device addresses" are host addresses, so a test can follow where bytes went
+(what a framework would have read and written at those addresses) and count every copy
+between the region and host memory, which a device path must not make.
+:class:`TorchCudaRegion` is the same over real device memory (a PyTorch allocation), for GPU
+tests. Build buffers over either with ``DeviceBuffer(region, offset, ...)``.
 """
 
 from __future__ import annotations
 
 import ctypes
+from typing import Any
 
 import numpy as np
 
 from triton_core.shared_memory.region import CudaRegionStatus, RegionKind
 
 
-class FakeCudaRegion:
+class HostCudaRegion:
+    """``byte_size`` bytes of host memory standing in for a CUDA region on ``device_id``."""
+
     kind = RegionKind.CUDA
 
     def __init__(self, name: str, byte_size: int, device_id: int = 0) -> None:
@@ -40,9 +47,11 @@ class FakeCudaRegion:
         raw = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
         self.memory[offset : offset + raw.size] = raw
 
-    def contents(self, offset: int, dtype: type, count: int) -> np.ndarray:
+    def contents(self, offset: int, dtype: Any, count: int) -> np.ndarray:
+        """``count`` values of ``dtype`` at ``offset`` (not counted as a copy)."""
         size = count * np.dtype(dtype).itemsize
-        return self.memory[offset : offset + size].view(dtype).copy()
+        values: np.ndarray = self.memory[offset : offset + size].view(dtype)
+        return values.copy()
 
     # -- Region ----------------------------------------------------------------------------
 
@@ -75,7 +84,7 @@ class FakeCudaRegion:
         ctypes.memmove(self.device_pointer(offset), source, byte_size)
 
 
-class TorchCudaRegion(FakeCudaRegion):
+class TorchCudaRegion(HostCudaRegion):
     """The same region in real device memory (a torch allocation on GPU 0), for GPU tests
     of a backend without a client: host copies are still counted, device copies made."""
 
@@ -83,8 +92,8 @@ class TorchCudaRegion(FakeCudaRegion):
         import torch
 
         super().__init__(name, byte_size)
-        self._torch = torch
-        self.device_memory = torch.zeros(byte_size, dtype=torch.uint8, device="cuda:0")
+        self._torch: Any = torch
+        self.device_memory: Any = torch.zeros(byte_size, dtype=torch.uint8, device="cuda:0")
 
     def device_pointer(self, offset: int) -> int:
         return int(self.device_memory.data_ptr()) + offset
@@ -93,13 +102,15 @@ class TorchCudaRegion(FakeCudaRegion):
         raw = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
         self.device_memory[offset : offset + raw.size] = self._torch.from_numpy(raw).cuda(0)
 
-    def contents(self, offset: int, dtype: type, count: int) -> np.ndarray:
+    def contents(self, offset: int, dtype: Any, count: int) -> np.ndarray:
         size = count * np.dtype(dtype).itemsize
-        return self.device_memory[offset : offset + size].cpu().numpy().view(dtype)
+        array: np.ndarray = self.device_memory[offset : offset + size].cpu().numpy()
+        return array.view(dtype)
 
     def view(self, offset: int, byte_size: int) -> memoryview:
         self.to_host.append(byte_size)
-        return self.device_memory[offset : offset + byte_size].cpu().numpy().data
+        host: np.ndarray = self.device_memory[offset : offset + byte_size].cpu().numpy()
+        return host.data
 
     def copy_from_device(self, offset: int, source: int, byte_size: int) -> None:
         torch = self._torch
