@@ -19,6 +19,7 @@ import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Iterator
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -60,10 +61,14 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     torch_builders.save(torch_builders.AddSub(), root / "torch_add_sub" / "1" / "model.pt")
     (root / "torch_add_sub" / "config.pbtxt").write_text(TORCH_CONFIG)
     python_model(root, "py_identity", PYTHON_IDENTITY, "TYPE_FP32")
-    device_tensor_models(root)
-    process = ServerProcess([root], "--allow-client-shm=true")
+    yield from serve(root)
+
+
+def serve(root, *flags: str) -> Iterator[ServerProcess]:  # type: ignore[no-untyped-def]
+    """A server process for the models under ``root``, clients' shared memory allowed."""
+    process = ServerProcess([root], "--allow-client-shm=true", *flags)
     try:
-        process.wait_ready(timeout=120)
+        process.wait_ready(timeout=180)
         yield process
     finally:
         code = process.stop()
@@ -360,22 +365,14 @@ def test_onnx_inputs_and_outputs_in_cuda_regions(protocol, http, grpc, cuda_regi
 @pytest.mark.gpu
 @NEEDS_GPU
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
-@pytest.mark.parametrize(
-    "model",
-    [
-        "torch_add_sub",
-        pytest.param(
-            "torch_gpu", marks=pytest.mark.skipif("not TORCH_CUDA", reason="no torch CUDA")
-        ),
-    ],
-)
-def test_pytorch_inputs_and_outputs_in_cuda_regions(
-    server, protocol, model, http, grpc, cuda_regions
-) -> None:
-    """``torch_gpu``, a CUDA instance, reads and writes the regions in place: no host copy."""
+def test_pytorch_inputs_and_outputs_in_cuda_regions(protocol, http, grpc, cuda_regions) -> None:
+    add_sub_in_regions(protocol, http, grpc, cuda_regions, "torch_add_sub")
+
+
+def add_sub_in_regions(protocol, http, grpc, cuda_regions, model: str) -> None:  # type: ignore[no-untyped-def]
+    """The AddSub model's inputs and outputs in CUDA regions, its results checked."""
     x = np.arange(8, dtype=np.float32).reshape(2, 4)
     y = np.full((2, 4), 0.5, dtype=np.float32)
-    before = host_copies(server)
     out = infer_in_regions(
         protocol,
         http,
@@ -387,8 +384,6 @@ def test_pytorch_inputs_and_outputs_in_cuda_regions(
     )
     np.testing.assert_array_equal(out["OUTPUT__0"], x + y)
     np.testing.assert_array_equal(out["OUTPUT__1"], x - y)
-    if model == "torch_gpu":
-        assert host_copies(server) == before
 
 
 @pytest.mark.gpu
@@ -436,9 +431,12 @@ def _torch_cuda() -> bool:
     return torch.cuda.is_available()
 
 
-ORT_CUDA = CUDA.available and _ort_cuda()
-TORCH_CUDA = CUDA.available and _torch_cuda()
-NEEDS_ORT_CUDA = pytest.mark.skipif(not ORT_CUDA, reason="no CUDA regions or ORT CUDA provider")
+NEEDS_ORT_CUDA = pytest.mark.skipif(
+    not (CUDA.available and _ort_cuda()), reason="no CUDA regions or no ORT CUDA provider"
+)
+NEEDS_TORCH_CUDA = pytest.mark.skipif(
+    not (CUDA.available and _torch_cuda()), reason="no CUDA regions or no CUDA in torch"
+)
 
 
 def onnx_model(root, name: str, dims: tuple[int, ...], group: str) -> None:  # type: ignore[no-untyped-def]
@@ -447,21 +445,35 @@ def onnx_model(root, name: str, dims: tuple[int, ...], group: str) -> None:  # t
     (root / name / "config.pbtxt").write_text(config)
 
 
-def device_tensor_models(root) -> None:  # type: ignore[no-untyped-def]
-    """GPU instances where this machine can run them, and a CPU one to compare with."""
-    if not CUDA.available:
-        return
+@pytest.fixture(scope="module")
+def device_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """GPU instances, and a CPU one to compare with; a GPU model that cannot load here
+    fails its own tests (naming why), not the others."""
+    root = tmp_path_factory.mktemp("cuda_device_models")
     onnx_model(root, "onnx_fixed_cpu", (1000,), ON_CPU)
-    if ORT_CUDA:
-        onnx_model(root, "onnx_fixed_gpu", (1000,), ON_GPU)
-        onnx_model(root, "onnx_variable_gpu", (-1,), ON_GPU)
-    if TORCH_CUDA:
-        torch_builders.save(torch_builders.AddSub(), root / "torch_gpu" / "1" / "model.pt")
-        (root / "torch_gpu" / "config.pbtxt").write_text(TORCH_CONFIG + ON_GPU)
+    onnx_model(root, "onnx_fixed_gpu", (1000,), ON_GPU)
+    onnx_model(root, "onnx_variable_gpu", (-1,), ON_GPU)
+    torch_builders.save(torch_builders.AddSub(), root / "torch_gpu" / "1" / "model.pt")
+    (root / "torch_gpu" / "config.pbtxt").write_text(TORCH_CONFIG + ON_GPU)
+    yield from serve(root, "--exit-on-error=false", "--strict-readiness=false")
 
 
-def host_copies(server: ServerProcess) -> int:
-    with urllib.request.urlopen(server.metrics_url, timeout=10) as reply:
+@pytest.fixture
+def on_device(device_server: ServerProcess) -> Iterator[SimpleNamespace]:
+    """The device server, its clients and regions made for it."""
+    http = httpclient.InferenceServerClient(device_server.http_url, network_timeout=120)
+    grpc = grpcclient.InferenceServerClient(device_server.grpc_url)
+    regions = CudaRegions(http)
+    try:
+        yield SimpleNamespace(server=device_server, http=http, grpc=grpc, regions=regions)
+    finally:
+        regions.close()
+
+
+def host_copies(device, model: str) -> int:  # type: ignore[no-untyped-def]
+    """The server's host-copy counter, once ``model`` is known to be ready."""
+    assert device.http.is_model_ready(model), device.server.log()[-4000:]
+    with urllib.request.urlopen(device.server.metrics_url, timeout=10) as reply:
         text = reply.read().decode()
     found = re.search(r"^triton_core_cuda_shared_memory_host_copies (\d+)", text, re.MULTILINE)
     assert found, "the host-copy counter is listed where CUDA regions can be opened"
@@ -473,22 +485,42 @@ def host_copies(server: ServerProcess) -> int:
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
 @pytest.mark.parametrize("model", ["onnx_fixed_gpu", "onnx_variable_gpu"])
 def test_onnx_cuda_instance_reads_and_writes_regions_on_the_device(
-    server, protocol, model, http, grpc, cuda_regions
+    protocol, model, on_device
 ) -> None:
     x = np.random.default_rng(7).standard_normal((3, 1000)).astype(np.float32)
-    before = host_copies(server)
-    out = infer_in_regions(protocol, http, grpc, cuda_regions, model, {"INPUT0": x}, ["OUTPUT0"])
+    before = host_copies(on_device, model)
+    device = on_device
+    out = infer_in_regions(
+        protocol, device.http, device.grpc, device.regions, model, {"INPUT0": x}, ["OUTPUT0"]
+    )
     np.testing.assert_array_equal(out["OUTPUT0"], x)
-    assert host_copies(server) == before
+    assert host_copies(on_device, model) == before
+
+
+@pytest.mark.gpu
+@NEEDS_TORCH_CUDA
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_torch_cuda_instance_reads_and_writes_regions_on_the_device(protocol, on_device) -> None:
+    before = host_copies(on_device, "torch_gpu")
+    device = on_device
+    add_sub_in_regions(protocol, device.http, device.grpc, device.regions, "torch_gpu")
+    assert host_copies(on_device, "torch_gpu") == before
 
 
 @pytest.mark.gpu
 @NEEDS_GPU
-def test_a_cpu_instance_gets_host_copies_of_the_same_regions(server, http, grpc, cuda_regions):
+def test_a_cpu_instance_gets_host_copies_of_the_same_regions(on_device) -> None:
     x = np.ones((2, 1000), np.float32)
-    before = host_copies(server)
+    before = host_copies(on_device, "onnx_fixed_cpu")
+    device = on_device
     out = infer_in_regions(
-        "http", http, grpc, cuda_regions, "onnx_fixed_cpu", {"INPUT0": x}, ["OUTPUT0"]
+        "http",
+        device.http,
+        device.grpc,
+        device.regions,
+        "onnx_fixed_cpu",
+        {"INPUT0": x},
+        ["OUTPUT0"],
     )
     np.testing.assert_array_equal(out["OUTPUT0"], x)
-    assert host_copies(server) == before + 2  # the input to host, the output back
+    assert host_copies(on_device, "onnx_fixed_cpu") == before + 2  # input to host, output back
