@@ -234,6 +234,28 @@ def test_reshaped_inputs_are_not_taken_on_the_device(builders, load, model_file,
 
 
 # ------------------------------------------------------------------------------------------
+# the same calls into a real ONNX Runtime: a CPU session told that host memory is its device
+
+
+@pytest.mark.parametrize(("dims", "device_copies"), [((3,), []), ((-1,), [(16, 24)])])
+def test_real_io_binding_reads_and_writes_the_region_in_place(
+    builders, instance, model_file, dims, device_copies
+) -> None:
+    builders.identity(model_file, "FP32", dims)
+    cpu = instance("max_batch_size: 8")
+    # what a CUDA-provider session does with "cuda" addresses, done with host ones
+    cpu.accepts_device_tensors = True
+    cpu._device_type = "cpu"
+    source, sink = HostCudaRegion("in", 64), HostCudaRegion("out", 64)
+    (response,) = cpu.execute([device_request(source, sink)])
+    np.testing.assert_array_equal(sink.contents(16, np.float32, 6), X.ravel())
+    output = response.output("OUTPUT0").data
+    assert isinstance(output, DeviceBuffer) and output.pointer == sink.device_pointer(16)
+    assert source.host_copies == sink.host_copies == 0
+    assert sink.device_copies == device_copies
+
+
+# ------------------------------------------------------------------------------------------
 # a GPU: a real CUDA-provider session over device memory torch allocated
 
 

@@ -379,18 +379,18 @@ def _from_ortvalue(value: ort.OrtValue) -> np.ndarray:
     return np.frombuffer(buffer, dtype=np.uint16).reshape(shape)
 
 
-def _bind_input(binding: Any, name: str, data: Any) -> None:
+def _bind_input(binding: Any, name: str, data: Any, device_type: str) -> None:
     if isinstance(data, DeviceBuffer):
         device, shape = data.device_id, list(data.shape)
-        binding.bind_input(name, "cuda", device, data.dtype, shape, data.pointer)
+        binding.bind_input(name, device_type, device, data.dtype.type, shape, data.pointer)
     else:
         binding.bind_cpu_input(name, np.ascontiguousarray(data))
 
 
-def _bind_into(binding: Any, name: str, buffer: DeviceBuffer) -> None:
+def _bind_into(binding: Any, name: str, buffer: DeviceBuffer, device_type: str) -> None:
     """Output ``name`` written by the run straight into ``buffer`` (the client's region)."""
     device, shape = buffer.device_id, list(buffer.shape)
-    binding.bind_output(name, "cuda", device, buffer.dtype, shape, buffer.pointer)
+    binding.bind_output(name, device_type, device, buffer.dtype.type, shape, buffer.pointer)
 
 
 def _copy_into(name: str, value: ort.OrtValue, target: DeviceBuffer) -> DeviceBuffer:
@@ -547,6 +547,8 @@ class OnnxRuntimeInstance(ModelInstance):
             and not model.output_reshapes
             and model.plan.ragged is None
         )
+        #: where device tensors live, as ONNX Runtime names the device
+        self._device_type = "cuda"
         self._batched = model.max_batch_size > 0
         self._fixed_output_dims = model.fixed_output_dims
         self._wire = model.output_datatypes
@@ -571,29 +573,36 @@ class OnnxRuntimeInstance(ModelInstance):
             request_to_host(request)  # another GPU's memory: through the host, as before
             return self._plan.execute([request], self._run)[0]
         names = self._plan.select(request)
+        device_type = self._device_type
         binding = self.session.io_binding()
         for name, tensor in request.inputs.items():
-            _bind_input(binding, name, tensor.data)
-        targets = request.device_outputs or {}
+            _bind_input(binding, name, tensor.data, device_type)
+        # other datatypes are written (or sent) by the server from host memory
+        wire = self._wire
+        targets = {
+            name: target
+            for name, target in (request.device_outputs or {}).items()
+            if wire.get(name) in DEVICE_DATATYPES
+        }
         placed: dict[str, DeviceBuffer] = {}
         for name in names:
-            target = targets.get(name) if self._wire[name] in DEVICE_DATATYPES else None
+            target = targets.get(name)
             shape = self._known_output_shape(name, request.batch_size)
-            if target is None:  # the server writes it (or sends it) from host memory
+            if target is None:
                 binding.bind_output(name, "cpu")
             elif shape is None or not prod(shape):
-                binding.bind_output(name, "cuda", self.spec.device_id)
+                binding.bind_output(name, device_type, self.spec.device_id)
             else:
-                placed[name] = target.laid_out(name, self._wire[name], shape)
-                _bind_into(binding, name, placed[name])
+                placed[name] = target.laid_out(name, wire[name], shape)
+                _bind_into(binding, name, placed[name], device_type)
         values = self._run_binding(binding)
         outputs = []
         for name, value in zip(names, values, strict=True):
             data = placed.get(name)
             if data is None:
-                on_host = value.device_name().lower() == "cpu"
-                data = value.numpy() if on_host else _copy_into(name, value, targets[name])
-            outputs.append(Tensor(name, self._wire[name], cast(np.ndarray, data)))
+                target = targets.get(name)
+                data = value.numpy() if target is None else _copy_into(name, value, target)
+            outputs.append(Tensor(name, wire[name], cast(np.ndarray, data)))
         return InferenceResponse(outputs=outputs)
 
     def _known_output_shape(self, name: str, batch_size: int) -> tuple[int, ...] | None:
