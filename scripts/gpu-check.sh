@@ -122,7 +122,7 @@ echo "== every GPU-marked test"
 mapfile -t GPU_TESTS < <(grep -rl --include='test_*.py' 'pytest.mark.gpu' tests plugins examples | sort)
 printf '  %s\n' "${GPU_TESTS[@]}"
 status=0
-run timeout 240 "$PY" -m pytest -m gpu -rs -v -p no:cacheprovider \
+run timeout 330 "$PY" -m pytest -m gpu -rs -v -p no:cacheprovider \
     --junitxml "$RESULTS/gpu-tests.xml" "${GPU_TESTS[@]}" 2>&1 | tee "$RESULTS/gpu-tests.log" \
     || status=$?
 

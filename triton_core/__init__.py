@@ -41,6 +41,13 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "parse_config_text",
         "wire_datatype",
     ),
+    "triton_core.device_tensors": (
+        "DEVICE_DATATYPES",
+        "DeviceBuffer",
+        "has_device_tensors",
+        "request_on_device",
+        "request_to_host",
+    ),
     "triton_core.dtypes": (
         "CONFIG_TO_WIRE",
         "ELEMENT_SIZE",
@@ -149,6 +156,13 @@ if TYPE_CHECKING:
         config_to_json,
         parse_config_text,
         wire_datatype,
+    )
+    from triton_core.device_tensors import (
+        DEVICE_DATATYPES,
+        DeviceBuffer,
+        has_device_tensors,
+        request_on_device,
+        request_to_host,
     )
     from triton_core.dtypes import (
         CONFIG_TO_WIRE,
@@ -259,6 +273,7 @@ def __dir__() -> list[str]:
 
 __all__ = [
     "CONFIG_TO_WIRE",
+    "DEVICE_DATATYPES",
     "ELEMENT_SIZE",
     "NUMPY_DTYPES",
     "WIRE_TO_CONFIG",
@@ -273,6 +288,7 @@ __all__ = [
     "CacheRegistry",
     "CacheStatistics",
     "DataType",
+    "DeviceBuffer",
     "EventDrivenInstance",
     "ExecutionTimes",
     "InferenceRequest",
@@ -335,6 +351,7 @@ __all__ = [
     "fill_tensor",
     "fill_unset",
     "format_shape",
+    "has_device_tensors",
     "hookimpl",
     "input_reshapes",
     "internal",
@@ -343,6 +360,8 @@ __all__ = [
     "not_found",
     "output_reshapes",
     "parse_config_text",
+    "request_on_device",
+    "request_to_host",
     "reshaper",
     "response_size",
     "serialize_bytes",

@@ -78,6 +78,12 @@ class ModelInstance(ABC):
     #: ``execute`` keeps no per-thread state (nothing set in :meth:`thread_started`) and
     #: never waits on other work of the server.
     may_run_inline: bool = False
+    #: opt in to device memory: inputs a client put in CUDA shared memory arrive as
+    #: :class:`~triton_core.DeviceBuffer` (on any GPU: check ``device_id``) instead of host
+    #: copies, and outputs it asked into CUDA shared memory are offered in
+    #: ``request.device_outputs``. Only batches of one request carry them; see
+    #: docs/writing_plugins.md. False: numpy arrays only, as always.
+    accepts_device_tensors: bool = False
 
     @abstractmethod
     def execute(self, requests: list[InferenceRequest]) -> list[InferenceResponse]:

@@ -16,6 +16,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
+from triton_core.shared_memory.cuda import HOST_COPIES, cuda_support
 from triton_core.statistics import DEFAULT_SUMMARY_QUANTILES
 
 if TYPE_CHECKING:
@@ -179,6 +180,7 @@ class TritonCollector(Collector):
         if cache is not None:
             yield from _cache_families(cache.statistics())
         yield from _pinned_memory_families(self._options.pinned_memory_pool_bytes)
+        yield from _cuda_host_copy_families()
         if self._options.allow_cpu_metrics:
             yield from self._cpu.families()
         custom = getattr(self._server, "custom_metrics", None)
@@ -440,6 +442,21 @@ def _pinned_memory_families(pool_bytes: int) -> Iterator[Metric]:
     for what, value in (("total", pool_bytes), ("used", 0)):
         name = f"nv_pinned_memory_pool_{what}_bytes"
         family = _family(name, f"Pinned memory pool {what} memory size, in bytes", "gauge")
+        family.add_sample(name, {}, value)
+        yield family
+
+
+def _cuda_host_copy_families() -> Iterator[Metric]:
+    """Copies between CUDA shared memory and host memory, where CUDA regions can be opened:
+    they stay 0 while every CUDA-region tensor goes to an instance that takes device memory."""
+    if not cuda_support().available:
+        return
+    for suffix, what, value in (
+        ("", "Number of copies", HOST_COPIES.count),
+        ("_bytes", "Bytes copied", HOST_COPIES.byte_size),
+    ):
+        name = f"triton_core_cuda_shared_memory_host_copies{suffix}"
+        family = _family(name, f"{what} between CUDA shared memory and host memory", "counter")
         family.add_sample(name, {}, value)
         yield family
 

@@ -225,6 +225,8 @@ class ModelSignature:
 
 
 _CACHEABLE_SCHEDULING = (None, "dynamic_batching", "ensemble_scheduling")
+#: schedulers that hand a request's tensors to an instance as they are
+_DEVICE_TENSOR_SCHEDULING = (None, "dynamic_batching")
 
 
 def _not_reschedulable() -> TritonError:
@@ -269,6 +271,15 @@ class LoadedModel:
             config.response_cache.enable
             and not self.decoupled
             and config.WhichOneof("scheduling_choice") in _CACHEABLE_SCHEDULING
+        )
+
+        #: CUDA shared-memory tensors may reach instances as device memory: some instance
+        #: accepts them, and no scheduler on the way reads or keeps values on the host (a
+        #: plugin's batch strategy may look at them)
+        self.device_inputs = (
+            pool.device_inputs
+            and config.WhichOneof("scheduling_choice") in _DEVICE_TENSOR_SCHEDULING
+            and "batch_strategy" not in config.parameters
         )
 
     def enqueue(self, request: InferenceRequest) -> asyncio.Future[InferenceResponse]:

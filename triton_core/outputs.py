@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from triton_core.config import wire_datatype
+from triton_core.device_tensors import DeviceBuffer
 from triton_core.dtypes import NUMPY_DTYPES
 
 if TYPE_CHECKING:
@@ -91,7 +92,7 @@ class OutputCheck:
                 f"returned output '{spec.name}' with datatype '{tensor.datatype}', but the config "
                 f"says '{spec.datatype}'"
             )
-        if not isinstance(data, np.ndarray):
+        if not isinstance(data, np.ndarray) and not isinstance(data, DeviceBuffer):
             return f"returned output '{spec.name}' as a {type(data).__name__}, not a numpy array"
         if data.dtype != spec.dtype and not (
             spec.datatype == "BYTES" and data.dtype.kind in _BYTES_KINDS

@@ -571,8 +571,15 @@ class Server:
     ) -> asyncio.Future[InferenceResponse]:
         """:meth:`submit` for a request with tensors in shared memory: inputs become views
         first, outputs are written into their regions once it is answered."""
-        self.models.get(request.model_name, request.model_version)  # unknown model first
-        resolved, use = shm_tensors.resolve(self.shared_memory, request)
+        model = self.models.get(request.model_name, request.model_version)  # unknown first
+        # CUDA tensors stay on the device for instances that take them, unless something
+        # on the way reads their values on the host (the response cache, a traced request)
+        device = (
+            model.device_inputs
+            and request.trace is None
+            and not (model.cacheable and self.cache is not None)
+        )
+        resolved, use = shm_tensors.resolve(self.shared_memory, request, device=device)
         try:
             future = self.submit(resolved, nested=nested)
         except BaseException:

@@ -11,6 +11,7 @@ import numpy as np
 from triton_core.errors import TritonError
 
 if TYPE_CHECKING:
+    from triton_core.device_tensors import DeviceBuffer
     from triton_core.shared_memory.refs import SharedMemorySpans, SharedMemoryTensors
     from triton_core.statistics import StepTimes
     from triton_core.tracing.trace import Trace
@@ -29,7 +30,12 @@ class RequestFlag(enum.IntFlag):
 
 @dataclass(slots=True)
 class Tensor:
-    """A named tensor; ``data`` holds the values (see :mod:`triton_core.dtypes`)."""
+    """A named tensor; ``data`` holds the values (see :mod:`triton_core.dtypes`).
+
+    ``data`` is a numpy array, except for instances that declare ``accepts_device_tensors``:
+    they may get (and return) a :class:`~triton_core.DeviceBuffer` instead, see
+    :mod:`triton_core.device_tensors`.
+    """
 
     name: str
     datatype: str
@@ -99,6 +105,9 @@ class InferenceRequest:
     #: set by the ensemble scheduler on a step's request: where its compute times are added,
     #: for the ensemble's statistics (None: not a step of an ensemble)
     ensemble_steps: StepTimes | None = None
+    #: set by the server, for instances that accept device tensors only: outputs asked into
+    #: CUDA shared memory -> the client's bytes, for the backend to write into (None: none)
+    device_outputs: dict[str, DeviceBuffer] | None = None
 
     def output_names(self) -> list[str] | None:
         """Names of the requested outputs, or None for all of them."""

@@ -4,17 +4,22 @@ HTTP and gRPC.
 Everywhere: register requests are checked field by field before any CUDA call, and a server
 that cannot open CUDA handles says why. On a GPU machine (``gpu`` marker): regions made with
 ``tritonclient.utils.cuda_shared_memory`` carry the inputs and outputs of an ONNX, a PyTorch
-and a Python model.
+and a Python model; GPU instances (ONNX Runtime's CUDA provider, outputs of fixed size bound
+into the region and of variable size copied there on the device; TorchScript on CUDA) read
+and write the regions in place, which the server's host-copy counter
+(``triton_core_cuda_shared_memory_host_copies``) shows, and a CPU instance gets host copies.
 """
 
 from __future__ import annotations
 
 import base64
 import contextlib
+import re
 import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Iterator
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -56,9 +61,14 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     torch_builders.save(torch_builders.AddSub(), root / "torch_add_sub" / "1" / "model.pt")
     (root / "torch_add_sub" / "config.pbtxt").write_text(TORCH_CONFIG)
     python_model(root, "py_identity", PYTHON_IDENTITY, "TYPE_FP32")
-    process = ServerProcess([root], "--allow-client-shm=true")
+    yield from serve(root)
+
+
+def serve(root, *flags: str) -> Iterator[ServerProcess]:  # type: ignore[no-untyped-def]
+    """A server process for the models under ``root``, clients' shared memory allowed."""
+    process = ServerProcess([root], "--allow-client-shm=true", *flags)
     try:
-        process.wait_ready(timeout=120)
+        process.wait_ready(timeout=180)
         yield process
     finally:
         code = process.stop()
@@ -356,6 +366,11 @@ def test_onnx_inputs_and_outputs_in_cuda_regions(protocol, http, grpc, cuda_regi
 @NEEDS_GPU
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
 def test_pytorch_inputs_and_outputs_in_cuda_regions(protocol, http, grpc, cuda_regions) -> None:
+    add_sub_in_regions(protocol, http, grpc, cuda_regions, "torch_add_sub")
+
+
+def add_sub_in_regions(protocol, http, grpc, cuda_regions, model: str) -> None:  # type: ignore[no-untyped-def]
+    """The AddSub model's inputs and outputs in CUDA regions, its results checked."""
     x = np.arange(8, dtype=np.float32).reshape(2, 4)
     y = np.full((2, 4), 0.5, dtype=np.float32)
     out = infer_in_regions(
@@ -363,7 +378,7 @@ def test_pytorch_inputs_and_outputs_in_cuda_regions(protocol, http, grpc, cuda_r
         http,
         grpc,
         cuda_regions,
-        "torch_add_sub",
+        model,
         {"INPUT__0": x, "INPUT__1": y},
         ["OUTPUT__0", "OUTPUT__1"],
     )
@@ -395,3 +410,117 @@ def test_an_output_region_too_small_names_the_output(http, cuda_regions) -> None
     output.set_shared_memory(small, 16)
     error = error_of(http.infer, "onnx_identity", [tensor], outputs=[output])
     assert "for output 'OUTPUT0' (16 bytes) should be at least 256 bytes" in error.message()
+
+
+# ------------------------------------------------------------------------------------------
+# a GPU machine: GPU instances take the regions as device memory, with no host copy
+
+ON_GPU = "instance_group [ { kind: KIND_GPU count: 1 gpus: [ 0 ] } ]"
+ON_CPU = "instance_group [ { kind: KIND_CPU count: 1 } ]"
+
+
+def _ort_cuda() -> bool:
+    import onnxruntime
+
+    return "CUDAExecutionProvider" in onnxruntime.get_available_providers()
+
+
+def _torch_cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+NEEDS_ORT_CUDA = pytest.mark.skipif(
+    not (CUDA.available and _ort_cuda()), reason="no CUDA regions or no ORT CUDA provider"
+)
+NEEDS_TORCH_CUDA = pytest.mark.skipif(
+    not (CUDA.available and _torch_cuda()), reason="no CUDA regions or no CUDA in torch"
+)
+
+
+def onnx_model(root, name: str, dims: tuple[int, ...], group: str) -> None:  # type: ignore[no-untyped-def]
+    onnx_builders.identity(root / name / "1" / "model.onnx", "FP32", dims)
+    config = f'backend: "onnxruntime"\nmax_batch_size: 8\n{group}\n'
+    (root / name / "config.pbtxt").write_text(config)
+
+
+@pytest.fixture(scope="module")
+def device_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """GPU instances, and a CPU one to compare with; a GPU model that cannot load here
+    fails its own tests (naming why), not the others."""
+    root = tmp_path_factory.mktemp("cuda_device_models")
+    onnx_model(root, "onnx_fixed_cpu", (1000,), ON_CPU)
+    onnx_model(root, "onnx_fixed_gpu", (1000,), ON_GPU)
+    onnx_model(root, "onnx_variable_gpu", (-1,), ON_GPU)
+    torch_builders.save(torch_builders.AddSub(), root / "torch_gpu" / "1" / "model.pt")
+    (root / "torch_gpu" / "config.pbtxt").write_text(TORCH_CONFIG + ON_GPU)
+    yield from serve(root, "--exit-on-error=false", "--strict-readiness=false")
+
+
+@pytest.fixture
+def on_device(device_server: ServerProcess) -> Iterator[SimpleNamespace]:
+    """The device server, its clients and regions made for it."""
+    http = httpclient.InferenceServerClient(device_server.http_url, network_timeout=120)
+    grpc = grpcclient.InferenceServerClient(device_server.grpc_url)
+    regions = CudaRegions(http)
+    try:
+        yield SimpleNamespace(server=device_server, http=http, grpc=grpc, regions=regions)
+    finally:
+        regions.close()
+
+
+def host_copies(device, model: str) -> int:  # type: ignore[no-untyped-def]
+    """The server's host-copy counter, once ``model`` is known to be ready."""
+    assert device.http.is_model_ready(model), device.server.log()[-4000:]
+    with urllib.request.urlopen(device.server.metrics_url, timeout=10) as reply:
+        text = reply.read().decode()
+    found = re.search(r"^triton_core_cuda_shared_memory_host_copies (\d+)", text, re.MULTILINE)
+    assert found, "the host-copy counter is listed where CUDA regions can be opened"
+    return int(found.group(1))
+
+
+@pytest.mark.gpu
+@NEEDS_ORT_CUDA
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+@pytest.mark.parametrize("model", ["onnx_fixed_gpu", "onnx_variable_gpu"])
+def test_onnx_cuda_instance_reads_and_writes_regions_on_the_device(
+    protocol, model, on_device
+) -> None:
+    x = np.random.default_rng(7).standard_normal((3, 1000)).astype(np.float32)
+    before = host_copies(on_device, model)
+    device = on_device
+    out = infer_in_regions(
+        protocol, device.http, device.grpc, device.regions, model, {"INPUT0": x}, ["OUTPUT0"]
+    )
+    np.testing.assert_array_equal(out["OUTPUT0"], x)
+    assert host_copies(on_device, model) == before
+
+
+@pytest.mark.gpu
+@NEEDS_TORCH_CUDA
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_torch_cuda_instance_reads_and_writes_regions_on_the_device(protocol, on_device) -> None:
+    before = host_copies(on_device, "torch_gpu")
+    device = on_device
+    add_sub_in_regions(protocol, device.http, device.grpc, device.regions, "torch_gpu")
+    assert host_copies(on_device, "torch_gpu") == before
+
+
+@pytest.mark.gpu
+@NEEDS_GPU
+def test_a_cpu_instance_gets_host_copies_of_the_same_regions(on_device) -> None:
+    x = np.ones((2, 1000), np.float32)
+    before = host_copies(on_device, "onnx_fixed_cpu")
+    device = on_device
+    out = infer_in_regions(
+        "http",
+        device.http,
+        device.grpc,
+        device.regions,
+        "onnx_fixed_cpu",
+        {"INPUT0": x},
+        ["OUTPUT0"],
+    )
+    np.testing.assert_array_equal(out["OUTPUT0"], x)
+    assert host_copies(on_device, "onnx_fixed_cpu") == before + 2  # input to host, output back

@@ -8,6 +8,9 @@ With the parameter ``started_file``, each ``execute`` first appends a line to th
 that a test knows a batch is running. In-process tests may set an instance's ``gate`` (a
 ``threading.Event``): ``execute`` then signals ``entered`` and waits for the gate. The
 parameter ``hang_load`` ("true") makes the load wait until ``RELEASE_LOADS`` is set.
+With ``device_tensors`` ("true") the instances accept device tensors (CUDA shared memory):
+``identity`` then copies device inputs into the device output targets it is offered, device
+to device, and every instance records the type of each input it got in ``received``.
 
 Kinds that misbehave, for the server's output checks and error attribution (each is
 ``identity`` gone wrong): ``wrong_dtype`` (values of another numpy dtype than the config's),
@@ -35,12 +38,14 @@ from __future__ import annotations
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from triton_core import (
     Backend,
     BackendModel,
+    DeviceBuffer,
     InferenceRequest,
     InferenceResponse,
     InstanceSpec,
@@ -57,6 +62,16 @@ Kind = ModelSequenceBatching.Control.Kind
 
 #: hung loads (``hang_load``) go on when a test sets this
 RELEASE_LOADS = threading.Event()
+
+
+def _on_device(request: InferenceRequest, name: str, datatype: str, value: Any) -> Any:
+    """``value`` copied device to device into the output's target, where it has one."""
+    target = (request.device_outputs or {}).get(name)
+    if target is None or not isinstance(value, DeviceBuffer):
+        return value
+    placed = target.laid_out(name, datatype, value.shape)
+    placed.copy_from_device(value.pointer, value.nbytes)
+    return placed
 
 
 class NumpyInstance(ModelInstance):
@@ -82,9 +97,15 @@ class NumpyInstance(ModelInstance):
         ]
         self.sums: dict[object, np.ndarray] = {}
         self.sequence_log: list[list[tuple[int, object, bool, bool, bool]]] = []
+        device = parameters.get("device_tensors")
+        self.accepts_device_tensors = device is not None and device.string_value == "true"
+        #: per request: input name -> the type of its data ("ndarray", "DeviceBuffer")
+        self.received: list[dict[str, str]] = []
 
     def execute(self, requests: list[InferenceRequest]) -> list[InferenceResponse]:
         self.executions.append(len(requests))
+        for request in requests:
+            self.received.append({n: type(t.data).__name__ for n, t in request.inputs.items()})
         if self.started_file:
             with open(self.started_file, "a") as started:
                 started.write(f"{len(requests)}\n")
@@ -111,7 +132,7 @@ class NumpyInstance(ModelInstance):
             else:
                 values = arrays
             outputs = [
-                Tensor(name, datatype, value)
+                Tensor(name, datatype, _on_device(request, name, datatype, value))
                 for (name, datatype), value in zip(self.outputs, values, strict=False)
             ]
             responses.append(InferenceResponse(outputs=_misbehave(self.kind, outputs)))

@@ -266,3 +266,25 @@ def test_a_byte_size_past_the_exported_allocation_is_refused(exported) -> None:
     error = error_of(registry.register_cuda, "tccudashm_unit", handle, 0, 64 << 20)
     assert error.message == "failed to register shared memory region 'tccudashm_unit': invalid args"
     assert len(registry) == 0
+
+
+@pytest.mark.gpu
+@NEEDS_CUDA
+def test_a_region_copies_on_the_device_and_counts_its_host_copies(exported) -> None:
+    from triton_core.shared_memory.cuda import HOST_COPIES
+
+    handle, _ = exported
+    registry = SharedMemoryRegistry(ALLOWED)
+    registry.register_cuda("tccudashm_unit_dtod", handle, 0, 4096)
+    try:
+        region = registry.acquire("tccudashm_unit_dtod", 0, 4096)
+        before = (HOST_COPIES.count, HOST_COPIES.byte_size)
+        region.copy_from_device(2048, region.device_pointer(16), 64)  # type: ignore[attr-defined]
+        assert (HOST_COPIES.count, HOST_COPIES.byte_size) == before
+        assert bytes(region.view(2048, 64)) == bytes(range(16, 80))
+        assert (HOST_COPIES.count, HOST_COPIES.byte_size) == (before[0] + 1, before[1] + 64)
+        region.write(0, np.zeros(8, np.uint8))
+        assert HOST_COPIES.count == before[0] + 2
+        registry.release(region)
+    finally:
+        registry.close()

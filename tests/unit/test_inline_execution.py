@@ -260,8 +260,9 @@ def test_an_overrun_cools_down_and_repeated_overruns_double_it(
     assert "for 2 s" in caplog.text  # again within a cool-down of the last one
 
 
-def test_requests_with_shared_memory_or_decoupled_senders_stay_off_the_loop() -> None:
+def test_decoupled_requests_stay_off_the_loop() -> None:
     gate, _ = gate_after_streak()
     req = request(1)
-    req.shared_memory = object()  # type: ignore[assignment]
+    assert gate.allows([req])
+    req.response_sender = object()  # type: ignore[assignment]
     assert not gate.allows([req])

@@ -34,6 +34,7 @@ from queue import Empty, SimpleQueue
 from time import monotonic_ns, thread_time_ns
 from typing import TYPE_CHECKING
 
+from triton_core import device_tensors
 from triton_core.backend import EventDrivenInstance
 from triton_core.errors import Status, TritonError
 from triton_core.failures import RepeatedFailureLog, model_label, raised
@@ -134,6 +135,8 @@ class InstancePool(ABC):
         self._warmed: list[Future[None]] = [Future() for _ in self.instances] if warmup else []
         #: completes each formed batch before it runs (batch_input); None: nothing to do
         self._prepare = prepare
+        #: some instance takes device tensors: the others get host copies (see _run)
+        self.device_inputs = self._takes_device_tensors()
         #: --rate-limit execution_count: batches wait for an instance holding its resources
         self._limiter = limiter
         if limiter is not None:
@@ -150,6 +153,9 @@ class InstancePool(ABC):
             else None
         )
         self._start()
+
+    def _takes_device_tensors(self) -> bool:
+        return any(getattr(i, "accepts_device_tensors", False) for i in self.instances)
 
     @abstractmethod
     def _start(self) -> None:
@@ -643,7 +649,15 @@ class ThreadedInstancePool(InstancePool):
         """One batch on ``instance``: its results and times."""
         start = monotonic_ns()
         infer_start = infer_end = start
+        device_inputs = self.device_inputs
         try:
+            # device tensors go to an instance that takes them, one request at a time (a
+            # batch of several is gathered in host memory); anything else gets host copies
+            if device_inputs and (
+                not getattr(instance, "accepts_device_tensors", False) or len(requests) > 1
+            ):
+                for request in requests:
+                    device_tensors.request_to_host(request)
             if self._prepare is not None:
                 self._prepare(requests)
             infer_start = monotonic_ns()
@@ -652,6 +666,8 @@ class ThreadedInstancePool(InstancePool):
             results = self._finish(requests, responses, name)
         except Exception as exc:  # a backend bug must fail the batch, not the thread
             results = self._failed(exc, len(requests), name)
+        if device_inputs:
+            device_tensors.release_leases(requests)
         end = monotonic_ns()
         times = ExecutionTimes(
             start, infer_start - start, infer_end - infer_start, max(0, end - infer_end)
@@ -672,6 +688,9 @@ class ThreadedInstancePool(InstancePool):
 class EventDrivenInstancePool(InstancePool):
     """Event-driven instances, with no threads: batches are handed to them on the event
     loop and wait here for a free instance; each may hold ``max_batches_in_flight``."""
+
+    def _takes_device_tensors(self) -> bool:
+        return False  # batches are begun on the event loop: no place to copy to host
 
     def _start(self) -> None:
         driven = [i for i in self.instances if isinstance(i, EventDrivenInstance)]

@@ -7,8 +7,10 @@ the package never loads it. Everything a client sends is checked before any CUDA
 handle's length, the device id against the devices present, the byte size against the
 registry's limits and then against the real size of the exported allocation.
 
-Backends here read host memory, so an input in a CUDA region is copied device to host once
-when the request is resolved, and an output is copied host to device once when it is written.
+Instances that accept device tensors (ONNX Runtime's CUDA provider, PyTorch on CUDA) read
+inputs and write outputs in the region itself (:mod:`triton_core.device_tensors`); for every
+other backend an input is copied device to host once when the request is resolved, and an
+output host to device once when it is written. :data:`HOST_COPIES` counts those copies.
 """
 
 from __future__ import annotations
@@ -31,6 +33,23 @@ logger = logging.getLogger(__name__)
 CUDA_IPC_HANDLE_SIZE: Final = 64
 #: Triton's message for a handle of the wrong length (or not base64)
 BAD_HANDLE: Final = "'raw_handle' must be a valid base64 encoded cudaIpcMemHandle_t"
+
+
+@dataclass(slots=True)
+class HostCopies:
+    """Copies between CUDA regions and host memory since the server started (both ways)."""
+
+    count: int = 0
+    byte_size: int = 0
+
+    def add(self, byte_size: int) -> None:
+        # one += per copy of a whole tensor; a lost update under threads only skews a count
+        self.count += 1
+        self.byte_size += byte_size
+
+
+#: every device-to-host and host-to-device copy of a CUDA region's bytes
+HOST_COPIES: Final = HostCopies()
 
 
 @dataclass(slots=True, frozen=True)
@@ -180,6 +199,7 @@ class CudaRegion:
         host = np.empty(byte_size, np.uint8)
         if byte_size:
             self._copy(host.ctypes.data, self._pointer + offset, byte_size, "DeviceToHost")
+            HOST_COPIES.add(byte_size)
         return host.data
 
     def write(self, offset: int, data: np.ndarray | memoryview) -> None:
@@ -187,6 +207,24 @@ class CudaRegion:
         source = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
         if source.nbytes:
             self._copy(self._pointer + offset, source.ctypes.data, source.nbytes, "HostToDevice")
+            HOST_COPIES.add(source.nbytes)
+
+    def device_pointer(self, offset: int) -> int:
+        """The device address of byte ``offset`` (bounds already checked)."""
+        self.check_alive()
+        return self._pointer + offset
+
+    def copy_from_device(self, offset: int, source: int, byte_size: int) -> None:
+        """``byte_size`` bytes at device address ``source`` copied to ``offset``, finished
+        when this returns (a device-to-device copy needs no wait on the host otherwise)."""
+        self.check_alive()
+        self._copy(self._pointer + offset, source, byte_size, "DeviceToDevice")
+        (error,) = self._runtime.cudaDeviceSynchronize()
+        if error != self._runtime.cudaError_t.cudaSuccess:
+            raise internal(
+                f"failed to copy {byte_size} bytes to CUDA shared memory region "
+                f"'{self.name}': {_error_text(self._runtime, error)}"
+            )
 
     def _copy(self, destination: int, source: int, count: int, direction: str) -> None:
         runtime = self._runtime

@@ -4,25 +4,33 @@ Inputs are views on the mapping, never copies; their region is held (its use cou
 the request is answered, and the mapping itself lives as long as any view of it does, so a
 region unregistered mid-request stays valid for that request. Every use re-checks the
 object's real size first: a region truncated by its owner is an INVALID_ARG, not a SIGBUS.
+
+Tensors in CUDA regions become :class:`~triton_core.DeviceBuffer` s instead of host copies
+when the server asks for it (``resolve(..., device=True)``: a model whose instances take
+device tensors); outputs such an instance wrote into their region are not copied again.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import mmap
 from dataclasses import replace
 from math import prod
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, cast
 
 import numpy as np
 
+from triton_core.device_tensors import DEVICE_DATATYPES, DeviceBuffer, output_too_small
 from triton_core.dtypes import NUMPY_DTYPES, deserialize_bytes, serialize_bytes
 from triton_core.errors import internal, invalid_arg
 from triton_core.shared_memory.refs import SharedMemorySpans, SystemSpan
+from triton_core.shared_memory.region import RegionKind
 from triton_core.shared_memory.system import SystemRegion
 from triton_core.types import InferenceRequest, InferenceResponse, Tensor
 
 if TYPE_CHECKING:
+    from triton_core.device_tensors import DeviceMemory
     from triton_core.shared_memory.refs import SharedMemoryInput, SharedMemoryRef
     from triton_core.shared_memory.region import Region
     from triton_core.shared_memory.registry import SharedMemoryRegistry
@@ -84,45 +92,116 @@ class SharedMemoryUse:
             if target is not None:
                 _write(tensor, *target)
                 written.append(tensor.name)
+            elif isinstance(tensor.data, DeviceBuffer):  # not for a region: the body needs it
+                tensor.data = tensor.data.to_host()
         response.shared_memory_outputs = frozenset(written)
 
 
 def resolve(
-    registry: SharedMemoryRegistry, request: InferenceRequest
+    registry: SharedMemoryRegistry, request: InferenceRequest, *, device: bool = False
 ) -> tuple[InferenceRequest, SharedMemoryUse]:
-    """A copy of ``request`` whose shared-memory inputs are views, and the regions it holds."""
+    """A copy of ``request`` whose shared-memory inputs are views, and the regions it holds.
+
+    ``device``: tensors in CUDA regions stay there, as :class:`DeviceBuffer` inputs and
+    ``device_outputs`` targets, for a model whose instances accept device tensors.
+    """
     tensors = request.shared_memory
     assert tensors is not None
     use = SharedMemoryUse(registry)
     inputs = dict(request.inputs)
     model = request.model_name
     spans = SharedMemorySpans()
+    device_outputs: dict[str, DeviceBuffer] = {}
+    lease = DeviceLease(registry) if device else None
     try:
         for name, spec in tensors.inputs.items():
             if name in inputs:
                 raise invalid_arg(f"input '{name}' already exists in request for model '{model}'")
             region = use.hold(spec.ref)
             region.check_alive()
-            array = _input_array(region, spec, name, model)
-            inputs[name] = Tensor(name, spec.datatype, array)
-            if isinstance(region, SystemRegion) and array.size:
+            on_device = (
+                device and region.kind is RegionKind.CUDA and spec.datatype in DEVICE_DATATYPES
+            )
+            data = _input_array(region, spec, name, model, on_device)
+            if lease is not None and isinstance(data, DeviceBuffer):
+                data = cast(np.ndarray, replace(data, lease=lease.hold(spec.ref)))
+            inputs[name] = Tensor(name, spec.datatype, data)
+            if isinstance(region, SystemRegion) and data.size:
                 # BYTES: the serialized elements, which the server has parsed and checked
-                size = spec.ref.byte_size if array.dtype.kind == "O" else array.nbytes
-                spans.inputs[name] = (array, SystemSpan(region, spec.ref.offset, size))
+                size = spec.ref.byte_size if data.dtype.kind == "O" else data.nbytes
+                spans.inputs[name] = (data, SystemSpan(region, spec.ref.offset, size))
         for name, ref in tensors.outputs.items():
             region = use.hold(ref)
             use.outputs[name] = (region, ref)
             if isinstance(region, SystemRegion):
                 spans.outputs[name] = SystemSpan(region, ref.offset, ref.byte_size)
+            elif (
+                lease is not None
+                and region.kind is RegionKind.CUDA
+                and name not in _classified(request)
+            ):
+                device_outputs[name] = _output_target(region, ref, lease.hold(ref))
     except BaseException:
+        if lease is not None:
+            lease.end()
         use.release()
         raise
     in_regions = spans if spans.inputs or spans.outputs else None
     resolved = replace(request, inputs=inputs, shared_memory=None, shared_memory_spans=in_regions)
+    if device_outputs:
+        resolved.device_outputs = device_outputs
     return resolved, use
 
 
-def _input_array(region: Region, spec: SharedMemoryInput, name: str, model: str) -> np.ndarray:
+def _classified(request: InferenceRequest) -> set[str]:
+    """Outputs asked as top-K labels: the server reads their values on the host."""
+    return {output.name for output in request.outputs or () if output.classification > 0}
+
+
+def _output_target(region: Region, ref: SharedMemoryRef, lease: DeviceLease) -> DeviceBuffer:
+    """The client's bytes for an output, as a writable buffer (laid out by the backend)."""
+    memory = cast("DeviceMemory", region)
+    size = ref.byte_size
+    return DeviceBuffer(memory, ref.offset, size, "UINT8", (size,), False, lease)
+
+
+class DeviceLease:
+    """One request's holds on the regions of its device tensors, besides its own.
+
+    A client that goes away releases the request's regions at once (SharedMemoryUse), but
+    an instance may still read and write them on the device until its batch ends, and a
+    region closed under it (its IPC mapping) would fault the GPU. These holds end after the
+    batch (``release_leases``), when its tensors are copied to host, or, for a request
+    dropped before it ran, when it is collected (released on the event loop then, never
+    inside whatever code the collector interrupted).
+    """
+
+    __slots__ = ("_held", "_loop", "_registry")
+
+    def __init__(self, registry: SharedMemoryRegistry) -> None:
+        self._registry = registry
+        self._held: list[Region] = []
+        self._loop = asyncio.get_running_loop()
+
+    def hold(self, ref: SharedMemoryRef) -> DeviceLease:
+        self._held.append(self._registry.acquire(ref.region, ref.offset, ref.byte_size))
+        return self
+
+    def end(self) -> None:
+        held, self._held = self._held, []
+        for region in held:
+            self._registry.release(region)
+
+    def __del__(self) -> None:
+        if self._held:
+            with contextlib.suppress(RuntimeError):  # the loop is closed: the server stopped
+                self._loop.call_soon_threadsafe(self.end)
+
+
+def _input_array(
+    region: Region, spec: SharedMemoryInput, name: str, model: str, on_device: bool = False
+) -> np.ndarray:
+    """The input as a view of its region, or where it is (``on_device``: a CUDA region)."""
     shape = spec.shape
     dtype = NUMPY_DTYPES.get(spec.datatype)
     if dtype is None:
@@ -149,6 +228,10 @@ def _input_array(region: Region, spec: SharedMemoryInput, name: str, model: str)
         )
     if not count:
         return _shaped(np.empty(0, dtype), shape, name, model)
+    if on_device:
+        memory = cast("DeviceMemory", region)
+        # Tensor.data holds a DeviceBuffer only on the way to instances that accept one
+        return cast(np.ndarray, DeviceBuffer(memory, ref.offset, expected, spec.datatype, shape))
     array = np.ndarray(shape, dtype, region.view(ref.offset, expected))
     array.flags.writeable = False  # the client's memory: models read it, never write it
     return array
@@ -167,6 +250,12 @@ def _shaped(flat: np.ndarray, shape: tuple[int, ...], name: str, model: str) -> 
 def _write(tensor: Tensor, region: Region, ref: SharedMemoryRef) -> None:
     """One copy, from the output's array into the region (cast to the wire type first)."""
     data = tensor.data
+    if isinstance(data, DeviceBuffer):
+        if data.memory is region and data.offset == ref.offset:
+            if data.nbytes > ref.byte_size:
+                raise output_too_small(tensor.name, ref.byte_size, data.nbytes)
+            return  # the backend wrote it there
+        data = data.to_host()
     datatype = tensor.datatype
     if datatype == "BYTES":
         data = np.frombuffer(serialize_bytes(data), np.uint8)

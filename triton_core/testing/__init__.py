@@ -12,6 +12,7 @@ Fixtures: ``model_repository``, ``triton_plugins``, ``triton_server``,
 
 from __future__ import annotations
 
+from triton_core.testing.device_memory import HostCudaRegion, TorchCudaRegion
 from triton_core.testing.fixtures import (
     model_repository,
     triton_grpc_client,
@@ -28,9 +29,11 @@ from triton_core.testing.process import ServerProcess
 from triton_core.testing.repository import ModelRepository, render_config
 
 __all__ = [
+    "HostCudaRegion",
     "InProcessServer",
     "ModelRepository",
     "ServerProcess",
+    "TorchCudaRegion",
     "grpc_inputs",
     "http_inputs",
     "inference_request",

@@ -11,18 +11,21 @@ import ctypes
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
+from math import prod
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, cast
 
 import numpy as np
 import onnxruntime as ort
 
 from triton_core import (
     CONFIG_TO_WIRE,
+    DEVICE_DATATYPES,
     Backend,
     BackendModel,
     BatchPlan,
     DataType,
+    DeviceBuffer,
     InferenceRequest,
     InferenceResponse,
     InstanceSpec,
@@ -31,6 +34,7 @@ from triton_core import (
     ModelSequenceBatching,
     RaggedBatching,
     Status,
+    Tensor,
     TritonError,
     claimed_inputs,
     complete_batching,
@@ -38,8 +42,11 @@ from triton_core import (
     dims_error,
     fill_tensor,
     fill_unset,
+    has_device_tensors,
     input_reshapes,
     output_reshapes,
+    request_on_device,
+    request_to_host,
     state_outputs,
     wire_types,
 )
@@ -372,6 +379,28 @@ def _from_ortvalue(value: ort.OrtValue) -> np.ndarray:
     return np.frombuffer(buffer, dtype=np.uint16).reshape(shape)
 
 
+def _bind_input(binding: Any, name: str, data: Any, device_type: str) -> None:
+    if isinstance(data, DeviceBuffer):
+        device, shape = data.device_id, list(data.shape)
+        binding.bind_input(name, device_type, device, data.dtype.type, shape, data.pointer)
+    else:
+        binding.bind_cpu_input(name, np.ascontiguousarray(data))
+
+
+def _bind_into(binding: Any, name: str, buffer: DeviceBuffer, device_type: str) -> None:
+    """Output ``name`` written by the run straight into ``buffer`` (the client's region)."""
+    device, shape = buffer.device_id, list(buffer.shape)
+    binding.bind_output(name, device_type, device, buffer.dtype.type, shape, buffer.pointer)
+
+
+def _copy_into(name: str, value: ort.OrtValue, target: DeviceBuffer) -> DeviceBuffer:
+    """An output ONNX Runtime allocated on the device, copied into the client's region."""
+    datatype = CONFIG_TO_WIRE.get(ORT_TO_CONFIG.get(value.data_type(), ""), "")
+    placed = target.laid_out(name, datatype, tuple(value.shape()))
+    placed.copy_from_device(value.data_ptr(), placed.nbytes)
+    return placed
+
+
 class OnnxRuntimeModel(BackendModel):
     """One loaded version of an ONNX model; everything request-independent is computed here."""
 
@@ -409,6 +438,10 @@ class OnnxRuntimeModel(BackendModel):
             )
         self.input_reshapes = input_reshapes(config)
         self.output_reshapes = output_reshapes(config)
+        #: outputs whose every dim the config fixes: their size is known before a run
+        self.fixed_output_dims = {
+            t.name: tuple(t.dims) for t in config.output if all(d >= 0 for d in t.dims)
+        }
         self.plan = BatchPlan(
             self.name,
             self.output_datatypes,
@@ -506,6 +539,19 @@ class OnnxRuntimeInstance(ModelInstance):
             and not model.bytes_inputs
             and not model.bf16_outputs
         )
+        # CUDA shared-memory tensors are bound where they are (see _execute_on_device) for
+        # tensors that pass straight through: no conversion, reshape or ragged join
+        self.accepts_device_tensors = (
+            self._io_binding
+            and not self._special_inputs
+            and not model.output_reshapes
+            and model.plan.ragged is None
+        )
+        #: where device tensors live, as ONNX Runtime names the device
+        self._device_type = "cuda"
+        self._batched = model.max_batch_size > 0
+        self._fixed_output_dims = model.fixed_output_dims
+        self._wire = model.output_datatypes
         # A CPU session keeps no per-thread state: a short run may happen on the event loop.
         self.may_run_inline = session.get_providers() == [CPU_PROVIDER]
 
@@ -517,7 +563,70 @@ class OnnxRuntimeInstance(ModelInstance):
 
     def execute(self, requests: list[InferenceRequest]) -> list[InferenceResponse]:
         """Run the batch as one ``session.run`` (models with max_batch_size > 0)."""
+        if self.accepts_device_tensors and len(requests) == 1 and has_device_tensors(requests[0]):
+            return [self._execute_on_device(requests[0])]
         return self._plan.execute(requests, self._run)
+
+    def _execute_on_device(self, request: InferenceRequest) -> InferenceResponse:
+        """One request whose tensors are (partly) in CUDA shared memory: inputs bound at
+        their device addresses, outputs written into their regions by the run itself where
+        their size is known first, else copied there device to device once it ran."""
+        if not request_on_device(request, self.spec.device_id):
+            request_to_host(request)  # another GPU's memory: through the host, as before
+            return self._plan.execute([request], self._run)[0]
+        names = self._plan.select(request)
+        device_type = self._device_type
+        binding = self.session.io_binding()
+        for name, tensor in request.inputs.items():
+            _bind_input(binding, name, tensor.data, device_type)
+        # other datatypes are written (or sent) by the server from host memory
+        wire = self._wire
+        targets = {
+            name: target
+            for name, target in (request.device_outputs or {}).items()
+            if wire.get(name) in DEVICE_DATATYPES
+        }
+        placed: dict[str, DeviceBuffer] = {}
+        for name in names:
+            target = targets.get(name)
+            shape = self._known_output_shape(name, request.batch_size)
+            if target is None:
+                binding.bind_output(name, "cpu")
+            elif shape is None or not prod(shape):
+                binding.bind_output(name, device_type, self.spec.device_id)
+            else:
+                placed[name] = target.laid_out(name, wire[name], shape)
+                _bind_into(binding, name, placed[name], device_type)
+        values = self._run_binding(binding)
+        outputs = []
+        for name, value in zip(names, values, strict=True):
+            data = placed.get(name)
+            if data is None:
+                target = targets.get(name)
+                data = value.numpy() if target is None else _copy_into(name, value, target)
+            outputs.append(Tensor(name, wire[name], cast(np.ndarray, data)))
+        return InferenceResponse(outputs=outputs)
+
+    def _known_output_shape(self, name: str, batch_size: int) -> tuple[int, ...] | None:
+        dims = self._fixed_output_dims.get(name)
+        if dims is None:
+            return None
+        return (batch_size, *dims) if self._batched else dims
+
+    def _run_binding(self, binding: Any) -> list[Any]:
+        try:
+            self.session.run_with_iobinding(binding, self._run_options)
+            binding.synchronize_outputs()  # written before the client is told
+            return list(binding.get_outputs())
+        except TritonError:
+            raise
+        except Exception as exc:
+            raise self._ort_error(exc) from exc
+
+    def _ort_error(self, exc: Exception) -> TritonError:
+        return TritonError(
+            Status.INTERNAL, f"onnxruntime error for model '{self._model_name}': {exc}"
+        )
 
     def finalize(self) -> None:
         """Drop the session, which frees its memory."""
@@ -570,9 +679,7 @@ class OnnxRuntimeInstance(ModelInstance):
         except TritonError:
             raise
         except Exception as exc:
-            raise TritonError(
-                Status.INTERNAL, f"onnxruntime error for model '{self._model_name}': {exc}"
-            ) from exc
+            raise self._ort_error(exc) from exc
         if self._output_reshapes:
             for i, name in enumerate(names):
                 reshape = self._output_reshapes.get(name)

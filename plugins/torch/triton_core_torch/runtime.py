@@ -16,17 +16,19 @@ import threading
 import warnings
 import zipfile
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, cast
 
 import numpy as np
 import torch
 
 from triton_core import (
+    DEVICE_DATATYPES,
     BackendModel,
     BatchPlan,
     DataType,
+    DeviceBuffer,
     InferenceRequest,
     InferenceResponse,
     InstanceSpec,
@@ -37,7 +39,10 @@ from triton_core import (
     Tensor,
     TritonError,
     count_instances,
+    has_device_tensors,
     output_reshapes,
+    request_on_device,
+    request_to_host,
     wire_types,
 )
 from triton_core_torch.settings import TorchSettings, parse_settings
@@ -646,6 +651,15 @@ def _input_converter(
     return lambda array: _from_numpy(array).to(device)
 
 
+def _device_tensor(buffer: DeviceBuffer, device: torch.device | None) -> torch.Tensor:
+    """A CUDA tensor over ``buffer``'s bytes, without a copy (its CUDA array interface).
+
+    Torch refuses read-only interfaces; models read their inputs and never write them, as
+    with the read-only host views above, so inputs are wrapped as writable too.
+    """
+    return torch.as_tensor(replace(buffer, readonly=False), device=device)
+
+
 class ForwardOutputs:
     """Reads the config's outputs out of what ``forward`` returned, as numpy arrays: by
     position or key, checked against the config's datatypes, reshaped, on the host."""
@@ -662,6 +676,15 @@ class ForwardOutputs:
 
     def read(self, result: Any, names: list[str]) -> list[np.ndarray]:
         """The requested outputs of a forward's result, as numpy arrays."""
+        arrays = []
+        for name, value in zip(names, self.values(result, names), strict=True):
+            array = self._to_numpy(name, value)
+            reshape = self._output_reshapes.get(name)
+            arrays.append(array if reshape is None else reshape(array))
+        return arrays
+
+    def values(self, result: Any, names: list[str]) -> list[Any]:
+        """The requested outputs of a forward's result, as it returned them."""
         if isinstance(result, torch.Tensor):
             values: Any = (result,)
         elif isinstance(result, tuple | list):
@@ -675,19 +698,16 @@ class ForwardOutputs:
                 f"model '{self._model_name}' returned {type(result).__name__}; expected a "
                 f"Tensor, a tuple/list of Tensors, a dict of Tensors or a List[str]",
             )
-        arrays = []
+        picked = []
         for name in names:
             key = self._output_keys[name]
             try:
-                value = values[key]
+                picked.append(values[key])
             except (KeyError, IndexError, TypeError):
                 raise TritonError(
                     Status.INTERNAL, self._missing_output(name, key, values)
                 ) from None
-            array = self._to_numpy(name, value)
-            reshape = self._output_reshapes.get(name)
-            arrays.append(array if reshape is None else reshape(array))
-        return arrays
+        return picked
 
     def _missing_output(self, name: str, key: int | str, values: Any) -> str:
         if isinstance(values, dict):
@@ -701,17 +721,21 @@ class ForwardOutputs:
             f"{'key' if isinstance(key, str) else 'output'} {key!r} but the model returned {got}"
         )
 
+    def check_dtype(self, name: str, value: torch.Tensor) -> None:
+        expected = self._dtypes[name]
+        if value.dtype != expected:
+            model_type = TORCH_TO_CONFIG.get(value.dtype, str(value.dtype))
+            config_type = "TYPE_STRING" if expected is None else TORCH_TO_CONFIG[expected]
+            raise TritonError(
+                Status.INVALID_ARG,
+                f"model '{self._model_name}': configuration expects datatype "
+                f"{config_type} for output '{name}', model provides {model_type}",
+            )
+
     def _to_numpy(self, name: str, value: Any) -> np.ndarray:
         if isinstance(value, torch.Tensor):
+            self.check_dtype(name, value)
             expected = self._dtypes[name]
-            if value.dtype != expected:
-                model_type = TORCH_TO_CONFIG.get(value.dtype, str(value.dtype))
-                config_type = "TYPE_STRING" if expected is None else TORCH_TO_CONFIG[expected]
-                raise TritonError(
-                    Status.INVALID_ARG,
-                    f"model '{self._model_name}': configuration expects datatype "
-                    f"{config_type} for output '{name}', model provides {model_type}",
-                )
             if self._gpu and value.device.type != "cpu":
                 value = value.cpu()  # one device-to-host copy per output per batch
             if value.requires_grad:
@@ -765,8 +789,15 @@ class PyTorchInstance(ModelInstance):
             for name, wire in model.input_datatypes.items()
         }
         self._gpu = device is not None and device.type == "cuda"
+        forward_outputs = ForwardOutputs(model, binding.outputs, self._gpu)
         #: the requested outputs of a forward's result, as numpy arrays
-        self._outputs = ForwardOutputs(model, binding.outputs, self._gpu).read
+        self._outputs = forward_outputs.read
+        self._forward_outputs = forward_outputs
+        # CUDA shared-memory tensors are wrapped where they are (see _execute_on_device) for
+        # tensors that pass straight through: no reshape of outputs, no ragged join
+        self.accepts_device_tensors = (
+            self._gpu and not model.output_reshapes and model.plan.ragged is None
+        )
         self._stream: Any = torch.cuda.Stream(device) if self._gpu else None
         self._grad_mode: Callable[[], Any] = (
             torch.inference_mode if self._settings.inference_mode else torch.no_grad
@@ -837,6 +868,8 @@ class PyTorchInstance(ModelInstance):
             self._enter_thread()
         if self._plan.ragged is not None:  # ragged inputs join, batch outputs scatter
             return self._plan.execute(requests, self._run_outputs)
+        if self.accepts_device_tensors and len(requests) == 1 and has_device_tensors(requests[0]):
+            return [self._execute_on_device(requests[0])]
         if len(requests) == 1 and self._single is not None and self._mode_thread == thread:
             response = self._execute_single(requests[0], self._single)
             if response is not None:
@@ -852,6 +885,43 @@ class PyTorchInstance(ModelInstance):
         finally:
             if self._gpu and self._settings.cache_cleaning:
                 torch.cuda.empty_cache()
+
+    def _execute_on_device(self, request: InferenceRequest) -> InferenceResponse:
+        """One request whose tensors are (partly) in CUDA shared memory: inputs wrapped as
+        CUDA tensors without a copy, outputs copied device to device into their regions."""
+        if not request_on_device(request, self.spec.device_id):
+            request_to_host(request)  # another GPU's memory: through the host, as before
+            return self.execute([request])[0]
+        names = self._output_names(request)
+        converters = {
+            name: self._from_device
+            for name, tensor in request.inputs.items()
+            if isinstance(tensor.data, DeviceBuffer)
+        }
+        result = self._run({n: t.data for n, t in request.inputs.items()}, converters)
+        targets = request.device_outputs or {}
+        outputs = []
+        for name, value in zip(names, self._forward_outputs.values(result, names), strict=True):
+            target = targets.get(name) if self._wire[name] in DEVICE_DATATYPES else None
+            if target is None or not isinstance(value, torch.Tensor):
+                (data,) = self._outputs(result, [name])
+            else:
+                data = cast(np.ndarray, self._write_into(name, value, target))
+            outputs.append(Tensor(name, self._wire[name], data))
+        if self._stream is not None:
+            self._stream.synchronize()  # written before the client is told
+        return InferenceResponse(outputs=outputs)
+
+    def _from_device(self, buffer: DeviceBuffer) -> torch.Tensor:
+        return _device_tensor(buffer, self.device)
+
+    def _write_into(self, name: str, value: torch.Tensor, target: DeviceBuffer) -> DeviceBuffer:
+        """Output ``value`` copied into the client's region (``target``), on the device."""
+        self._forward_outputs.check_dtype(name, value)
+        placed = target.laid_out(name, self._wire[name], tuple(value.shape))
+        if placed.size:
+            _device_tensor(placed, self.device).copy_(value)
+        return placed
 
     def _execute_single(
         self, request: InferenceRequest, plan: tuple[Any, ...]
@@ -890,9 +960,16 @@ class PyTorchInstance(ModelInstance):
         """One ``forward`` of the inputs; the outputs ``names`` of its result."""
         return self._outputs(self._run(arrays), names)
 
-    def _run(self, arrays: dict[str, np.ndarray]) -> Any:
-        """Convert the inputs and call ``forward``; errors become TritonErrors."""
+    def _run(
+        self, arrays: dict[str, np.ndarray], special: dict[str, Callable[..., Any]] | None = None
+    ) -> Any:
+        """Convert the inputs and call ``forward``; errors become TritonErrors.
+
+        ``special``: converters used instead of the model's for some inputs (device buffers).
+        """
         converters = self._converters
+        if special:
+            converters = {**converters, **special}
         try:
             args = [converters[name](arrays[name]) for name in self._arguments]
         except KeyError as exc:
