@@ -22,7 +22,7 @@ from typing import Any, Final, Protocol
 import numpy as np
 
 from triton_core.dtypes import NUMPY_DTYPES
-from triton_core.errors import internal, invalid_arg
+from triton_core.errors import internal
 from triton_core.types import InferenceRequest, Tensor
 
 #: datatypes that can stay on the device: fixed-size elements numpy (and so the CUDA array
@@ -165,7 +165,8 @@ class DeviceBuffer:
 
 
 def output_too_small(name: str, byte_size: int, needed: int) -> Exception:
-    return invalid_arg(
+    """Triton 2.51's answer, INTERNAL (500) as it sends it, to an output region too small."""
+    return internal(
         f"shared memory size specified with the request for output '{name}' "
         f"({byte_size} bytes) should be at least {needed} bytes to hold the results"
     )

@@ -269,10 +269,7 @@ def _write(tensor: Tensor, region: Region, ref: SharedMemoryRef) -> None:
             data = data.astype(wire)
     size = data.nbytes
     if size > ref.byte_size:
-        raise internal(
-            f"shared memory size specified with the request for output '{tensor.name}' "
-            f"({ref.byte_size} bytes) should be at least {size} bytes to hold the results"
-        )
+        raise output_too_small(tensor.name, ref.byte_size, size)
     if not size:
         return
     if isinstance(region, SystemRegion) and region.holds(ref.offset, data):
