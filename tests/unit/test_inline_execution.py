@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import subprocess
+import sys
 import threading
 import time
 
@@ -266,3 +268,16 @@ def test_decoupled_requests_stay_off_the_loop() -> None:
     assert gate.allows([req])
     req.response_sender = object()  # type: ignore[assignment]
     assert not gate.allows([req])
+
+
+# -- the flag ------------------------------------------------------------------------------------
+
+
+def test_a_negative_budget_is_refused_at_start(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    output = subprocess.run(
+        [sys.executable, "-m", "triton_core", "serve", "--model-repository", str(tmp_path),
+         "--inline-execution-budget-us=-1"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert output.returncode == 2
+    assert "--inline-execution-budget-us must not be negative" in output.stderr + output.stdout
