@@ -431,8 +431,9 @@ def _run_serve(args: argparse.Namespace) -> int:
         )
         if args.grpc_transport == "grpcio":
             grpc_limits.grpcio_options(limits)  # refuses what grpcio cannot honour
-            if args.grpc_infer_thread_count is not None:
-                raise ValueError("--grpc-infer-thread-count applies to --grpc-transport http2 only")
+            for flag in ("--grpc-infer-thread-count", "--grpc-infer-allocation-pool-size"):
+                if getattr(args, flag[2:].replace("-", "_")) is not None:
+                    raise ValueError(f"{flag} applies to --grpc-transport http2 only")
         repositories = cloud.model_repositories(args.model_repository)
         sagemaker, vertex_ai = cloud.options_from(args)
         trace = trace_settings.from_arguments(args)
@@ -504,6 +505,7 @@ def _run_serve(args: argparse.Namespace) -> int:
         grpc_header_forward_pattern=args.grpc_header_forward_pattern,
         http_thread_count=args.http_thread_count,
         grpc_infer_thread_count=args.grpc_infer_thread_count,
+        grpc_allocation_pool_size=args.grpc_infer_allocation_pool_size,
     )
     workers = _worker_count(args.workers)
     if workers is None:

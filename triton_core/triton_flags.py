@@ -30,10 +30,6 @@ DEFAULT_CACHE_DIRECTORY: Final = "/opt/tritonserver/caches"
 
 #: flags accepted without effect here, with why; named at start only when given
 NO_EFFECT: Final = {
-    "--grpc-infer-allocation-pool-size": (
-        "Triton keeps up to N freed gRPC call states (request, response queue) for reuse; "
-        "here a call's state is a few Python objects that Python's allocator reuses itself"
-    ),
     "--grpc-max-response-pool-size": (
         "Triton blocks a model's response sender while a gRPC stream holds N unwritten "
         "responses; here a stream's responses wait unbounded in count until written (the "

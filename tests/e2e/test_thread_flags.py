@@ -163,6 +163,14 @@ def test_grpc_infer_thread_count_bounds_the_threads_that_inflate_requests(
             "--grpc-infer-thread-count applies to --grpc-transport http2 only",
         ),
         (
+            ("--grpc-infer-allocation-pool-size", "4", "--grpc-transport", "grpcio"),
+            "--grpc-infer-allocation-pool-size applies to --grpc-transport http2 only",
+        ),
+        (
+            ("--grpc-infer-allocation-pool-size", "-1"),
+            "argument --grpc-infer-allocation-pool-size: must be at least 0, got -1",
+        ),
+        (
             ("--grpc-max-response-pool-size", "0"),
             "Error: --grpc-max-response-pool-size must be greater than 0.",
         ),

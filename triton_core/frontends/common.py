@@ -6,9 +6,8 @@ import re
 import socket
 from typing import Final
 
-import numpy as np
-
 from triton_core.errors import invalid_arg
+from triton_core.frontends.receive_buffers import LARGE_MESSAGE, BufferPool, join_into
 from triton_core.types import InferenceRequest, ParameterValue, RequestFlag
 
 #: request parameters that the server interprets instead of passing to the model
@@ -27,27 +26,21 @@ RESERVED_PARAMETERS = frozenset(
 
 _VERSION_PREFIX: Final = re.compile(r"\s*[+-]?[0-9]+")
 _INT64_MAX: Final = 2**63 - 1
-#: bodies and messages at least this large are gathered in numpy's memory (its huge-page size)
-_HUGE_PAGES_FROM: Final = 1 << 22
 
 
-def join_buffers(parts: list[bytes], size: int) -> bytes | memoryview:
+def join_buffers(
+    parts: list[bytes], size: int, pool: BufferPool | None = None
+) -> bytes | memoryview:
     """``parts`` (``size`` bytes in all) as one read-only buffer.
 
     A large one lies in memory numpy allocates, which it asks the system to back with
     transparent huge pages: a fresh 64 MiB buffer then faults in a few hundred pages rather
-    than sixteen thousand, which cost more than the copy itself (glibc serves blocks over
-    32 MiB with fresh mmaps whatever its thresholds).
+    than sixteen thousand. ``pool`` keeps such buffers for later messages, which saves even
+    those faults.
     """
-    if size < _HUGE_PAGES_FROM:
+    if size < LARGE_MESSAGE:
         return parts[0] if len(parts) == 1 else b"".join(parts)
-    target = np.empty(size, np.uint8)
-    position = 0
-    for part in parts:
-        end = position + len(part)
-        target[position:end] = np.frombuffer(part, np.uint8)
-        position = end
-    return target.data.toreadonly()
+    return join_into(parts, size, pool)
 
 
 def parse_version(text: str) -> int:

@@ -92,6 +92,9 @@ class FrontendOptions:
     http_thread_count: int | None = None
     #: ``--grpc-infer-thread-count``: threads that inflate compressed gRPC requests; None: 2
     grpc_infer_thread_count: int | None = None
+    #: ``--grpc-infer-allocation-pool-size``: buffers of large gRPC request messages kept
+    #: for reuse; None: Triton's 8
+    grpc_allocation_pool_size: int | None = None
     #: ``--workers``: every listener sets SO_REUSEPORT, so that the workers share its port
     reuse_port: bool = False
     #: builds the ``/metrics`` app instead of the one-process app (``--workers``)
@@ -240,6 +243,7 @@ async def serve(server: Server, options: FrontendOptions) -> int:
             tls=options.grpc_tls,
             limits=options.grpc_limits,
             infer_threads=options.grpc_infer_thread_count,
+            allocation_pool=options.grpc_allocation_pool_size,
         )
         await grpc_server.start()
         grpc_port: int = grpc_server.port  # type: ignore[union-attr]  # both transports set it

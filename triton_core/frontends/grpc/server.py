@@ -14,6 +14,7 @@ from triton_core.frontends.grpc.servicer import GRPCInferenceServicer, HealthSer
 from triton_core.frontends.grpc.transport import DEFAULT_INFER_THREADS, GrpcServer, method_table
 from triton_core.frontends.grpc.wire import EncodedMessage, parse_infer_request
 from triton_core.frontends.header_forwarding import HeaderForwarder
+from triton_core.frontends.receive_buffers import DEFAULT_COUNT
 from triton_core.frontends.restricted import Restrictions
 from triton_core.frontends.server_api import ServerAPI
 from triton_core.frontends.tls import TlsOptions
@@ -51,6 +52,7 @@ def create_grpc_server(
     compression_level: str = "none",
     header_forwarder: HeaderForwarder | None = None,
     infer_threads: int | None = None,
+    allocation_pool: int | None = None,
 ) -> GrpcServer | grpc.aio.Server:
     """A gRPC server with the inference and health services, bound but not started.
 
@@ -67,8 +69,10 @@ def create_grpc_server(
     the client accepts, as in Triton; grpcio: every answer).
     ``header_forwarder``: metadata that infer requests carry as parameters
     (``--grpc-header-forward-pattern``). ``infer_threads`` (``--grpc-infer-thread-count``):
-    the threads that inflate compressed requests off the event loop (None: 2); the built-in
-    transport only (grpcio inflates in gRPC core's threads).
+    the threads that inflate compressed requests off the event loop (None: 2);
+    ``allocation_pool`` (``--grpc-infer-allocation-pool-size``): how many buffers of large
+    request messages are kept for reuse (None: 8). Both for the built-in transport only
+    (grpcio inflates and allocates in gRPC core).
 
     Raises ``RuntimeError`` when the address cannot be bound, ``ValueError`` for TLS flags or
     files that cannot be used.
@@ -104,6 +108,7 @@ def create_grpc_server(
             ssl=ssl_context,
             ssl_handshake_timeout=tls.handshake_timeout_secs,
             infer_threads=infer_threads or DEFAULT_INFER_THREADS,
+            allocation_pool=DEFAULT_COUNT if allocation_pool is None else allocation_pool,
         )
         log.info("gRPC frontend bound to %s:%d", address, grpc_server.port)
         return grpc_server
@@ -111,6 +116,8 @@ def create_grpc_server(
         raise ValueError(f"unknown gRPC transport '{transport}'; choose one of {TRANSPORTS}")
     if infer_threads is not None:
         raise ValueError("--grpc-infer-thread-count applies to --grpc-transport http2 only")
+    if allocation_pool is not None:
+        raise ValueError("--grpc-infer-allocation-pool-size applies to --grpc-transport http2 only")
     return _create_grpcio_server(
         inference, health, address, port, reuse_port, tls, limits, compression_level
     )

@@ -46,6 +46,7 @@ from triton_core.frontends.grpc.http2 import (
 )
 from triton_core.frontends.grpc.limits import DEFAULT_LIMITS, GrpcLimits
 from triton_core.frontends.grpc.wire import EncodedMessage
+from triton_core.frontends.receive_buffers import DEFAULT_COUNT, BufferPool
 from triton_core.threads import OffloadThreads
 
 log = logging.getLogger(__name__)
@@ -350,7 +351,9 @@ class _Call:
             if self._gathered < self._need and not end_stream:
                 self._account()
                 return
-            buffer: bytes | memoryview = join_buffers(self._parts, self._gathered)
+            buffer: bytes | memoryview = join_buffers(
+                self._parts, self._gathered, self._server.message_buffers
+            )
             self._parts = []
             self._gathered = 0
         else:
@@ -742,8 +745,11 @@ class GrpcServer:
         ssl: ssl_module.SSLContext | None = None,
         ssl_handshake_timeout: float = 10.0,
         infer_threads: int = DEFAULT_INFER_THREADS,
+        allocation_pool: int = DEFAULT_COUNT,
     ) -> None:
         self._methods = methods
+        #: ``--grpc-infer-allocation-pool-size``: buffers of large messages kept for reuse
+        self.message_buffers = BufferPool(allocation_pool)
         #: ``--grpc-infer-thread-count``: the threads that inflate compressed requests
         self.inflaters = OffloadThreads(infer_threads, "grpc-infer")
         self._socket = sock
