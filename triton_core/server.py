@@ -585,17 +585,14 @@ class Server:
         except BaseException:
             use.release()
             raise
-        answer = asyncio.ensure_future(self._answer_shared_memory(future, use))
-        # released however the answer ends, even cancelled before it started
+        # callbacks, not a task: no coroutine to run per request on the way back
+        answer: asyncio.Future[InferenceResponse] = asyncio.get_running_loop().create_future()
+        future.add_done_callback(lambda done: _answer_in_regions(answer, use, done))
+        # released however the answer ends (after an offloaded write); a client that went
+        # away cancels the answer, and with it the inference
         answer.add_done_callback(lambda _: use.release())
+        answer.add_done_callback(lambda ended: future.cancel() if ended.cancelled() else None)
         return answer
-
-    async def _answer_shared_memory(
-        self, future: asyncio.Future[InferenceResponse], use: shm_tensors.SharedMemoryUse
-    ) -> InferenceResponse:
-        response = await future
-        await _write_outputs(use, response)
-        return response
 
     def _infer_done(
         self,
@@ -746,16 +743,67 @@ def _trace_end(trace: Trace, done: asyncio.Future[InferenceResponse]) -> None:
     trace.request_end()
 
 
-async def _write_outputs(use: shm_tensors.SharedMemoryUse, response: InferenceResponse) -> None:
-    """Write a response's shared-memory outputs: large ones from a thread (numpy copies
-    without the GIL), so the event loop goes on serving meanwhile."""
-    if use.bytes_to_write(response) <= shm_tensors.OFFLOAD_BYTES:
-        use.write_outputs(response)
+def _answer_in_regions(
+    answer: asyncio.Future[InferenceResponse],
+    use: shm_tensors.SharedMemoryUse,
+    done: asyncio.Future[InferenceResponse],
+) -> None:
+    """The model answered (``done``): write the outputs asked into regions, then ``answer``."""
+    if answer.done():
+        return  # cancelled: the client went away
+    if done.cancelled():
+        answer.cancel()
         return
+    error = done.exception()
+    if error is not None:
+        answer.set_exception(error)
+        return
+    response = done.result()
+    if use.bytes_to_write(response) <= shm_tensors.OFFLOAD_BYTES:
+        try:
+            use.write_outputs(response)
+        except Exception as exc:  # an output region too small, say
+            answer.set_exception(exc)
+        else:
+            answer.set_result(response)
+        return
+    writing = _offload_write(use, response)
+    writing.add_done_callback(lambda written: _written(answer, response, written))
+
+
+def _written(
+    answer: asyncio.Future[InferenceResponse],
+    response: InferenceResponse,
+    written: asyncio.Future[None],
+) -> None:
+    if answer.done():
+        return
+    if written.cancelled():
+        answer.cancel()
+    elif (error := written.exception()) is not None:
+        answer.set_exception(error)
+    else:
+        answer.set_result(response)
+
+
+def _offload_write(
+    use: shm_tensors.SharedMemoryUse, response: InferenceResponse
+) -> asyncio.Future[None]:
+    """Write large outputs from a thread (numpy copies without the GIL), so the event loop
+    goes on serving meanwhile; the regions stay held until the write ends."""
     copiers = buffer_manager.threads()  # --buffer-manager-thread-count, when given
     if copiers is not None:
         writing = copiers.run(use.write_outputs, response)
     else:
         writing = asyncio.get_running_loop().run_in_executor(None, use.write_outputs, response)
     use.writing = writing  # a cancelled caller's release waits for the write to end
-    await writing
+    return writing
+
+
+async def _write_outputs(use: shm_tensors.SharedMemoryUse, response: InferenceResponse) -> None:
+    """Write a response's shared-memory outputs: large ones from a thread (numpy copies
+    without the GIL), so the event loop goes on serving meanwhile."""
+    if use.bytes_to_write(response) <= shm_tensors.OFFLOAD_BYTES:
+        use.write_outputs(response)
+        return
+    await _offload_write(use, response)
