@@ -34,12 +34,6 @@ NO_EFFECT: Final = {
         "Triton keeps up to N freed gRPC call states (request, response queue) for reuse; "
         "here a call's state is a few Python objects that Python's allocator reuses itself"
     ),
-    "--grpc-max-response-pool-size": (
-        "Triton blocks a model's response sender while a gRPC stream holds N unwritten "
-        "responses; here a stream's responses wait unbounded in count until written (the "
-        "client's flow-control window and --grpc-http2-max-queued-output bound the bytes on "
-        "their way out)"
-    ),
 }
 #: the flags that take a count, with the least each accepts
 _COUNT_FLAGS: Final = {
@@ -312,7 +306,12 @@ def _add_frontends(parser: argparse.ArgumentParser, parse_bool: Callable[[str], 
         "--grpc-infer-thread-count", type=_grpc_infer_threads, default=None, metavar="N"
     )
     parser.add_argument(
-        "--grpc-max-response-pool-size", type=_response_pool_size, default=None, metavar="N"
+        "--grpc-max-response-pool-size",
+        type=_response_pool_size,
+        default=None,
+        metavar="N",
+        help="a streamed request's responses produced but not yet written, at most: its "
+        "decoupled model's sender waits while N are (default: no limit)",
     )
     parser.add_argument(
         "--host-policy", type=_host_policy, action="append", default=None, metavar="NAME,KEY=VALUE"
