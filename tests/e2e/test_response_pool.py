@@ -132,6 +132,13 @@ def pooled(repository: Path) -> Iterator[ServerProcess]:
 
 
 @pytest.fixture(scope="module")
+def pooled_grpcio(repository: Path) -> Iterator[ServerProcess]:
+    yield from _serve(
+        repository, "--grpc-max-response-pool-size", str(POOL), "--grpc-transport", "grpcio"
+    )
+
+
+@pytest.fixture(scope="module")
 def unpooled(repository: Path) -> Iterator[ServerProcess]:
     yield from _serve(repository)
 
@@ -229,6 +236,18 @@ def check_response(response: pb.ModelStreamInferResponse, request_id: str, index
     assert answer.raw_output_contents[0] == pattern(index, OUT_BYTES).tobytes(), index
 
 
+async def read_while_held(reader: SlowReader, progress: Progress, reads: int) -> None:
+    """Read ``reads`` responses one by one, checking before each that the model was let run
+    exactly the pool (and the one being written) ahead of what was read, and no further."""
+    for read in range(reads):
+        held = min(read + POOL + 1, COUNT)
+        sent = await sends_reach(progress, held)
+        assert sent == held, f"{sent} sends returned with {read} responses read"
+        if read in (0, COUNT // 2):
+            assert await stays_true_async(lambda held=held: progress.sent() == held, HELD_SECS)
+        check_response(await reader.response(), progress.request_id, read)
+
+
 async def sends_reach(progress: Progress, count: int) -> int:
     """The model's sends returned, once they are ``count`` or more."""
     return await wait_until_async(
@@ -243,15 +262,20 @@ async def test_a_slow_reader_holds_the_model_back(
 ) -> None:
     request_id = f"held-{model}"
     async with slow_stream(pooled, model, request_id, progress_dir) as (reader, progress):
-        for read in range(COUNT):
-            held = min(read + POOL + 1, COUNT)
-            sent = await sends_reach(progress, held)
-            assert sent == held, f"{sent} sends returned with {read} responses read"
-            if read in (0, COUNT // 2):
-                assert await stays_true_async(lambda held=held: progress.sent() == held, HELD_SECS)
-            check_response(await reader.response(), request_id, read)
+        await read_while_held(reader, progress, COUNT)
         assert await reader.status() == "0"
         assert progress.ended() == "finished"
+
+
+async def test_the_grpcio_transport_holds_the_model_back_too(
+    pooled_grpcio: ServerProcess, progress_dir: Path
+) -> None:
+    request_id = "held-grpcio"
+    async with slow_stream(pooled_grpcio, "pooled_threaded", request_id, progress_dir) as (
+        reader,
+        progress,
+    ):
+        await read_while_held(reader, progress, 3)
 
 
 @pytest.mark.parametrize("model", MODELS)

@@ -684,7 +684,7 @@ _END: Final = _End()
 
 
 class _Pooled(NamedTuple):
-    """A response that holds room in its request's pool until written."""
+    """A response that holds room in its request's pool until its write begins."""
 
     message: Any
     pool: ResponsePool
