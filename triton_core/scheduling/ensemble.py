@@ -16,8 +16,9 @@ every step is done.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections import deque
-from collections.abc import Callable
+from collections.abc import AsyncGenerator, Callable
 from time import monotonic_ns
 from typing import TYPE_CHECKING
 
@@ -135,13 +136,17 @@ class EnsembleScheduler(Scheduler):
         ``pool``, the step's model is held back with a pool of its own: the next response
         is taken once the ensemble's unwritten ones fit theirs."""
         stream_pool = None if pool is None else ResponsePool(pool.limit)
-        responses = self._server.infer_stream(step_request, nested=True, pool=stream_pool)
-        async for response in responses:
-            if response.outputs:  # a flag-only final response carries nothing
-                deliver(response)
-            if pool is not None and stream_pool is not None:
-                await pool.room()
-                stream_pool.release()
+        stream = self._server.infer_stream(step_request, nested=True, pool=stream_pool)
+        assert isinstance(stream, AsyncGenerator)
+        # closed at once when the ensemble stops, even while it waits for room: the step's
+        # model is cancelled and no longer held
+        async with contextlib.aclosing(stream) as responses:
+            async for response in responses:
+                if response.outputs:  # a flag-only final response carries nothing
+                    deliver(response)
+                if pool is not None and stream_pool is not None:
+                    await pool.room()
+                    stream_pool.release()
 
     def _step_request(
         self, step: EnsembleStep, values: dict[str, Tensor], request: InferenceRequest

@@ -658,23 +658,29 @@ class StubProcess:
 
     def _on_response(self, message: ipc.Message) -> None:
         flags, item, room = message.body
+        sender = None
+        try:
+            sender = self._deliver_response(message.ident, flags, item, message.block)
+        finally:
+            if room:  # the model waits in send: it gets its answer whatever happened
+                self._answer_when_room(sender, room)
+
+    def _deliver_response(self, key: int, flags: int, item: Any, block: Any) -> Any:
+        """Hand a decoupled response to its request's sender; the sender (None: its stream
+        already failed, execute raised or the process restarted)."""
         final = bool(flags & 1)
-        key = message.ident
         request = self.codec.pending.pop(key, None) if final else self.codec.pending.get(key)
         sender = None if request is None else request.response_sender
         if sender is None:
-            if room:  # its model waits for an answer
-                self._send_event(ipc.RESPONSE_ROOM, room, None, None)
-            return  # its stream already failed (execute raised, or the process restarted)
+            return None
         response = None
         if item is not None:
-            response = self.codec.responses(message.block, [item])[0]
+            response = self.codec.responses(block, [item])[0]
         try:
             sender.send(response, final=final)
         except TritonError as error:
             logger.warning("model '%s': %s", self.settings.model_name, error.message)
-        if room:
-            self._answer_when_room(sender, room)
+        return sender
 
     def _answer_when_room(self, sender: Any, room: int) -> None:
         """Let the model's ``send`` return once its response fits the request's pool: the
