@@ -103,6 +103,17 @@ parameters {{ key: "progress_dir" value {{ string_value: "{progress_dir}" }} }}
     (threaded / "1" / "model.stream").write_bytes(b"")
     no_delay = 'parameters { key: "delay_ms" value { string_value: "0" } }\n'
     (threaded / "config.pbtxt").write_text('backend: "stream"\n' + common + no_delay)
+    ensemble = repo / "pooled_ensemble"
+    (ensemble / "1").mkdir(parents=True)
+    (ensemble / "config.pbtxt").write_text(
+        """platform: "ensemble"
+max_batch_size: 0
+input [ { name: "COUNT" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "OUT" data_type: TYPE_UINT8 dims: [ -1 ] } ]
+ensemble_scheduling { step [ { model_name: "pooled_threaded" model_version: -1
+  input_map { key: "COUNT" value: "COUNT" } output_map { key: "OUT" value: "OUT" } } ] }
+"""
+    )
 
 
 @pytest.fixture(scope="module")
@@ -236,11 +247,14 @@ def check_response(response: pb.ModelStreamInferResponse, request_id: str, index
     assert answer.raw_output_contents[0] == pattern(index, OUT_BYTES).tobytes(), index
 
 
-async def read_while_held(reader: SlowReader, progress: Progress, reads: int) -> None:
+async def read_while_held(
+    reader: SlowReader, progress: Progress, reads: int, ahead: int = POOL + 1
+) -> None:
     """Read ``reads`` responses one by one, checking before each that the model was let run
-    exactly the pool (and the one being written) ahead of what was read, and no further."""
+    exactly ``ahead`` sends ahead of what was read (the pool and the one being written), and
+    no further."""
     for read in range(reads):
-        held = min(read + POOL + 1, COUNT)
+        held = min(read + ahead, COUNT)
         sent = await sends_reach(progress, held)
         assert sent == held, f"{sent} sends returned with {read} responses read"
         if read in (0, COUNT // 2):
@@ -265,6 +279,20 @@ async def test_a_slow_reader_holds_the_model_back(
         await read_while_held(reader, progress, COUNT)
         assert await reader.status() == "0"
         assert progress.ended() == "finished"
+
+
+async def test_an_ensemble_holds_its_decoupled_step_back(
+    pooled: ServerProcess, progress_dir: Path
+) -> None:
+    """The ensemble's pool is full with N + 1 (the last one it sent waits for room before it
+    takes the next from its step), and the step's own pool holds N more."""
+    request_id = "held-ensemble"
+    async with slow_stream(pooled, "pooled_ensemble", request_id, progress_dir) as (
+        reader,
+        progress,
+    ):
+        await read_while_held(reader, progress, COUNT, ahead=2 * POOL + 1)
+        assert await reader.status() == "0"
 
 
 async def test_the_grpcio_transport_holds_the_model_back_too(
