@@ -43,10 +43,6 @@ class ResponsePool:
     def held(self) -> int:
         return self._held
 
-    @property
-    def closed(self) -> bool:
-        return self._closed
-
     def acquire(self) -> None:
         """Take a credit, first waiting (this thread) while ``limit`` are held."""
         changed = self._changed
