@@ -22,6 +22,7 @@ from triton_core.protos import model_config_pb2
 from triton_core.shared_memory.region import CudaRegionStatus, RegionKind, SystemRegionStatus
 from triton_core.shared_memory.registry import SharedMemoryOptions, SharedMemoryRegistry
 from triton_core.statistics import ModelStatistics
+from triton_core.streaming import ResponsePool
 from triton_core.types import (
     InferenceRequest,
     InferenceResponse,
@@ -158,11 +159,15 @@ class FakeServer:
         self.model(request.model_name, request.model_version)
         return asyncio.ensure_future(self.infer(request))
 
-    async def infer_stream(self, request: InferenceRequest) -> AsyncIterator[InferenceResponse]:
+    async def infer_stream(
+        self, request: InferenceRequest, *, pool: ResponsePool | None = None
+    ) -> AsyncIterator[InferenceResponse]:
         """A model answers once on a stream, as the real server's ordinary models do."""
         response = await self.infer(request)
         if response.error is not None:
             raise response.error
+        if pool is not None:
+            pool.take()  # released by the caller once written
         yield response
 
     # -- repository

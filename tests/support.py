@@ -100,6 +100,16 @@ async def wait_until_async(predicate: Callable[[], T], timeout: float = 30.0, wh
     return _last_look(predicate, timeout, what)
 
 
+async def stays_true_async(predicate: Callable[[], object], seconds: float) -> bool:
+    """Whether ``predicate()`` is true at every look for ``seconds`` (that something does
+    not happen: a held producer stays held)."""
+    for _ in range(_looks(seconds)):
+        if not predicate():
+            return False
+        await asyncio.sleep(POLL_SECONDS)
+    return bool(predicate())
+
+
 def _looks(timeout: float) -> int:
     return max(1, int(timeout / POLL_SECONDS))
 

@@ -36,7 +36,7 @@ from triton_core.shared_memory import tensors as shm_tensors
 from triton_core.shared_memory.cuda import cuda_support
 from triton_core.shared_memory.region import CudaRegionStatus, RegionKind, SystemRegionStatus
 from triton_core.shared_memory.registry import SharedMemoryOptions, SharedMemoryRegistry
-from triton_core.streaming import StreamSender
+from triton_core.streaming import ResponsePool, StreamSender
 from triton_core.tracing import TraceConfig, Tracer
 from triton_core.types import (
     InferenceRequest,
@@ -658,23 +658,33 @@ class Server:
         self._cache_failures.failed((method, type(exc)), message, exc)
 
     async def infer_stream(
-        self, request: InferenceRequest, *, nested: bool = False
+        self,
+        request: InferenceRequest,
+        *,
+        nested: bool = False,
+        pool: ResponsePool | None = None,
     ) -> AsyncIterator[InferenceResponse]:
         """All responses to a request as the model produces them; the last has ``final``.
 
         A decoupled model may answer any number of times; any other model answers once. When
         the caller stops iterating early (the client went away), the request is marked
         cancelled, which the model sees through ``response_sender.is_cancelled()``.
-        ``nested`` as for :meth:`infer` (a decoupled ensemble step).
+        ``nested`` as for :meth:`infer` (a decoupled ensemble step). With a ``pool``, each
+        response yielded holds one of its credits until the caller releases it (once
+        written); a decoupled model's sender waits for room (``--grpc-max-response-pool-size``).
         """
         if not (self._accepting or nested):
             raise unavailable("Server is not accepting requests: it is shutting down")
         model = self.models.get(request.model_name, request.model_version)
         if not model.decoupled:
-            yield await self.infer(request, nested=nested)
+            response = await self.infer(request, nested=nested)
+            if pool is not None:
+                pool.take()
+            yield response
             return
         if request.shared_memory is not None:
-            async with contextlib.aclosing(self._stream_shared_memory(request)) as responses:
+            streamed = self._stream_shared_memory(request, pool)
+            async with contextlib.aclosing(streamed) as responses:
                 async for response in responses:
                     yield response
             return
@@ -687,6 +697,7 @@ class Server:
             request,
             lambda req, resp, instance: signature.finish_one(req, resp, version, instance),
             version,
+            pool,
         )
         request.response_sender = sender
         self._inflight += 1
@@ -707,19 +718,21 @@ class Server:
                 trace.request_end()
             if not finished:
                 sender.cancel()
+            elif pool is not None:
+                pool.close()  # the final response is out: no sender may wait any more
             self._inflight -= 1
             if self._idle is not None and not self._inflight:
                 self._idle.set()
         statistics.record_success(monotonic_ns() - received)
 
     async def _stream_shared_memory(
-        self, request: InferenceRequest
+        self, request: InferenceRequest, pool: ResponsePool | None
     ) -> AsyncGenerator[InferenceResponse, None]:
         """:meth:`infer_stream` with inputs from shared memory, each response's outputs
         written into their regions (each response overwrites the one before, as in Triton)."""
         resolved, use = shm_tensors.resolve(self.shared_memory, request)
         try:
-            stream = self.infer_stream(resolved)
+            stream = self.infer_stream(resolved, pool=pool)
             assert isinstance(stream, AsyncGenerator)
             async with contextlib.aclosing(stream) as responses:
                 async for response in responses:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -11,6 +12,95 @@ from triton_core.failures import exception_text
 from triton_core.types import InferenceRequest, InferenceResponse
 
 _Item = tuple[InferenceResponse | TritonError | None, bool]
+
+
+class ResponsePool:
+    """Room for a request's responses that were produced but are not written yet
+    (``--grpc-max-response-pool-size``, Triton's per-request gRPC response queue).
+
+    Each response the stream yields holds one credit from the time it is sent until its
+    consumer hands it to the writer (or drops it) and calls :meth:`release`. A producer
+    off the event loop waits in :meth:`acquire` while ``limit`` credits are held, as Triton
+    blocks a backend's thread that allocates one response too many. A producer on the event
+    loop never waits: it calls :meth:`take`, then holds itself back with :meth:`when_room`
+    or :meth:`room`. Once closed (the request ended, the client went away) nobody waits any
+    more. ``release``, ``close`` and ``when_room`` are called on the event loop.
+    """
+
+    __slots__ = ("_changed", "_closed", "_held", "_waiting_for_room", "limit")
+
+    def __init__(self, limit: int) -> None:
+        if limit < 1:
+            raise ValueError(f"a response pool holds at least 1 response, got {limit}")
+        self.limit = limit
+        self._held = 0
+        self._closed = False
+        self._changed = threading.Condition(threading.Lock())
+        #: callbacks of producers on the event loop, run once the held responses fit
+        self._waiting_for_room: list[Callable[[], None]] = []
+
+    @property
+    def held(self) -> int:
+        return self._held
+
+    def acquire(self) -> None:
+        """Take a credit, first waiting (this thread) while ``limit`` are held."""
+        changed = self._changed
+        with changed:
+            while self._held >= self.limit and not self._closed:
+                changed.wait()
+            self._held += 1
+
+    def take(self) -> None:
+        """Take a credit without waiting (the event loop's producers, a flag-only final)."""
+        with self._changed:
+            self._held += 1
+
+    def has_room(self) -> bool:
+        """Whether what is held fits the limit (or nobody needs to wait any more)."""
+        return self._held <= self.limit or self._closed
+
+    def when_room(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` once :meth:`has_room` (at once if it has)."""
+        with self._changed:
+            if not (self._held <= self.limit or self._closed):
+                self._waiting_for_room.append(callback)
+                return
+        callback()
+
+    async def room(self) -> None:
+        """Return once :meth:`has_room` (on the event loop)."""
+        if self.has_room():
+            return
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+        def wake() -> None:
+            if not future.done():
+                future.set_result(None)
+
+        self.when_room(wake)
+        await future
+
+    def release(self) -> None:
+        """A response was written (or dropped): its credit is free again."""
+        with self._changed:
+            self._held = max(self._held - 1, 0)
+            self._changed.notify()
+            ready = self._held <= self.limit and self._waiting_for_room
+            if ready:
+                ready, self._waiting_for_room = self._waiting_for_room, []
+        if ready:
+            for callback in ready:
+                callback()
+
+    def close(self) -> None:
+        """Nobody waits any more: the request ended or its client went away."""
+        with self._changed:
+            self._closed = True
+            self._changed.notify_all()
+            ready, self._waiting_for_room = self._waiting_for_room, []
+        for callback in ready:
+            callback()
 
 
 class StreamSender:
@@ -24,6 +114,7 @@ class StreamSender:
             [InferenceRequest, InferenceResponse, str], InferenceResponse | TritonError
         ],
         version: int,
+        pool: ResponsePool | None = None,
     ) -> None:
         self._loop = loop
         self._version = version
@@ -36,9 +127,16 @@ class StreamSender:
         self.on_cancel: Callable[[], None] | None = None
         #: the instance executing the request, for error messages (set by the instance pool)
         self.instance = ""
+        #: bounds the responses sent but not yet written (``--grpc-max-response-pool-size``)
+        self.pool = pool
+        self._loop_thread = threading.get_ident() if pool is not None else 0
 
     def send(self, response: InferenceResponse | None = None, *, final: bool = False) -> None:
-        """Deliver a response (and/or the final flag); callable from any thread."""
+        """Deliver a response (and/or the final flag); callable from any thread.
+
+        With a :class:`ResponsePool`, a response sent off the event loop first waits while
+        the pool is full; on the loop, and for a flag-only final, it never waits.
+        """
         if self._final_sent:
             raise invalid_arg(
                 f"model '{self._request.model_name}' sent a response after the final one for "
@@ -46,6 +144,12 @@ class StreamSender:
             )
         if final:
             self._final_sent = True
+        pool = self.pool
+        if pool is not None and (response is not None or final):  # what responses() yields
+            if response is None or threading.get_ident() == self._loop_thread:
+                pool.take()
+            else:
+                pool.acquire()
         item = None if response is None else self._finish(self._request, response, self.instance)
         self._loop.call_soon_threadsafe(self._queue.put_nowait, (item, final))
 
@@ -55,6 +159,8 @@ class StreamSender:
     def cancel(self) -> None:
         """The client stopped waiting. Call on the event loop."""
         self.cancelled = True
+        if self.pool is not None:
+            self.pool.close()  # a producer waiting for room wakes and sees the cancel
         callback, self.on_cancel = self.on_cancel, None
         if callback is not None:
             callback()

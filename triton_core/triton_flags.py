@@ -28,15 +28,6 @@ DEFAULT_BACKEND_DIRECTORY: Final = "/opt/tritonserver/backends"
 DEFAULT_REPOAGENT_DIRECTORY: Final = "/opt/tritonserver/repoagents"
 DEFAULT_CACHE_DIRECTORY: Final = "/opt/tritonserver/caches"
 
-#: flags accepted without effect here, with why; named at start only when given
-NO_EFFECT: Final = {
-    "--grpc-max-response-pool-size": (
-        "Triton blocks a model's response sender while a gRPC stream holds N unwritten "
-        "responses; here a stream's responses wait unbounded in count until written (the "
-        "client's flow-control window and --grpc-http2-max-queued-output bound the bytes on "
-        "their way out)"
-    ),
-}
 #: the flags that take a count, with the least each accepts
 _COUNT_FLAGS: Final = {
     "--http-thread-count": 1,
@@ -308,7 +299,12 @@ def _add_frontends(parser: argparse.ArgumentParser, parse_bool: Callable[[str], 
         "--grpc-infer-thread-count", type=_grpc_infer_threads, default=None, metavar="N"
     )
     parser.add_argument(
-        "--grpc-max-response-pool-size", type=_response_pool_size, default=None, metavar="N"
+        "--grpc-max-response-pool-size",
+        type=_response_pool_size,
+        default=None,
+        metavar="N",
+        help="a streamed request's responses produced but not yet written, at most: its "
+        "decoupled model's sender waits while N are (default: no limit)",
     )
     parser.add_argument(
         "--host-policy", type=_host_policy, action="append", default=None, metavar="NAME,KEY=VALUE"
@@ -364,10 +360,7 @@ def plugin_directories(args: argparse.Namespace) -> list[tuple[str, Path]]:
 
 
 def log_flags_without_effect(args: argparse.Namespace) -> None:
-    """One INFO line per flag given that does nothing here, saying why."""
-    for flag, why in NO_EFFECT.items():
-        if getattr(args, _dest(flag)) is not None:
-            logger.info("%s has no effect here: %s", flag, why)
+    """One INFO line per GPU flag given, saying why it does nothing here."""
     gpus = gpu_count()
     for flag in GPU_ONLY:
         if getattr(args, _dest(flag)) is None:

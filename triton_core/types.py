@@ -59,7 +59,10 @@ class ResponseSender(Protocol):
 
     ``send`` may be called from any thread, during or after ``execute``. The last call must
     pass ``final=True`` (with or without a response), as Triton's
-    ``TRITONSERVER_RESPONSE_COMPLETE_FINAL``.
+    ``TRITONSERVER_RESPONSE_COMPLETE_FINAL``. Off the event loop, sending a response may
+    wait while the client has not taken the earlier ones (``--grpc-max-response-pool-size``
+    on a gRPC stream, as Triton blocks the backend's thread); it returns when there is room
+    or the client is gone (then ``is_cancelled()`` is true).
     """
 
     def send(self, response: InferenceResponse | None = None, *, final: bool = False) -> None: ...

@@ -394,6 +394,7 @@ class InferenceRequest:
         self._preferred_memory = preferred_memory
         self._key = -1  # set for requests received from the server
         self._decoupled = False
+        self._pooled = False
         self._sender: InferenceResponseSender | None = None
         self._by_name: dict[str, Tensor] | None = None
         self._release_flags = TRITONSERVER_REQUEST_RELEASE_ALL
@@ -427,6 +428,7 @@ class InferenceRequest:
         request._preferred_memory = None
         request._key = key
         request._decoupled = decoupled
+        request._pooled = False  # the stub sets it: sends wait for room in the server's pool
         request._sender = None
         request._by_name = None
         request._release_flags = TRITONSERVER_REQUEST_RELEASE_ALL
@@ -588,7 +590,9 @@ class InferenceResponseSender:
             return
         if final:
             self._closed = True
-        _require_runtime("sending responses").send_response(request._key, response, flags)
+        # a flag-only final never waits (Triton allocates no response for it)
+        wait = request._pooled and response is not None
+        _require_runtime("sending responses").send_response(request._key, response, flags, wait)
 
     def is_cancelled(self) -> bool:
         return self._request.is_cancelled()

@@ -124,7 +124,7 @@ def test_flags_accepted_without_effect_say_so_at_start() -> None:
     no_effect = {
         flag for flag, (status, _) in of_kind("flag").items() if status == "accepted, no effect"
     }
-    assert no_effect == set(triton_flags.NO_EFFECT) | set(triton_flags.GPU_ONLY)
+    assert no_effect == set(triton_flags.GPU_ONLY)
 
 
 @cache

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from triton_core.protos.model_config_pb2 import ModelConfig
     from triton_core.shared_memory.region import CudaRegionStatus, SystemRegionStatus
     from triton_core.statistics import ModelStatistics
+    from triton_core.streaming import ResponsePool
     from triton_core.types import (
         InferenceRequest,
         InferenceResponse,
@@ -43,7 +44,9 @@ class ServerAPI(Protocol):
     # -- inference
     async def infer(self, request: InferenceRequest) -> InferenceResponse: ...
     def submit(self, request: InferenceRequest) -> asyncio.Future[InferenceResponse]: ...
-    def infer_stream(self, request: InferenceRequest) -> AsyncIterator[InferenceResponse]: ...
+    def infer_stream(
+        self, request: InferenceRequest, *, pool: ResponsePool | None = None
+    ) -> AsyncIterator[InferenceResponse]: ...
 
     # -- repository
     def repository_index(self, ready_only: bool = False) -> list[ModelIndexEntry]: ...

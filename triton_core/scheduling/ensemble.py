@@ -16,8 +16,9 @@ every step is done.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections import deque
-from collections.abc import Callable
+from collections.abc import AsyncGenerator, Callable
 from time import monotonic_ns
 from typing import TYPE_CHECKING
 
@@ -26,7 +27,7 @@ from triton_core.hookspecs import hookimpl
 from triton_core.model import ModelSignature
 from triton_core.scheduling.base import Scheduler, SchedulerContext
 from triton_core.statistics import StepTimes
-from triton_core.streaming import StreamSender
+from triton_core.streaming import ResponsePool, StreamSender
 from triton_core.types import InferenceRequest, InferenceResponse, Tensor
 
 if TYPE_CHECKING:
@@ -111,9 +112,7 @@ class EnsembleScheduler(Scheduler):
             try:
                 if deliver is None:
                     return await server.infer(step_request, nested=True)
-                async for response in server.infer_stream(step_request, nested=True):
-                    if response.outputs:  # a flag-only final response carries nothing
-                        deliver(response)
+                await self._stream_step(step_request, deliver, _pool_of(request))
                 return None
             finally:
                 if slot is not None:
@@ -126,6 +125,28 @@ class EnsembleScheduler(Scheduler):
                 f"failed: {error.message}",
                 reason=reason,
             ) from None
+
+    async def _stream_step(
+        self,
+        step_request: InferenceRequest,
+        deliver: Callable[[InferenceResponse], None],
+        pool: ResponsePool | None,
+    ) -> None:
+        """A decoupled step's responses to ``deliver``. With the ensemble's response
+        ``pool``, the step's model is held back with a pool of its own: the next response
+        is taken once the ensemble's unwritten ones fit theirs."""
+        stream_pool = None if pool is None else ResponsePool(pool.limit)
+        stream = self._server.infer_stream(step_request, nested=True, pool=stream_pool)
+        assert isinstance(stream, AsyncGenerator)
+        # closed at once when the ensemble stops, even while it waits for room: the step's
+        # model is cancelled and no longer held
+        async with contextlib.aclosing(stream) as responses:
+            async for response in responses:
+                if response.outputs:  # a flag-only final response carries nothing
+                    deliver(response)
+                if pool is not None and stream_pool is not None:
+                    await pool.room()
+                    stream_pool.release()
 
     def _step_request(
         self, step: EnsembleStep, values: dict[str, Tensor], request: InferenceRequest
@@ -390,6 +411,12 @@ class _EnsembleRun:
     def _cancel_running(self) -> None:
         for task in list(self.running):
             task.cancel()
+
+
+def _pool_of(request: InferenceRequest) -> ResponsePool | None:
+    """The response pool of a decoupled ensemble's request (``--grpc-max-response-pool-size``)."""
+    sender = request.response_sender
+    return sender.pool if isinstance(sender, StreamSender) else None
 
 
 @hookimpl

@@ -77,12 +77,15 @@ class BatchCodec:
                 ]
             else:
                 inputs = [add(name, t.datatype, t.data) for name, t in request.inputs.items()]
+            pooled = False
             if decoupled:
                 # a rescheduled request comes back with the same key, so responses its model
                 # sent before rescheduling still find it
                 key = id(request)
                 self.pending[key] = request
                 keys.append(key)
+                # its model's sends wait for room (--grpc-max-response-pool-size)
+                pooled = getattr(request.response_sender, "pool", None) is not None
             else:
                 key = index
             outputs = request.outputs
@@ -98,6 +101,7 @@ class BatchCodec:
                     request.timeout_us,
                     self._trace_reference(request),
                     targets,
+                    pooled,
                 )
             )
         return EncodedBatch(body, packer, keys, regions)

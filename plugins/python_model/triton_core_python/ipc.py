@@ -60,6 +60,9 @@ CONTROL = 18  # stub -> server (events): model management (is_model_ready ...)
 CONTROL_ANSWER = 19  # server -> stub (events)
 REGIONS_CLOSED = 22  # server -> stub (events): (idents,) of clients' regions to let go
 REGIONS = 23  # server -> stub (control): clients' regions announced ahead of a batch
+#: server -> stub (events): a response sent with a room ident fits its request's pool
+#: (``--grpc-max-response-pool-size``): the model's ``send`` may return
+RESPONSE_ROOM = 24
 
 #: largest message sent inline; bigger ones go through shared memory (seqpacket messages
 #: are bounded by the socket buffer, ~200 KiB by default)

@@ -657,19 +657,40 @@ class StubProcess:
             loop.call_soon_threadsafe(self.metrics.release_all)
 
     def _on_response(self, message: ipc.Message) -> None:
-        flags, item = message.body
+        flags, item, room = message.body
+        sender = None
+        try:
+            sender = self._deliver_response(message.ident, flags, item, message.block)
+        finally:
+            if room:  # the model waits in send: it gets its answer whatever happened
+                self._answer_when_room(sender, room)
+
+    def _deliver_response(self, key: int, flags: int, item: Any, block: Any) -> Any:
+        """Hand a decoupled response to its request's sender; the sender (None: its stream
+        already failed, execute raised or the process restarted)."""
         final = bool(flags & 1)
-        key = message.ident
         request = self.codec.pending.pop(key, None) if final else self.codec.pending.get(key)
-        if request is None or request.response_sender is None:
-            return  # its stream already failed (execute raised, or the process restarted)
+        sender = None if request is None else request.response_sender
+        if sender is None:
+            return None
         response = None
         if item is not None:
-            response = self.codec.responses(message.block, [item])[0]
+            response = self.codec.responses(block, [item])[0]
         try:
-            request.response_sender.send(response, final=final)
+            sender.send(response, final=final)
         except TritonError as error:
             logger.warning("model '%s': %s", self.settings.model_name, error.message)
+        return sender
+
+    def _answer_when_room(self, sender: Any, room: int) -> None:
+        """Let the model's ``send`` return once its response fits the request's pool: the
+        loop reads on meanwhile (other requests, cancellation queries) while the model waits,
+        as Triton's response sender blocks the model."""
+        pool = getattr(sender, "pool", None)
+        if pool is None:
+            self._send_event(ipc.RESPONSE_ROOM, room, None, None)
+        else:
+            pool.when_room(lambda: self._send_event(ipc.RESPONSE_ROOM, room, None, None))
 
     def _send_event(self, kind: int, ident: int, body: Any, block: Any) -> None:
         events = self.events

@@ -255,6 +255,7 @@ class Stub:
             timeout,
             trace,
             targets,
+            pooled,
         ) in items:
             try:
                 tensors = [
@@ -280,6 +281,7 @@ class Stub:
             if trace is not None:
                 request._trace = pb_utils.InferenceTrace(trace[1] or None, trace[0])
             request._output_regions = targets
+            request._pooled = pooled
             requests.append(request)
         return requests, failed
 
@@ -442,15 +444,28 @@ class Stub:
 
     # -- what pb_utils calls ---------------------------------------------------------------------
 
-    def send_response(self, key: int, response: Any, flags: int) -> None:
-        """A decoupled model's response (and/or final flag), from any thread."""
+    def send_response(self, key: int, response: Any, flags: int, wait: bool = False) -> None:
+        """A decoupled model's response (and/or final flag), from any thread. ``wait``: the
+        request's responses are pooled (``--grpc-max-response-pool-size``): return once the
+        server says this one fits, as Triton's sender blocks while the pool is full."""
         packer = Packer()
         item = None if response is None else self._encode_response(packer, response)
         block = packer.write(self.memory.arena)
+        if not wait:
+            try:
+                self.events.send(ipc.RESPONSE, key, (flags, item, 0), block)
+            except ipc.PeerClosed:
+                raise pb_utils.TritonModelException("the server is gone") from None
+            return
+        room: queue.SimpleQueue[bool] = queue.SimpleQueue()
+        ident = next(self._ids)
+        self._waiters[ident] = lambda item, final: room.put(True)
         try:
-            self.events.send(ipc.RESPONSE, key, (flags, item), block)
+            self.events.send(ipc.RESPONSE, key, (flags, item, ident), block)
         except ipc.PeerClosed:
+            self._waiters.pop(ident, None)
             raise pb_utils.TritonModelException("the server is gone") from None
+        room.get()
 
     def _call(self, kind: int, body: Any, block: Any, deliver: _Deliver) -> int:
         ident = next(self._ids)
@@ -603,7 +618,12 @@ class Stub:
                     deliver(self._response(message.block, item), final)
             elif kind == ipc.REGIONS_CLOSED:
                 self.regions.drop(message.body)
-            elif kind in (ipc.CANCEL_ANSWER, ipc.CONTROL_ANSWER, ipc.METRIC_ANSWER):
+            elif kind in (
+                ipc.CANCEL_ANSWER,
+                ipc.CONTROL_ANSWER,
+                ipc.METRIC_ANSWER,
+                ipc.RESPONSE_ROOM,
+            ):
                 deliver = self._waiters.pop(message.ident, None)
                 if deliver is not None:
                     deliver(message.body, True)

@@ -61,6 +61,9 @@ class GrpcLimits:
     #: None: connections live as long as they are used
     max_connection_age: float | None = None
     max_connection_age_grace: float | None = None
+    #: ``--grpc-max-response-pool-size``: a streamed request's responses produced but not yet
+    #: written; its model's sender waits while this many are (None: no bound, Triton's INT_MAX)
+    max_response_pool_size: int | None = None
 
 
 DEFAULT_LIMITS: Final = GrpcLimits()
@@ -165,6 +168,8 @@ def from_arguments(args: argparse.Namespace) -> GrpcLimits:
         if flag.kind != "bool" and given < 0:
             raise ValueError(f"{flag.name} must not be negative, got {given}")
         values[flag.field] = given / 1000 if flag.kind == "ms" else given
+    # Triton's flag, parsed (and refused when <= 0) with the other Triton flags
+    values["max_response_pool_size"] = getattr(args, "grpc_max_response_pool_size", None)
     return checked(GrpcLimits(**values))
 
 

@@ -77,7 +77,9 @@ def create_grpc_server(
     Raises ``RuntimeError`` when the address cannot be bound, ``ValueError`` for TLS flags or
     files that cannot be used.
     """
-    inference = GRPCInferenceServicer(server, restrictions, header_forwarder)
+    inference = GRPCInferenceServicer(
+        server, restrictions, header_forwarder, limits.max_response_pool_size
+    )
     health = HealthServicer(server, restrictions)
     tls = tls or TlsOptions("--grpc")
     ssl_context = tls.server_context(["h2"])  # on both transports: the same checks of the files

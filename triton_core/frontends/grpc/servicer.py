@@ -13,7 +13,7 @@ import functools
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from time import monotonic_ns
-from typing import TYPE_CHECKING, Any, Final, NoReturn, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Final, NamedTuple, NoReturn, Protocol, TypeVar
 
 import grpc
 
@@ -36,6 +36,7 @@ from triton_core.frontends.tracing import sent, start_trace, trace_setting, trac
 from triton_core.protos import grpc_service_pb2 as pb
 from triton_core.protos import grpc_service_pb2_grpc as pb_grpc
 from triton_core.protos import health_pb2, health_pb2_grpc
+from triton_core.streaming import ResponsePool
 
 if TYPE_CHECKING:
     from triton_core.tracing import Trace
@@ -201,9 +202,13 @@ class GRPCInferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         server: ServerAPI,
         restrictions: Restrictions | None = None,
         header_forwarder: HeaderForwarder | None = None,
+        response_pool_size: int | None = None,
     ) -> None:
         self._server = server
         self._tracer = tracer_of(server)
+        #: ``--grpc-max-response-pool-size``: a streamed request's responses produced but
+        #: not yet written, at most (None: no bound)
+        self.response_pool_size = response_pool_size
         #: ``--grpc-header-forward-pattern``; with it, ModelInfer runs as a coroutine (the
         #: transport gets no callback handler), so the callback path never checks for it
         self.header_forwarder = header_forwarder
@@ -462,10 +467,14 @@ class GRPCInferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         ``error_message`` (with the request id) and the stream stays open, unless the client
         sent the metadata ``triton_grpc_error: true``: then the first error ends the stream
         with its real status.
+
+        With ``--grpc-max-response-pool-size N`` a request's model waits to send while N of
+        its responses wait for the writer; each gives its room back as its write begins.
         """
         server = self._server
         raise_errors = _wants_grpc_errors(context)
         forwarder = self.header_forwarder
+        pool_size = self.response_pool_size
         # this coroutine is the only writer: grpc.aio allows one write at a time per call
         queue: asyncio.Queue[_StreamItem] = asyncio.Queue()
         put = queue.put_nowait
@@ -483,13 +492,24 @@ class GRPCInferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
                     trace = infer_request.trace = self._start_trace(
                         infer_request, context.invocation_metadata(), tracing_since
                     )
-                async for response in server.infer_stream(infer_request):
+                deliver: Callable[[Any], None]
+                if pool_size is None:
+                    pool = None
+                    responses = server.infer_stream(infer_request)
+                    deliver = put
+                else:
+                    pool = ResponsePool(pool_size)
+                    responses = server.infer_stream(infer_request, pool=pool)
+                    deliver = _Pooled.putter(put, pool)
+                async for response in responses:
                     if response.final and not response.outputs and not response.parameters:
                         # a flag-only completion: sent only when the client asked for it
                         if empty_final:
-                            put(encode_stream_response(response, infer_request, True))
+                            deliver(encode_stream_response(response, infer_request, True))
+                        elif pool is not None:
+                            pool.release()
                         continue
-                    put(encode_stream_response(response, infer_request, response.final))
+                    deliver(encode_stream_response(response, infer_request, response.final))
                 return
             except TritonError as exc:
                 error = exc
@@ -524,6 +544,12 @@ class GRPCInferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
                     return
                 if isinstance(item, TritonError):
                     await _abort(context, item)
+                if item.__class__ is _Pooled:
+                    # its room is free once its write begins, as Triton pops a response
+                    # from the pool when it hands it to gRPC's Write
+                    item.pool.release()
+                    await context.write(item.message)
+                    continue
                 await context.write(item)
         finally:
             # the client went away, or an error ended the stream: stop the work in flight
@@ -655,7 +681,20 @@ class _End:
 
 
 _END: Final = _End()
-_StreamItem = pb.ModelStreamInferResponse | TritonError | _End
+
+
+class _Pooled(NamedTuple):
+    """A response that holds room in its request's pool until its write begins."""
+
+    message: Any
+    pool: ResponsePool
+
+    @staticmethod
+    def putter(put: Callable[[_StreamItem], None], pool: ResponsePool) -> Callable[[Any], None]:
+        return lambda message: put(_Pooled(message, pool))
+
+
+_StreamItem = pb.ModelStreamInferResponse | TritonError | _End | _Pooled
 
 
 def _fill_regions(regions: Any, statuses: Sequence[Any]) -> None:
