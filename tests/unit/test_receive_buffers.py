@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tests.support import wait_until_async
 from tests.unit.test_grpc_http2 import (
     INFER,
     RawClient,
@@ -83,6 +84,22 @@ def test_an_idle_buffer_is_let_go(monkeypatch: pytest.MonkeyPatch) -> None:
     now[0] += 61
     pool.take(1 * MIB)
     assert pool.reused == 1 and len(pool) == 1 and pool.kept_bytes == 1 * MIB
+
+
+async def test_an_idle_server_gives_its_buffers_back() -> None:
+    """On the event loop a timer lets idle buffers go, with no message to trigger it."""
+    pool = BufferPool(count=2, idle_seconds=0.05)
+    pool.take(5 * MIB)
+    in_use = pool.take(6 * MIB)
+    assert len(pool) == 2
+    # both go, the one in use too: its last user frees it
+    await wait_until_async(lambda: len(pool) == 0, timeout=5.0)
+    assert pool.kept_bytes == 0 and pool._trim_timer is None
+    in_use[:] = 1  # still the caller's, whole
+    pool.take(5 * MIB)
+    assert pool._trim_timer is not None
+    pool.close()
+    assert len(pool) == 0 and pool._trim_timer is None
 
 
 def test_negative_sizes_are_refused() -> None:

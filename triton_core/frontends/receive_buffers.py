@@ -12,11 +12,13 @@ message buffers.
 A kept buffer is handed out again only once nothing refers to it: every view of it (a
 request's tensors, an answer that echoes an input, a cached response) holds a reference to
 it, exactly what would otherwise keep it from being freed. At most ``count`` buffers and
-``max_bytes`` in all are kept, and a buffer idle for ``idle_seconds`` is let go.
+``max_bytes`` in all are kept, and a buffer idle for ``idle_seconds`` is let go (by a timer
+on the event loop, so that an idle server gives the memory back).
 """
 
 from __future__ import annotations
 
+import asyncio
 import sys
 import time
 from typing import Final
@@ -68,6 +70,8 @@ class BufferPool:
         self.kept_bytes = 0
         #: how many messages a kept buffer took (for tests and the curious)
         self.reused = 0
+        #: lets idle buffers go while no message comes (armed while any is kept)
+        self._trim_timer: asyncio.TimerHandle | None = None
 
     def take(self, size: int) -> np.ndarray:
         """A writable flat uint8 array of ``size`` bytes: a kept buffer's first bytes when
@@ -85,7 +89,16 @@ class BufferPool:
             self._buffers.append(fresh)
             self._last_used.append(now)
             self.kept_bytes += capacity
+            self._arm_trim(now)
         return fresh[:size]
+
+    def close(self) -> None:
+        """Let every kept buffer go (those in use are freed by their last user)."""
+        if self._trim_timer is not None:
+            self._trim_timer.cancel()
+            self._trim_timer = None
+        while self._buffers:
+            self._drop(len(self._buffers) - 1)
 
     def _free_index(self, size: int) -> int | None:
         """The smallest free kept buffer of at least ``size`` bytes."""
@@ -109,6 +122,24 @@ class BufferPool:
                 return False  # every kept buffer is in use: this one is not kept
             self._drop(index)
         return True
+
+    def _arm_trim(self, now: float) -> None:
+        """Trim when the least recently used buffer turns idle (no timer outside a loop:
+        then the next ``take`` trims)."""
+        if self._trim_timer is not None or not self._last_used:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        delay = max(min(self._last_used) + self.idle_seconds - now, 0.0) + 0.001
+        self._trim_timer = loop.call_later(delay, self._trim)
+
+    def _trim(self) -> None:
+        self._trim_timer = None
+        now = time.monotonic()
+        self._let_idle_go(now)
+        self._arm_trim(now)
 
     def _let_idle_go(self, now: float) -> None:
         for index in range(len(self._buffers) - 1, -1, -1):

@@ -806,6 +806,7 @@ class GrpcServer:
         if self._server is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._server.wait_closed(), 1.0)
+        self.message_buffers.close()
         self._stopped.set()
 
     async def wait_for_termination(self) -> None:
