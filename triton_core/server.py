@@ -772,16 +772,15 @@ def _answer_in_regions(
         answer.set_exception(error)
         return
     response = done.result()
-    if use.bytes_to_write(response) <= shm_tensors.OFFLOAD_BYTES:
-        try:
-            use.write_outputs(response)
-        except Exception as exc:  # an output region too small, say
-            answer.set_exception(exc)
-        else:
-            answer.set_result(response)
+    try:
+        writing = _start_writing(use, response)
+    except Exception as exc:  # an output region too small, say
+        answer.set_exception(exc)
         return
-    writing = _offload_write(use, response)
-    writing.add_done_callback(lambda written: _written(answer, response, written))
+    if writing is None:
+        answer.set_result(response)
+    else:
+        writing.add_done_callback(lambda written: _written(answer, response, written))
 
 
 def _written(
@@ -799,11 +798,15 @@ def _written(
         answer.set_result(response)
 
 
-def _offload_write(
+def _start_writing(
     use: shm_tensors.SharedMemoryUse, response: InferenceResponse
-) -> asyncio.Future[None]:
-    """Write large outputs from a thread (numpy copies without the GIL), so the event loop
-    goes on serving meanwhile; the regions stay held until the write ends."""
+) -> asyncio.Future[None] | None:
+    """Write a response's shared-memory outputs: small ones at once (None), large ones from
+    a thread (numpy copies without the GIL), so that the event loop goes on serving
+    meanwhile; the regions stay held until that write ends."""
+    if use.bytes_to_write(response) <= shm_tensors.OFFLOAD_BYTES:
+        use.write_outputs(response)
+        return None
     copiers = buffer_manager.threads()  # --buffer-manager-thread-count, when given
     if copiers is not None:
         writing = copiers.run(use.write_outputs, response)
@@ -814,9 +817,7 @@ def _offload_write(
 
 
 async def _write_outputs(use: shm_tensors.SharedMemoryUse, response: InferenceResponse) -> None:
-    """Write a response's shared-memory outputs: large ones from a thread (numpy copies
-    without the GIL), so the event loop goes on serving meanwhile."""
-    if use.bytes_to_write(response) <= shm_tensors.OFFLOAD_BYTES:
-        use.write_outputs(response)
-        return
-    await _offload_write(use, response)
+    """:func:`_start_writing`, awaited."""
+    writing = _start_writing(use, response)
+    if writing is not None:
+        await writing
