@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import functools
 import inspect
 import logging
 import socket
@@ -46,6 +47,7 @@ from triton_core.frontends.grpc.http2 import (
 )
 from triton_core.frontends.grpc.limits import DEFAULT_LIMITS, GrpcLimits
 from triton_core.frontends.grpc.wire import EncodedMessage
+from triton_core.frontends.inflate import WBITS, InflatedTooLarge, inflate
 from triton_core.frontends.receive_buffers import DEFAULT_COUNT, BufferPool
 from triton_core.threads import OffloadThreads
 
@@ -61,27 +63,13 @@ _ANSWER_HEADERS: Final = (
 )
 
 
-class MessageTooLarge(Exception):
-    """A request message beyond the maximum message size."""
-
-
-def _inflater(wbits: int) -> Callable[[bytes | memoryview, int], bytes]:
-    def inflate(data: bytes | memoryview, limit: int) -> bytes:
-        """``data`` inflated, to ``limit`` bytes at most: a bomb stops at the limit."""
-        inflater = zlib.decompressobj(wbits)
-        out = inflater.decompress(data, limit + 1)
-        if len(out) > limit or inflater.unconsumed_tail:
-            raise MessageTooLarge(limit)
-        if not inflater.eof:
-            raise zlib.error("incomplete or truncated stream")
-        return out
-
-    return inflate
+def _inflate_message(data: bytes | memoryview, limit: int, *, encoding: str) -> bytearray:
+    """A compressed message inflated, ``limit`` bytes at most (protobuf parses any buffer)."""
+    return inflate(data, encoding, limit)
 
 
 _DECOMPRESSORS: Final = {
-    "gzip": _inflater(16 + zlib.MAX_WBITS),
-    "deflate": _inflater(zlib.MAX_WBITS),
+    encoding: functools.partial(_inflate_message, encoding=encoding) for encoding in WBITS
 }
 #: messages a client stream may queue for its handler before its window stays shut
 _STREAM_QUEUE: Final = 16
@@ -304,7 +292,7 @@ class _Call:
         stream_id: int,
         method: RpcMethod,
         headers: Headers,
-        decompress: Callable[[bytes | memoryview, int], bytes] | None,
+        decompress: Callable[[bytes | memoryview, int], bytearray] | None,
         timeout: float | None,
     ) -> None:
         self._server = server
@@ -423,7 +411,7 @@ class _Call:
         self._unary_request = self._parse(payload)
         return self._unary_request is not None
 
-    def _parse(self, payload: bytes | memoryview) -> Message | None:
+    def _parse(self, payload: bytes | bytearray | memoryview) -> Message | None:
         """The request message; None when it does not parse (the call has failed)."""
         try:
             parse = self._method.parse
@@ -435,7 +423,7 @@ class _Call:
             self._fail(grpc.StatusCode.INTERNAL, "Exception deserializing request!")
             return None
 
-    async def _inflate(self, payload: bytes) -> bytes | None:
+    async def _inflate(self, payload: bytes) -> bytearray | None:
         """``payload`` inflated in a worker thread (zlib lets the GIL go), so that a large
         message does not stall the event loop; None when it fails (the call has failed)."""
         if self._decompress is None:
@@ -444,7 +432,7 @@ class _Call:
         limit = self._server.max_message_size
         try:
             return await self._server.inflaters.run(self._decompress, payload, limit)
-        except MessageTooLarge:
+        except InflatedTooLarge:
             self._fail_too_large(None)
         except zlib.error as exc:
             self._fail(grpc.StatusCode.INTERNAL, f"failed to decompress the message: {exc}")
@@ -867,8 +855,8 @@ class GrpcServer:
 
 #: algorithm -> (zlib wbits, the grpc-encoding header)
 _COMPRESSORS: Final = {
-    "gzip": (16 + zlib.MAX_WBITS, encode_literal("grpc-encoding", "gzip")),
-    "deflate": (zlib.MAX_WBITS, encode_literal("grpc-encoding", "deflate")),
+    encoding: (wbits, encode_literal("grpc-encoding", encoding))
+    for encoding, wbits in WBITS.items()
 }
 
 

@@ -9,15 +9,12 @@ import zlib
 from typing import Final
 
 from triton_core.errors import TritonError, invalid_arg, unsupported
+from triton_core.frontends.inflate import DEFLATE, GZIP, InflatedTooLarge, inflate
 
 IDENTITY: Final = "identity"
-GZIP: Final = "gzip"
-DEFLATE: Final = "deflate"
 
 #: sent with the 501 answer to an unknown Content-Encoding
 SUPPORTED_ENCODINGS: Final = "gzip, deflate"
-
-_WBITS: Final = {GZIP: 16 + zlib.MAX_WBITS, DEFLATE: zlib.MAX_WBITS}
 
 
 def request_encoding(content_encoding: str | None) -> str:
@@ -30,20 +27,14 @@ def request_encoding(content_encoding: str | None) -> str:
     raise unsupported("Unsupported compression type")
 
 
-def decompress(body: bytes, encoding: str, max_size: int) -> bytes:
+def decompress(body: bytes, encoding: str, max_size: int) -> bytearray:
     """Inflate a gzip or deflate (zlib stream) body, refusing more than ``max_size`` bytes."""
-    decompressor = zlib.decompressobj(_WBITS[encoding])
     try:
-        data = decompressor.decompress(body, max_size + 1)
-        if len(data) <= max_size and not decompressor.unconsumed_tail:
-            data += decompressor.flush()
+        return inflate(body, encoding, max_size)
+    except InflatedTooLarge:
+        raise too_large("decompressed request body", None, max_size) from None
     except zlib.error as exc:
         raise invalid_arg(f"failed to decompress the {encoding} request body: {exc}") from None
-    if len(data) > max_size or decompressor.unconsumed_tail:
-        raise too_large("decompressed request body", None, max_size)
-    if not decompressor.eof:
-        raise invalid_arg(f"failed to decompress the {encoding} request body: truncated data")
-    return data
 
 
 def compress(body: bytes, encoding: str) -> bytes:
