@@ -93,6 +93,12 @@ def test_flags_without_effect_say_so_once_at_start(logged: tuple) -> None:
     assert "--grpc-max-response-pool-size" not in text  # not given: not named
 
 
+def test_the_start_is_logged_once(logged: tuple) -> None:
+    """One line for the process, though HTTP and metrics each run a server of their own."""
+    _, log_file = logged
+    assert log_file.read_text().count("Started server process") == 1
+
+
 def test_verbose_reaches_core_and_plugins_not_libraries(logged: tuple) -> None:
     _, log_file = logged
     text = log_file.read_text()

@@ -253,6 +253,7 @@ async def serve(server: Server, options: FrontendOptions) -> int:
             grpc_port,
             " (TLS)" if options.grpc_tls.enabled else "",
         )
+    logger.info("Started server process [%d]", os.getpid())
     if options.ports_file:
         ports = {name.lower(): _port_of(sock) for name, sock in sockets.items()}
         if grpc_server is not None:
@@ -459,6 +460,20 @@ def _check_tls(options: FrontendOptions) -> ssl.SSLContext | None:
     return options.http_tls.server_context(["http/1.1"])
 
 
+class _UvicornStartLines(logging.Filter):
+    """Drops the line each uvicorn server logs as it starts: the process has several (HTTP,
+    metrics, cloud endpoints) and the runner says it once for all of them."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("Started server process")
+
+
+def _drop_uvicorn_start_lines() -> None:
+    uvicorn_log = logging.getLogger("uvicorn.error")
+    if not any(isinstance(known, _UvicornStartLines) for known in uvicorn_log.filters):
+        uvicorn_log.addFilter(_UvicornStartLines())
+
+
 def _start_uvicorn(
     app: ASGIApp,
     sock: socket.socket,
@@ -515,5 +530,6 @@ def _start_uvicorn(
         timeout_keep_alive=options.http_keepalive_timeout_secs,  # type: ignore[arg-type]
     )
     http_server = _QuietSignalsServer(config)
+    _drop_uvicorn_start_lines()
     task = asyncio.create_task(http_server.serve(sockets=[sock]))
     return http_server, task
