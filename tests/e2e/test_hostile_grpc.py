@@ -406,3 +406,33 @@ def test_grpcio_transport_honours_the_message_size_flag(onnx_repository: Path) -
             assert client.infer("identity_uint8", inputs).as_numpy("OUTPUT0").shape == (1, 1000)
         finally:
             client.close()
+
+
+def test_idle_connections_filling_the_maximum_lock_no_client_out(onnx_repository: Path) -> None:
+    """Beyond --grpc-max-connections the connection idle the longest is sent away: a flood of
+    idle HTTP/2 connections costs tritonclient nothing, whether it connected before (and
+    went idle) or during the flood."""
+    cap = 16
+    process = ServerProcess([onnx_repository], "--grpc-max-connections", str(cap))
+    with process:
+        process.wait_ready()
+        before = grpcclient.InferenceServerClient(process.grpc_url)
+        assert before.is_server_live(client_timeout=5.0)
+
+        async def flood() -> tuple[int, int]:
+            clients = [await RawClient.connect(process.grpc_port) for _ in range(2 * cap)]
+            try:
+                # the oldest were sent away to admit the rest (so the cap was reached)
+                code, _ = await goaway_code(clients[0])
+                await asyncio.to_thread(others_are_served, process)
+                served_again = await asyncio.to_thread(before.is_server_live, client_timeout=5.0)
+                return code, served_again
+            finally:
+                for client in clients[1:]:
+                    await client.close()
+
+        code, served_again = asyncio.run(flood())
+        before.close()
+        assert code == h2.NO_ERROR
+        assert served_again
+    assert process.process.returncode == 0, process.log()[-4000:]

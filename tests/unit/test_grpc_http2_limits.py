@@ -300,16 +300,44 @@ async def test_streams_refused_over_and_over_spend_the_reset_budget(serve: Serve
         assert code == h2.ENHANCE_YOUR_CALM
 
 
-async def test_connections_beyond_the_maximum_are_sent_away(serve: Serve) -> None:
+async def test_at_the_maximum_the_connection_idle_longest_makes_room(serve: Serve) -> None:
+    """A flood of idle connections must not lock clients out: the one with no call open for
+    the longest is sent away (GOAWAY NO_ERROR; gRPC clients connect again)."""
     served = await serve(max_connections=2)
     first, second = await served.connect(), await served.connect()
+    second.call(1, LIVE, message(b""))  # second was busy after first went idle
+    assert status(await second.answer(1)) == ("0", "")
     await wait_until_async(lambda: len(served.server._connections) == 2)
+    third = await served.connect()
+    _, code, reason = await goaway(first)
+    assert (code, reason) == (
+        h2.NO_ERROR,
+        b"idle connection closed to make room (--grpc-max-connections)",
+    )
+    for client, stream_id in ((third, 1), (second, 3)):  # both served
+        client.call(stream_id, LIVE, message(b""))
+        assert status(await client.answer(stream_id)) == ("0", "")
+    await first.close()
+    await second.close()
+    await third.close()
+
+
+async def test_at_the_maximum_with_a_call_open_on_each_a_new_one_is_sent_away(
+    serve: Serve,
+) -> None:
+    served = await serve(max_connections=2)
+    first, second = await served.connect(), await served.connect()
+    for client in (first, second):
+        client.call(1, INFER, message(delay_request(2)))
+    await wait_until_async(
+        lambda: sum(conn.open_streams for conn in served.server._connections) == 2
+    )
     third = await served.connect()
     _, code, reason = await goaway(third)
     await third.close()
     assert (code, reason) == (
         h2.ENHANCE_YOUR_CALM,
-        b"more than 2 connections (--grpc-max-connections)",
+        b"more than 2 connections, none of them idle (--grpc-max-connections)",
     )
     await first.close()
     await wait_until_async(lambda: len(served.server._connections) == 1)

@@ -240,32 +240,57 @@ async def test_a_chunked_body_over_the_limit_gets_413() -> None:
         writer.close()
 
 
-async def test_connections_beyond_the_cap_get_503_and_close() -> None:
-    async with Served(limits=LIMITS) as served:
+LIVE = b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\n\r\n"
+
+
+async def test_at_the_cap_the_connection_idle_longest_makes_room() -> None:
+    """A flood of idle connections must not lock clients out: the one idle the longest (a
+    keep-alive connection between requests, or one that has sent nothing yet) is closed."""
+    limits = HttpLimits(header_timeout=30, max_connections=5)
+    async with Served(limits=limits) as served:
+        silent = await served.connect()  # idle since it connected, before the others
         held = []
-        for _ in range(LIMITS.max_connections):
+        for _ in range(limits.max_connections - 1):
             reader, writer = await served.connect()
-            writer.write(b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\n\r\n")
+            writer.write(LIVE)
             assert (await read_answer(reader))[0] == 200
             held.append((reader, writer))
+        await wait_until_async(lambda: len(served.connections()) == limits.max_connections)
+        for expected_closed in [silent, held[0], held[1]]:
+            reader, writer = await served.connect()
+            writer.write(LIVE)
+            assert (await read_answer(reader))[0] == 200
+            assert await asyncio.wait_for(expected_closed[0].read(), 5) == b""
+            held.append((reader, writer))
+        for reader, writer in held[2:]:  # the rest were kept, and serve
+            writer.write(LIVE)
+            assert (await read_answer(reader))[0] == 200
+            writer.close()
+
+
+async def test_at_the_cap_with_every_connection_busy_a_new_one_gets_503() -> None:
+    limits = HttpLimits(header_timeout=30, max_connections=4)
+    async with Served(limits=limits) as served:
+        held = []
+        for _ in range(limits.max_connections):
+            reader, writer = await served.connect()
+            writer.write(LIVE[:20])  # a request begun: the connection is busy
+            held.append((reader, writer))
+        await wait_until_async(
+            lambda: (
+                len(served.connections()) == limits.max_connections
+                and not any(connection.idle for connection in served.connections())
+            )
+        )
         reader, writer = await served.connect()
         status, message = await refusal(reader)
-        assert status == 503 and "--http-max-connections" in message
+        assert status == 503 and "none of them idle" in message
+        assert "--http-max-connections" in message
         writer.close()
-        held.pop()[1].close()
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + 5
-        while True:  # served again once the server has seen the close
-            reader, writer = await served.connect()
-            writer.write(b"GET /v2/health/live HTTP/1.1\r\nHost: x\r\n\r\n")
-            status = (await read_answer(reader))[0]
+        for reader, writer in held:  # the busy ones were kept: they finish their requests
+            writer.write(LIVE[20:])
+            assert (await read_answer(reader))[0] == 200
             writer.close()
-            if status == 200 or loop.time() > deadline:
-                break
-            await asyncio.sleep(0.05)
-        assert status == 200
-        for _, other in held:  # the connections held were served all along
-            other.close()
 
 
 async def test_the_url_cache_is_keyed_by_path_and_bounded() -> None:

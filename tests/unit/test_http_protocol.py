@@ -181,6 +181,10 @@ class Served:
     async def connect(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         return await asyncio.open_connection("127.0.0.1", self.port)
 
+    def connections(self) -> set[Any]:
+        """The protocols of the connections the server holds."""
+        return self.server.server_state.connections
+
 
 def infer_request(body: bytes, path: str = "/v2/models/simple/infer", **headers: str) -> bytes:
     lines = [f"POST {path} HTTP/1.1", "Host: x", f"Content-Length: {len(body)}"]

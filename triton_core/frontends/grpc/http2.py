@@ -329,6 +329,15 @@ class Http2Connection(asyncio.Protocol):
         self._timer: asyncio.TimerHandle | None = None
         self._tick_interval = _tick_interval(limits)
         self._refusal: str | None = None
+        self._idle_since = now  # when its last stream ended (or it was made)
+
+    @property
+    def idle_since(self) -> float | None:
+        """Loop time since which no stream has been open; None while one is, or once the
+        connection is going away."""
+        if self._streams or self._going_away or self._closed or self._refusal is not None:
+            return None
+        return self._idle_since
 
     def refuse(self, reason: str) -> None:
         """Send the connection away as soon as it is made: GOAWAY ENHANCE_YOUR_CALM."""
@@ -1057,7 +1066,10 @@ class Http2Connection(asyncio.Protocol):
                 future.set_result(None)
 
     def _close_if_idle(self) -> None:
-        if self._going_away and not self._streams:
+        if self._streams:
+            return
+        self._idle_since = self._loop.time()
+        if self._going_away:
             self._linger()
 
     def _write_control(self) -> None:

@@ -806,12 +806,33 @@ class GrpcServer:
 
     def _connection(self) -> Http2Connection:
         conn = Http2Connection(self._open_stream, self._connections.discard, self._limits)
-        if len(self._connections) >= self._limits.max_connections:
+        if len(self._connections) >= self._limits.max_connections and not self._shed_idle():
             limit = self._limits.max_connections
-            conn.refuse(f"more than {limit} connections (--grpc-max-connections)")
+            conn.refuse(
+                f"more than {limit} connections, none of them idle (--grpc-max-connections)"
+            )
             return conn
         self._connections.add(conn)
         return conn
+
+    def _shed_idle(self) -> bool:
+        """Send away the connection idle the longest (no call open) to make room for a new
+        one, as a flood of idle connections must not lock clients out (they connect again
+        on GOAWAY); False when every connection has a call open.
+
+        Runs only at the cap, so calls keep no ordered registry of idle connections.
+        """
+        oldest: Http2Connection | None = None
+        oldest_since = float("inf")
+        for connection in self._connections:
+            since = connection.idle_since
+            if since is not None and since < oldest_since:
+                oldest, oldest_since = connection, since
+        if oldest is None:
+            return False
+        log.debug("gRPC connection %s idle the longest: sent away for a new one", oldest.peer)
+        oldest.go_away(reason="idle connection closed to make room (--grpc-max-connections)")
+        return True
 
     def _open_stream(
         self, conn: Http2Connection, stream_id: int, headers: Headers, end_stream: bool

@@ -502,17 +502,46 @@ class HttpProtocol(HttpToolsProtocol):
         self.fast_path = app if isinstance(app, InferFastPath) else None
         self._phase_since = loop.time()  # the first request's header deadline counts from now
         self._held = deque()
-        if over_capacity:
+        if over_capacity and not self._shed_idle_connection():
             message = (
-                f"the server has {limits.max_connections} connections open, its limit "
-                "(--http-max-connections)"
+                f"the server has {limits.max_connections} connections open, none of them "
+                "idle, its limit (--http-max-connections)"
             )
             self._refuse(503, message)
             return
+        self._idle_since = self._phase_since  # idle until its first request arrives
         deadlines = _DEADLINES.get(self.server_state)
         if deadlines is None:
             deadlines = _DEADLINES[self.server_state] = _Deadlines(self.connections, limits)
         deadlines.start(loop)
+
+    @property
+    def idle(self) -> bool:
+        """No request begun or unanswered on the connection."""
+        return self._idle_since is not None
+
+    def _shed_idle_connection(self) -> bool:
+        """Close the connection idle the longest (no request begun or unanswered) to make
+        room for this one, as a flood of idle connections must not lock clients out; False
+        when every connection is busy.
+
+        Runs only at the cap, so the busy path keeps no ordered registry of idle connections.
+        """
+        oldest: HttpProtocol | None = None
+        oldest_since = float("inf")
+        for connection in self.connections:
+            if not isinstance(connection, HttpProtocol) or connection is self:
+                continue
+            since = connection._idle_since
+            if since is not None and since < oldest_since and not connection._lingering:
+                oldest, oldest_since = connection, since
+        if oldest is None:
+            return False
+        logger.debug("HTTP connection %s idle the longest: closed for a new one", oldest.client)
+        oldest._idle_since = None
+        oldest._phase = _BUSY
+        oldest.transport.close()
+        return True
 
     def data_received(self, data: bytes) -> None:
         if self._lingering:
