@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from triton_core_torch import runtime
+from triton_core_torch import instance as torch_instance
 
 from triton_core import DeviceBuffer, InferenceRequest, Status, Tensor, TritonError
 from triton_core.testing import HostCudaRegion, TorchCudaRegion
@@ -47,7 +47,7 @@ def opted_in(builders, model_file, instance, monkeypatch):  # type: ignore[no-un
     inst = instance(ADD_SUB, auto_complete=False)
     assert inst.accepts_device_tensors is False  # CPU instances never opt in themselves
     inst.accepts_device_tensors = True
-    monkeypatch.setattr(runtime, "_device_tensor", host_tensor)
+    monkeypatch.setattr(torch_instance, "_device_tensor", host_tensor)
     return inst
 
 
@@ -120,7 +120,7 @@ def test_a_bf16_output_asked_into_a_region_is_left_to_the_server(
         auto_complete=False,
     )
     inst.accepts_device_tensors = True
-    monkeypatch.setattr(runtime, "_device_tensor", host_tensor)
+    monkeypatch.setattr(torch_instance, "_device_tensor", host_tensor)
     bits = np.array([[0x3F80, 0x4000, 0xBF80]], np.uint16)  # BF16 inputs come as host arrays
     request = InferenceRequest("m", {"INPUT__0": Tensor("INPUT__0", "BF16", bits)})
     sink = HostCudaRegion("out", 64)

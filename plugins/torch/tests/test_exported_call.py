@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch import nn
 from triton_core_torch import model_builders as mb
-from triton_core_torch.runtime import _CheckedOnce, lifted_graph
+from triton_core_torch.loading import CheckedOnce, lifted_graph
 
 
 class WithConstants(nn.Module):
@@ -68,7 +68,7 @@ def test_shapes_seen_before_run_the_programs_graph_with_the_modules_results(
     program = exported(tmp_path, module, *[torch.zeros(2, width)] * inputs)
     assert lifted_graph(program) is not None
     reference = program.module()
-    call = _CheckedOnce(program.module(), program)
+    call = CheckedOnce(program.module(), program)
     args = [torch.rand(3, width) for _ in range(inputs)]
     first = call(*args)  # through the module, with its checks
     again = call(*args)  # through the program's graph
@@ -87,7 +87,7 @@ def test_a_program_that_writes_a_buffer_sees_its_writes(tmp_path: Path, function
         program = program.run_decompositions()
         assert lifted_graph(program) is None
     module = program.module()
-    call = _CheckedOnce(module, program)
+    call = CheckedOnce(module, program)
     x = torch.zeros(2, 1)
     results = [call(x)[0, 0].item() for _ in range(3)]
     assert results == [1.0, 2.0, 3.0]  # each call saw the previous call's write
@@ -97,7 +97,7 @@ def test_a_program_that_writes_a_buffer_sees_its_writes(tmp_path: Path, function
 def test_new_shapes_are_checked_again(tmp_path: Path) -> None:
     mlp = mb.seeded(mb.Mlp, in_features=4, out_features=2)
     program = exported(tmp_path, mlp, torch.zeros(2, 4))
-    call = _CheckedOnce(program.module(), program)
+    call = CheckedOnce(program.module(), program)
     call(torch.rand(2, 4))
     call(torch.rand(2, 4))
     with pytest.raises(Exception, match=r"Guard failed|Expected input"):

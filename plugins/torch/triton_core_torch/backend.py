@@ -5,8 +5,9 @@ backend and platform names, the same input/output naming conventions and the sam
 ``parameters``. ``torch.export`` programs are a format of their own here: they record their
 inputs' and outputs' datatypes and shapes, so their configs are auto-completed like ONNX ones.
 
-This module does not import torch: :mod:`triton_core_torch.runtime` is imported when the first
-PyTorch model is completed or loaded.
+This module does not import torch: :mod:`triton_core_torch.loading` and
+:mod:`triton_core_torch.runtime` are imported when the first PyTorch model is completed or
+loaded.
 """
 
 from __future__ import annotations
@@ -42,23 +43,23 @@ class PyTorchBackend(Backend):
         Triton, their configs are not completed: a config without inputs or outputs fails
         with a message that shows the model's forward signature.
         """
-        from triton_core_torch import runtime
+        from triton_core_torch import loading
         from triton_core_torch.signature import complete_config
 
         model = config.name or model_path.parent.parent.name
         if not config.platform:
             # As Triton does for backend "pytorch" (metadata reports the platform).
             config.platform = PLATFORM
-        path = runtime.resolve_model_file(model_path, model)
+        path = loading.resolve_model_file(model_path, model)
         if path != model_path:
             # model.pt2 found beside the missing default model.pt: load that file.
             config.default_model_filename = path.name
-        if runtime.is_exported_program(path):
-            signature = runtime.read_signature(path, model)
+        if loading.is_exported_program(path):
+            signature = loading.read_signature(path, model)
             complete_config(config, signature, model, self)
             return
         if not config.input or not config.output:
-            signature = runtime.read_signature(path, model)
+            signature = loading.read_signature(path, model)
             raise TritonError(
                 Status.INVALID_ARG,
                 f"model '{model}': a TorchScript model does not record the datatypes and "

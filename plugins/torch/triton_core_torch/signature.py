@@ -1,6 +1,6 @@
 """What a model file says about its inputs and outputs, and how config tensors bind to them.
 
-Pure Python (no torch import). :mod:`triton_core_torch.runtime` reads a
+Pure Python (no torch import). :mod:`triton_core_torch.loading` reads a
 :class:`Signature` from a TorchScript module (argument names and types only) or a
 ``torch.export`` program (names, datatypes and shapes); this module binds the config's
 tensors to it with Triton's PyTorch backend conventions, checks them, and auto-completes
