@@ -305,9 +305,11 @@ class _Instance:
 
 
 class SequenceBatcher(Scheduler):
-    """``sequence_batching``: direct or oldest strategy, control inputs, implicit state."""
+    """``sequence_batching``: slots, control inputs, implicit state, shared by the two
+    strategies (:class:`DirectSequenceBatcher`, :class:`OldestSequenceBatcher`), which form
+    the batches (:meth:`_form`)."""
 
-    def __init__(self, context: SchedulerContext) -> None:
+    def __init__(self, context: SchedulerContext, slots: int, delay_s: float) -> None:
         config = context.config
         batching = config.sequence_batching
         self._model = config.name
@@ -321,21 +323,8 @@ class SequenceBatcher(Scheduler):
         self._batching = config.max_batch_size > 0
         self._max_batch = max(1, config.max_batch_size)
         self._idle_s = (batching.max_sequence_idle_microseconds or 1_000_000) / 1e6
-        self._oldest = batching.HasField("oldest")
-        if self._oldest:
-            oldest = batching.oldest
-            slots = oldest.max_candidate_sequences or self._max_batch
-            self._preferred = sorted(set(oldest.preferred_batch_size)) or [self._max_batch]
-            self._delay = oldest.max_queue_delay_microseconds / 1e6
-            self._utilization = 0.0
-        else:
-            slots = self._max_batch
-            self._preferred = [self._max_batch]
-            self._delay = batching.direct.max_queue_delay_microseconds / 1e6
-            self._utilization = batching.direct.minimum_slot_utilization
+        self._delay = delay_s
         self._controls = _Controls(config)
-        # Filler requests keep slot positions only where the model can tell them apart.
-        self._pad = self._batching and not self._oldest and self._controls.has_ready
         self._states = _read_states(config, context.model_dir)
         self._initial = {state.input_name: state.initial for state in self._states}
         self._ragged = frozenset(t.name for t in config.input if t.allow_ragged_batch)
@@ -349,11 +338,18 @@ class SequenceBatcher(Scheduler):
         self._pending = 0
         self._stopping = False
         self._drained: asyncio.Event | None = None
-        #: oldest ``preserve_ordering``: (caller's, batcher's) futures in arrival order, until
-        #: the caller's is answered; None: answers go out as they finish
-        self._order: deque[tuple[asyncio.Future[InferenceResponse], asyncio.Future[Any]]] | None
-        self._order = deque() if self._oldest and batching.oldest.preserve_ordering else None
         self._pool.pin()
+
+    def _form(self, instance: _Instance, ready: list[_Sequence], deadline_passed: bool) -> None:
+        """Submit a batch of ``ready`` (sequences of ``instance`` with a request waiting, in
+        slot order) to the instance, or arm its timer to wait for more."""
+        raise NotImplementedError
+
+    def _answer(
+        self, future: asyncio.Future[InferenceResponse]
+    ) -> asyncio.Future[InferenceResponse]:
+        """The future the caller of :meth:`enqueue` waits on for ``future``'s answer."""
+        return future
 
     # -- accepting -----------------------------------------------------------------------------
 
@@ -404,41 +400,7 @@ class SequenceBatcher(Scheduler):
         self._pending += 1
         if sequence.slot is not None:
             self._kick(sequence.slot.instance)
-        if self._order is not None:
-            return self._in_arrival_order(future)
-        return future
-
-    # -- preserve_ordering (oldest) ------------------------------------------------------------
-
-    def _in_arrival_order(
-        self, inner: asyncio.Future[InferenceResponse]
-    ) -> asyncio.Future[InferenceResponse]:
-        """The caller's future: answered once every request that arrived before is."""
-        assert self._order is not None
-        outer: asyncio.Future[InferenceResponse] = self._loop.create_future()
-        self._order.append((outer, inner))
-        inner.add_done_callback(self._release_in_order)
-        # a caller that stops waiting cancels the request, as without ordering
-        outer.add_done_callback(lambda done: inner.cancel() if done.cancelled() else None)
-        return outer
-
-    def _release_in_order(self, _finished: asyncio.Future[Any]) -> None:
-        order = self._order
-        assert order is not None
-        while order:
-            outer, inner = order[0]
-            if not inner.done():
-                return
-            order.popleft()
-            error = None if inner.cancelled() else inner.exception()  # retrieved either way
-            if outer.done():
-                continue  # the caller went away
-            if inner.cancelled():
-                outer.cancel()
-            elif error is not None:
-                outer.set_exception(error)
-            else:
-                outer.set_result(inner.result())
+        return self._answer(future)
 
     def _own_id(self) -> int:
         """An unused correlation ID for an iterative request that has none (as Triton's
@@ -565,10 +527,7 @@ class SequenceBatcher(Scheduler):
         try:
             ready = self._ready_sequences(instance)
             if ready:
-                if self._oldest:
-                    self._form_oldest(instance, ready, deadline_passed)
-                else:
-                    self._form_direct(instance, ready, deadline_passed)
+                self._form(instance, ready, deadline_passed)
         finally:
             instance.forming = False
         self._check_drained()
@@ -583,70 +542,6 @@ class SequenceBatcher(Scheduler):
             if sequence is not None and sequence.queue:
                 ready.append(sequence)
         return ready
-
-    def _form_direct(
-        self, instance: _Instance, ready: list[_Sequence], deadline_passed: bool
-    ) -> None:
-        waits = self._delay > 0 and self._utilization > 0 and not deadline_passed
-        utilized = len(ready) / self._max_batch >= self._utilization
-        if waits and not utilized and not self._stopping:
-            oldest = min(sequence.queue[0].arrival for sequence in ready)
-            if self._loop.time() - oldest < self._delay:
-                self._arm(instance, oldest + self._delay)
-                return
-        members = self._compatible(ready)
-        if len(members) >= self._max_batch:
-            reason = "max_batch_size"
-        elif self._delay > 0 and self._utilization > 0:
-            reason = "minimum_slot_utilization" if utilized else "max_queue_delay"
-        else:
-            reason = "instance_free"
-        entries: list[_Entry | None] = []
-        requests: list[InferenceRequest | None] = []
-        if self._pad:
-            by_position = {sequence.slot.index: sequence for sequence in members}  # type: ignore[union-attr]
-            for position in range(max(by_position) + 1):
-                sequence = by_position.get(position)
-                entry = self._take(sequence) if sequence is not None else None
-                entries.append(entry)
-                requests.append(entry.request if entry is not None else None)
-            like = next(request for request in requests if request is not None)
-            requests = [r if r is not None else self._not_ready(like) for r in requests]
-        else:
-            for sequence in members:
-                entry = self._take(sequence)
-                entries.append(entry)
-                requests.append(entry.request)
-        self._submit(instance, requests, entries, reason)  # type: ignore[arg-type]
-
-    def _form_oldest(
-        self, instance: _Instance, ready: list[_Sequence], deadline_passed: bool
-    ) -> None:
-        if len(ready) > 1:
-            ready.sort(key=lambda sequence: sequence.queue[0].arrival)
-        members = self._compatible(ready)[: self._max_batch]
-        available = len(members)
-        fitting = [size for size in self._preferred if size <= available]
-        target = fitting[-1] if fitting else available
-        head = members[0].queue[0]
-        if (
-            target < self._max_batch
-            and target not in self._preferred
-            and self._delay > 0
-            and not deadline_passed
-            and not self._stopping
-            and self._loop.time() - head.arrival < self._delay
-        ):
-            self._arm(instance, head.arrival + self._delay)
-            return
-        if target >= self._max_batch:
-            reason = "max_batch_size"
-        elif target in self._preferred:
-            reason = "preferred_batch_size"
-        else:
-            reason = "max_queue_delay" if self._delay > 0 else "instance_free"
-        entries = [self._take(sequence) for sequence in members[:target]]
-        self._submit(instance, [entry.request for entry in entries], entries, reason)
 
     def _compatible(self, ready: list[_Sequence]) -> list[_Sequence]:
         """The sequences whose next request can share a batch with the first one's."""
@@ -834,6 +729,144 @@ class SequenceBatcher(Scheduler):
         await asyncio.to_thread(self._pool.stop)
 
 
+class DirectSequenceBatcher(SequenceBatcher):
+    """``direct {}`` (the default): a sequence keeps one batch slot of its instance; a batch
+    takes the next request of each ready slot, waiting up to ``max_queue_delay_microseconds``
+    for ``minimum_slot_utilization``. Where the model has a READY control, empty slots are
+    filled with not-ready requests so that slot positions stay put."""
+
+    def __init__(self, context: SchedulerContext) -> None:
+        direct = context.config.sequence_batching.direct
+        super().__init__(
+            context,
+            max(1, context.config.max_batch_size),
+            direct.max_queue_delay_microseconds / 1e6,
+        )
+        self._utilization = direct.minimum_slot_utilization
+        # Filler requests keep slot positions only where the model can tell them apart.
+        self._pad = self._batching and self._controls.has_ready
+
+    def _form(self, instance: _Instance, ready: list[_Sequence], deadline_passed: bool) -> None:
+        waits = self._delay > 0 and self._utilization > 0 and not deadline_passed
+        utilized = len(ready) / self._max_batch >= self._utilization
+        if waits and not utilized and not self._stopping:
+            oldest = min(sequence.queue[0].arrival for sequence in ready)
+            if self._loop.time() - oldest < self._delay:
+                self._arm(instance, oldest + self._delay)
+                return
+        members = self._compatible(ready)
+        if len(members) >= self._max_batch:
+            reason = "max_batch_size"
+        elif self._delay > 0 and self._utilization > 0:
+            reason = "minimum_slot_utilization" if utilized else "max_queue_delay"
+        else:
+            reason = "instance_free"
+        entries: list[_Entry | None] = []
+        requests: list[InferenceRequest | None] = []
+        if self._pad:
+            by_position = {sequence.slot.index: sequence for sequence in members}  # type: ignore[union-attr]
+            for position in range(max(by_position) + 1):
+                sequence = by_position.get(position)
+                entry = self._take(sequence) if sequence is not None else None
+                entries.append(entry)
+                requests.append(entry.request if entry is not None else None)
+            like = next(request for request in requests if request is not None)
+            requests = [r if r is not None else self._not_ready(like) for r in requests]
+        else:
+            for sequence in members:
+                entry = self._take(sequence)
+                entries.append(entry)
+                requests.append(entry.request)
+        self._submit(instance, requests, entries, reason)  # type: ignore[arg-type]
+
+
+class OldestSequenceBatcher(SequenceBatcher):
+    """``oldest {}``: an instance holds ``max_candidate_sequences`` sequences; batches are
+    formed like the dynamic batcher's from their oldest waiting requests (preferred sizes,
+    queue delay), answered in arrival order with ``preserve_ordering``."""
+
+    def __init__(self, context: SchedulerContext) -> None:
+        config = context.config
+        oldest = config.sequence_batching.oldest
+        max_batch = max(1, config.max_batch_size)
+        super().__init__(
+            context,
+            oldest.max_candidate_sequences or max_batch,
+            oldest.max_queue_delay_microseconds / 1e6,
+        )
+        self._preferred = sorted(set(oldest.preferred_batch_size)) or [max_batch]
+        #: ``preserve_ordering``: (caller's, batcher's) futures in arrival order, until the
+        #: caller's is answered; None: answers go out as they finish
+        self._order: deque[tuple[asyncio.Future[InferenceResponse], asyncio.Future[Any]]] | None
+        self._order = deque() if oldest.preserve_ordering else None
+
+    def _form(self, instance: _Instance, ready: list[_Sequence], deadline_passed: bool) -> None:
+        if len(ready) > 1:
+            ready.sort(key=lambda sequence: sequence.queue[0].arrival)
+        members = self._compatible(ready)[: self._max_batch]
+        available = len(members)
+        fitting = [size for size in self._preferred if size <= available]
+        target = fitting[-1] if fitting else available
+        head = members[0].queue[0]
+        if (
+            target < self._max_batch
+            and target not in self._preferred
+            and self._delay > 0
+            and not deadline_passed
+            and not self._stopping
+            and self._loop.time() - head.arrival < self._delay
+        ):
+            self._arm(instance, head.arrival + self._delay)
+            return
+        if target >= self._max_batch:
+            reason = "max_batch_size"
+        elif target in self._preferred:
+            reason = "preferred_batch_size"
+        else:
+            reason = "max_queue_delay" if self._delay > 0 else "instance_free"
+        entries = [self._take(sequence) for sequence in members[:target]]
+        self._submit(instance, [entry.request for entry in entries], entries, reason)
+
+    def _answer(
+        self, inner: asyncio.Future[InferenceResponse]
+    ) -> asyncio.Future[InferenceResponse]:
+        """With ``preserve_ordering``, the caller's future is answered once every request
+        that arrived before is."""
+        if self._order is None:
+            return inner
+        outer: asyncio.Future[InferenceResponse] = self._loop.create_future()
+        self._order.append((outer, inner))
+        inner.add_done_callback(self._release_in_order)
+        # a caller that stops waiting cancels the request, as without ordering
+        outer.add_done_callback(lambda done: inner.cancel() if done.cancelled() else None)
+        return outer
+
+    def _release_in_order(self, _finished: asyncio.Future[Any]) -> None:
+        order = self._order
+        assert order is not None
+        while order:
+            outer, inner = order[0]
+            if not inner.done():
+                return
+            order.popleft()
+            error = None if inner.cancelled() else inner.exception()  # retrieved either way
+            if outer.done():
+                continue  # the caller went away
+            if inner.cancelled():
+                outer.cancel()
+            elif error is not None:
+                outer.set_exception(error)
+            else:
+                outer.set_result(inner.result())
+
+
+def create_sequence_batcher(context: SchedulerContext) -> SequenceBatcher:
+    """The strategy the config names (``direct`` when it names none)."""
+    if context.config.sequence_batching.HasField("oldest"):
+        return OldestSequenceBatcher(context)
+    return DirectSequenceBatcher(context)
+
+
 @hookimpl
 def triton_register_schedulers(registry: SchedulerRegistry) -> None:
-    registry.add("sequence_batching", SequenceBatcher)
+    registry.add("sequence_batching", create_sequence_batcher)
