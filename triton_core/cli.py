@@ -7,18 +7,17 @@ Triton's ``--flag=true|false`` form as well as a bare ``--flag``.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import logging
 import math
 import sys
-from collections.abc import Callable, Coroutine, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from triton_core import __version__, allocator
 from triton_core.frontends import cloud
 from triton_core.frontends.grpc import limits as grpc_limits
 from triton_core.frontends.restricted import API_GROUPS, GRPC_HEADER_PREFIX, parse_restrictions
-from triton_core.frontends.runner import FrontendOptions, serve
+from triton_core.frontends.runner import FrontendOptions, run_on_event_loop, serve
 from triton_core.frontends.tls import TlsOptions
 from triton_core.logsettings import LOG, LogSettings, plugin_logger_names
 from triton_core.metrics import MetricsOptions
@@ -528,7 +527,7 @@ def _run_serve(args: argparse.Namespace) -> int:
         return _run_workers(workers, options, plugins, frontends)
     server = Server(options, plugins)
     try:
-        return _run(serve(server, frontends))
+        return run_on_event_loop(serve(server, frontends))
     except (OSError, ValueError) as exc:
         logging.getLogger("triton_core").error("%s", exc)
         return 1
@@ -578,14 +577,6 @@ def _cache_config(
     if len(names) > 1 or "" in names:
         return f"--cache-config must name one cache as <cache>,<key>=<value> (got {sorted(names)})"
     return names.pop(), {key: value for _, key, value in settings}
-
-
-def _run(coroutine: Coroutine[Any, Any, int]) -> int:
-    try:
-        import uvloop
-    except ImportError:  # pragma: no cover - uvloop is a dependency on POSIX
-        return asyncio.run(coroutine)
-    return uvloop.run(coroutine)
 
 
 def _run_plugins(args: argparse.Namespace) -> int:

@@ -11,7 +11,7 @@ import signal
 import socket
 import ssl
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, NoReturn
 
@@ -263,7 +263,7 @@ async def serve(server: Server, options: FrontendOptions) -> int:
     await stop.wait()
     logger.info("Stopping: no new requests; waiting for requests in flight to finish")
     deadline = loop.time() + options.exit_timeout_secs
-    watchdog = _ExitWatchdog(server, options.exit_timeout_secs + _WATCHDOG_MARGIN_SECS)
+    watchdog = _ExitWatchdog(server, options.exit_timeout_secs + WATCHDOG_MARGIN_SECS)
 
     def remaining() -> float:
         return max(0.0, deadline - loop.time())
@@ -418,7 +418,7 @@ def write_ports_file(path: str, ports: dict[str, int]) -> None:
 
 
 #: how long past --exit-timeout-secs the watchdog lets a stop run before it ends the process
-_WATCHDOG_MARGIN_SECS: Final = 2.0
+WATCHDOG_MARGIN_SECS: Final = 2.0
 
 
 class _ExitWatchdog:
@@ -472,6 +472,16 @@ def _drop_uvicorn_start_lines() -> None:
     uvicorn_log = logging.getLogger("uvicorn.error")
     if not any(isinstance(known, _UvicornStartLines) for known in uvicorn_log.filters):
         uvicorn_log.addFilter(_UvicornStartLines())
+
+
+def run_on_event_loop(coroutine: Coroutine[Any, Any, int]) -> int:
+    """Run the serving coroutine to its end on uvloop (asyncio's loop where uvloop is
+    missing); its exit code."""
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop is a dependency on POSIX
+        return asyncio.run(coroutine)
+    return uvloop.run(coroutine)
 
 
 def _start_uvicorn(

@@ -34,7 +34,12 @@ from gunicorn.errors import HaltServer
 from gunicorn.workers.base import Worker
 
 from triton_core.errors import TritonError
-from triton_core.frontends.runner import _WATCHDOG_MARGIN_SECS, FrontendOptions, serve
+from triton_core.frontends.runner import (
+    WATCHDOG_MARGIN_SECS,
+    FrontendOptions,
+    run_on_event_loop,
+    serve,
+)
 from triton_core.workers.control import WorkerError, ask, socket_path
 from triton_core.workers.server import WorkerServer, WorkerSettings
 
@@ -188,7 +193,7 @@ class _Application(BaseApplication):
             "timeout": HEARTBEAT_TIMEOUT_SECS,
             # the workers end their own stop at --exit-timeout-secs (plus their watchdog's
             # margin); gunicorn kills what is left just after
-            "graceful_timeout": math.ceil(exit_timeout + _WATCHDOG_MARGIN_SECS) + 1,
+            "graceful_timeout": math.ceil(exit_timeout + WATCHDOG_MARGIN_SECS) + 1,
             "proc_name": "triton-core",
             "loglevel": self.plan.log_level,
             "post_fork": self._post_fork,
@@ -380,10 +385,8 @@ def _serve_in_worker(worker: ServeWorker, plan: WorkerPlan, folder: Path) -> int
             heartbeat.cancel()
             server.close_control()
 
-    from triton_core.cli import _run
-
     try:
-        code = _run(main())
+        code = run_on_event_loop(main())
     except (OSError, ValueError) as exc:
         logger.error("%s", exc)
         code = 1

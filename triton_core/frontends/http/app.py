@@ -15,13 +15,10 @@ import logging
 from collections.abc import Callable
 from time import monotonic_ns
 from typing import TYPE_CHECKING, Any, Final
-from urllib.parse import unquote
 
 import falcon
 import falcon.asgi
 import orjson
-from falcon.routing import CompiledRouter
-from falcon.routing.converters import BaseConverter
 
 from triton_core.errors import TritonError, internal, invalid_arg, unsupported
 from triton_core.frontends import logging_extension
@@ -41,6 +38,7 @@ from triton_core.frontends.http.codec import (
 )
 from triton_core.frontends.http.generate import GenerateResource
 from triton_core.frontends.http.restricted import RestrictedApiMiddleware
+from triton_core.frontends.http.routing import DigitsConverter, RawPathRequest, Router, routed_name
 from triton_core.frontends.http.trace import TraceSettingResource
 from triton_core.frontends.restricted import Restrictions
 from triton_core.frontends.server_api import ServerAPI
@@ -88,10 +86,10 @@ def create_app(
     requests. ``restrictions``: the API groups that answer only requests with a header
     (``--http-restricted-api``).
     """
-    app = falcon.asgi.App(request_type=_Request, router=_Router())
+    app = falcon.asgi.App(request_type=RawPathRequest, router=Router())
     if restrictions:
         app.add_middleware(RestrictedApiMiddleware(restrictions))
-    app.router_options.converters["digits"] = _DigitsConverter
+    app.router_options.converters["digits"] = DigitsConverter
     app.set_error_serializer(_serialize_http_error)
     app.add_error_handler(TritonError, _handle_triton_error)
     app.add_error_handler(Exception, _handle_unexpected_error)
@@ -207,7 +205,7 @@ class _ModelResource:
         model_name: str,
         version: str = "",
     ) -> None:
-        model_name = _model_name(req, model_name)
+        model_name = routed_name(req, model_name)
         metadata = self._server.model_metadata(model_name, parse_version(version))
         resp.content_type = _JSON
         resp.data = orjson.dumps(
@@ -227,7 +225,7 @@ class _ModelResource:
         model_name: str,
         version: str = "",
     ) -> None:
-        model_name = _model_name(req, model_name)
+        model_name = routed_name(req, model_name)
         if not self._server.model_ready(model_name, parse_version(version)):
             resp.status = 400
             resp.content_type = _JSON
@@ -240,7 +238,7 @@ class _ModelResource:
         model_name: str,
         version: str = "",
     ) -> None:
-        model_name = _model_name(req, model_name)
+        model_name = routed_name(req, model_name)
         statistics = self._server.statistics(model_name, parse_version(version))
         resp.content_type = _JSON
         resp.data = encode_statistics(statistics)
@@ -252,7 +250,7 @@ class _ModelResource:
         model_name: str,
         version: str = "",
     ) -> None:
-        model_name = _model_name(req, model_name)
+        model_name = routed_name(req, model_name)
         config = self._server.model_config_json(model_name, parse_version(version))
         resp.content_type = _JSON
         resp.data = orjson.dumps(config)
@@ -265,7 +263,7 @@ class _ModelResource:
         version: str = "",
     ) -> None:
         server = self._server
-        model_name = _model_name(req, model_name)
+        model_name = routed_name(req, model_name)
         model_version = parse_version(version) if version else -1
         check_not_decoupled(server, model_name, model_version)
 
@@ -538,7 +536,7 @@ class _RepositoryResource:
     async def on_post_load(
         self, req: falcon.asgi.Request, resp: falcon.asgi.Response, model_name: str
     ) -> None:
-        model_name = _model_name(req, model_name)
+        model_name = routed_name(req, model_name)
         parameters = _parameters_of(await self._json_body(req))
         config = None
         files: dict[str, bytes] = {}
@@ -559,7 +557,7 @@ class _RepositoryResource:
     async def on_post_unload(
         self, req: falcon.asgi.Request, resp: falcon.asgi.Response, model_name: str
     ) -> None:
-        model_name = _model_name(req, model_name)
+        model_name = routed_name(req, model_name)
         parameters = _parameters_of(await self._json_body(req))
         dependents = parameters.get("unload_dependents", False)
         if not isinstance(dependents, bool):
@@ -609,13 +607,13 @@ class _SharedMemoryResource:
         self, req: falcon.asgi.Request, resp: falcon.asgi.Response, region: str = ""
     ) -> None:
         resp.content_type = _JSON
-        rows = self._status(_model_name(req, region))
+        rows = self._status(routed_name(req, region))
         resp.data = orjson.dumps([dataclasses.asdict(row) for row in rows])
 
     async def on_post_unregister(
         self, req: falcon.asgi.Request, resp: falcon.asgi.Response, region: str = ""
     ) -> None:
-        self._unregister(_model_name(req, region))
+        self._unregister(routed_name(req, region))
 
 
 class _SystemSharedMemoryResource(_SharedMemoryResource):
@@ -644,7 +642,7 @@ class _SystemSharedMemoryResource(_SharedMemoryResource):
         if "byte_size" not in parsed:
             raise invalid_arg("Shared memory register request has no 'byte_size' field")
         byte_size = _register_uint(parsed["byte_size"], "byte_size")
-        name = _model_name(req, region)
+        name = routed_name(req, region)
         self._server.register_system_shared_memory(name, key, byte_size, offset)
 
 
@@ -779,56 +777,8 @@ async def _offload(size: int, function: Any, *args: Any) -> bytes:
 # routing and errors
 
 
-class _Request(falcon.asgi.Request):
-    """Routes on the raw path when it holds an encoded '/', as Triton matches its raw path.
-
-    The ASGI server decodes ``%2F`` into a segment separator, so ``/v2/models/a%2Fb/ready``
-    would not route; Triton answers it as model ``a/b`` (unknown: 400, never a file path).
-    """
-
-    #: True when ``path`` is the raw path, so routed fields are still percent-encoded
-    encoded_path = False
-
-    def __init__(
-        self,
-        scope: dict[str, Any],
-        receive: Any,
-        first_event: dict[str, Any] | None = None,
-        options: falcon.request.RequestOptions | None = None,
-    ) -> None:
-        super().__init__(scope, receive, first_event=first_event, options=options)
-        raw_path = scope.get("raw_path")
-        if raw_path and b"%2" in raw_path and (b"%2F" in raw_path or b"%2f" in raw_path):
-            self.path = raw_path.decode("latin-1")
-            self.encoded_path = True
-
-
 def _header_pairs(req: falcon.asgi.Request) -> list[tuple[str, str]]:
     return [(name.lower(), value) for name, value in req.headers.items()]
-
-
-def _model_name(req: falcon.asgi.Request, model_name: str) -> str:
-    """A name routed from the path (a model's, a region's), percent-decoded."""
-    return unquote(model_name) if getattr(req, "encoded_path", False) else model_name
-
-
-class _DigitsConverter(BaseConverter):
-    """``{version:digits}``: versions in URLs are ``[0-9]+``; anything else does not route."""
-
-    def convert(self, value: str) -> str | None:
-        return value if value.isascii() and value.isdigit() else None
-
-
-class _Router(CompiledRouter):
-    """falcon's router, but OPTIONS is 405 like any other method a resource lacks (Triton)."""
-
-    def map_http_methods(self, resource: object, **kwargs: Any) -> dict[str, Any]:
-        method_map: dict[str, Any] = super().map_http_methods(resource, **kwargs)
-        if "OPTIONS" not in method_map:
-            method_map["OPTIONS"] = falcon.responders.create_method_not_allowed(
-                sorted(method_map), asgi=True
-            )
-        return method_map
 
 
 def _serialize_http_error(

@@ -9,6 +9,7 @@ import falcon.asgi
 import orjson
 
 from triton_core.errors import invalid_arg
+from triton_core.frontends.http.routing import routed_name
 from triton_core.frontends.tracing import trace_setting
 
 #: a trace setting request is a handful of keys: refuse anything much larger unread
@@ -45,9 +46,7 @@ class TraceSettingResource:
 
 
 def _name(req: falcon.asgi.Request, model_name: str) -> str:
-    from triton_core.frontends.http.app import _model_name
-
-    return _model_name(req, model_name) if model_name else ""
+    return routed_name(req, model_name) if model_name else ""
 
 
 def _update_of(body: bytes) -> dict[str, list[str] | None]:
