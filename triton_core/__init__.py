@@ -120,6 +120,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "triton_core.scheduling.executor": ("InstancePool",),
     "triton_core.scheduling.strategy": ("BatchStrategy",),
     "triton_core.server": ("Server", "ServerOptions"),
+    "triton_core.services": ("ModelServices",),
     "triton_core.shared_memory.refs": (
         "SharedMemoryInput",
         "SharedMemoryRef",
@@ -236,6 +237,7 @@ if TYPE_CHECKING:
     from triton_core.scheduling.executor import InstancePool
     from triton_core.scheduling.strategy import BatchStrategy
     from triton_core.server import Server, ServerOptions
+    from triton_core.services import ModelServices
     from triton_core.shared_memory.refs import (
         SharedMemoryInput,
         SharedMemoryRef,
@@ -304,6 +306,7 @@ __all__ = [
     "ModelOutput",
     "ModelParameter",
     "ModelSequenceBatching",
+    "ModelServices",
     "ModelStatistics",
     "ModelTensorReshape",
     "ParameterValue",

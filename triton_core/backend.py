@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from triton_core.protos.model_config_pb2 import ModelConfig
-    from triton_core.server import Server
+    from triton_core.services import ModelServices
     from triton_core.types import InferenceRequest, InferenceResponse
 
 
@@ -45,7 +45,7 @@ class ModelContext:
     #: ``--backend-config=<backend>,<key>=<value>`` settings for this backend
     backend_options: dict[str, str] = field(default_factory=dict)
     #: the server, for models that call other models (Python BLS); None outside a server
-    server: Server | None = None
+    server: ModelServices | None = None
     #: the event loop the server runs on: await ``server``'s coroutines there
     loop: asyncio.AbstractEventLoop | None = None
 

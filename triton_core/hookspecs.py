@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 import pluggy
 
 if TYPE_CHECKING:
+    from triton_core.frontends.server_api import ServerAPI
     from triton_core.registry import (
         BackendRegistry,
         BatchStrategyRegistry,
@@ -27,7 +28,6 @@ if TYPE_CHECKING:
         RepositoryAgentRegistry,
         SchedulerRegistry,
     )
-    from triton_core.server import Server
 
 #: project name: the pluggy project, the entry-point group and the hook prefix's owner
 NAME = "triton_core"
@@ -102,8 +102,9 @@ def triton_register_repository_agents(registry: RepositoryAgentRegistry) -> None
 
 
 @hookspec
-def triton_server_started(server: Server) -> None:
-    """The server has loaded its model repository and is about to accept requests.
+def triton_server_started(server: ServerAPI) -> None:
+    """The server has loaded its model repository and is about to accept requests;
+    ``server`` offers what the frontends use (:class:`~.frontends.server_api.ServerAPI`).
 
     Called once per :meth:`Server.start`, on the event loop thread, for every plugin; a plugin
     may start background work here. Returns nothing (a coroutine returned is awaited).
@@ -111,7 +112,7 @@ def triton_server_started(server: Server) -> None:
 
 
 @hookspec
-def triton_server_stopping(server: Server) -> None:
+def triton_server_stopping(server: ServerAPI) -> None:
     """The server has stopped accepting requests and is about to unload its models.
 
     Called once per :meth:`Server.stop`, for every plugin, in reverse registration order.

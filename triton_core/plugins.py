@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 
     from pluggy import HookImpl
 
-    from triton_core.server import Server
+    from triton_core.frontends.server_api import ServerAPI
 
 logger = logging.getLogger(__name__)
 
@@ -315,10 +315,10 @@ class PluginManager:
         self._fill("triton_register_repository_agents", registry)
         return registry
 
-    async def server_started(self, server: Server) -> None:
+    async def server_started(self, server: ServerAPI) -> None:
         await _await_all(self.pm.hook.triton_server_started(server=server))
 
-    async def server_stopping(self, server: Server) -> None:
+    async def server_stopping(self, server: ServerAPI) -> None:
         await _await_all(self.pm.hook.triton_server_stopping(server=server))
 
     def describe(self) -> list[PluginInfo]:

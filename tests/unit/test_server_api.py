@@ -12,6 +12,7 @@ from tests.fake_server import FakeModel, FakeServer
 from triton_core.errors import Status, TritonError
 from triton_core.frontends.server_api import ServerAPI
 from triton_core.server import Server
+from triton_core.services import ModelServices
 from triton_core.types import TensorMetadata
 
 PROTOCOL_METHODS = sorted(
@@ -109,3 +110,28 @@ def test_the_fake_serves_a_real_config_and_metadata_that_agree():
     assert metadata.versions == ("1",)
     assert metadata.inputs[0].shape == (-1, 4)
     assert fake.model_ready("m", 1) and not fake.model_ready("m", 2)
+
+
+SERVICES_METHODS = sorted(
+    name
+    for name, member in vars(ModelServices).items()
+    if callable(member) and not name.startswith("_")
+)
+
+
+def test_model_services_list_what_backends_and_schedulers_call():
+    assert SERVICES_METHODS == [
+        "infer",
+        "infer_stream",
+        "load_model",
+        "model_ready",
+        "unload_model",
+    ]
+
+
+@pytest.mark.parametrize("name", SERVICES_METHODS)
+def test_the_server_offers_every_model_service_with_a_compatible_signature(name):
+    method = getattr(Server, name, None)
+    assert method is not None, f"Server has no {name}()"
+    problems = incompatibilities(getattr(ModelServices, name), method)
+    assert not problems, f"Server.{name}: {problems}"

@@ -41,7 +41,7 @@ from triton_core.statistics import ModelStatistics
 from triton_core.warmup import build_samples
 
 if TYPE_CHECKING:
-    from triton_core.server import Server
+    from triton_core.services import ModelServices
 
 logger = logging.getLogger(__name__)
 
@@ -101,7 +101,7 @@ class ModelLoader:
         runtime: ModelRuntime,
         options: LoaderOptions,
         loop: asyncio.AbstractEventLoop,
-        server: Server | None = None,
+        server: ModelServices | None = None,
     ) -> None:
         self._backends = backends
         self._runtime = runtime

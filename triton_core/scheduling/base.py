@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from triton_core.repository.ensembles import EnsemblePlan
     from triton_core.scheduling.executor import InstancePool
     from triton_core.scheduling.strategy import BatchStrategy
-    from triton_core.server import Server
+    from triton_core.services import ModelServices
     from triton_core.statistics import ModelStatistics
     from triton_core.types import InferenceRequest, InferenceResponse
 
@@ -33,7 +33,7 @@ class SchedulerContext:
     #: the custom batching strategy the config names (parameter ``batch_strategy``), if any
     batch_strategy: BatchStrategy | None = None
     #: the server, for schedulers that call other models (ensembles)
-    server: Server | None = None
+    server: ModelServices | None = None
     #: ``<repository>/<model>``, for files a scheduler reads (sequence ``initial_state``)
     model_dir: Path | None = None
     #: an ensemble's steps, planned and checked by the repository when the version loaded

@@ -33,7 +33,7 @@ from triton_core.types import InferenceRequest, InferenceResponse, Tensor
 if TYPE_CHECKING:
     from triton_core.registry import SchedulerRegistry
     from triton_core.repository.ensembles import EnsemblePlan, EnsembleStep
-    from triton_core.server import Server
+    from triton_core.services import ModelServices
 
 
 # -- running requests -------------------------------------------------------------------------
@@ -52,7 +52,7 @@ class EnsembleScheduler(Scheduler):
         server = context.server
         if server is None:
             raise internal(f"ensemble '{context.model_name}' needs the server to call its steps")
-        self._server: Server = server
+        self._server: ModelServices = server
         self.loop = context.loop
         self.statistics = context.statistics
         self.name = context.model_name

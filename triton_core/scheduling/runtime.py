@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from triton_core.repository.runtime import ServeVersion, VersionParts
     from triton_core.scheduling.base import Scheduler
     from triton_core.scheduling.strategy import BatchStrategy
-    from triton_core.server import Server
+    from triton_core.services import ModelServices
 
 
 class SchedulingRuntime:
@@ -36,7 +36,7 @@ class SchedulingRuntime:
         loop: asyncio.AbstractEventLoop,
         batch_strategies: BatchStrategyRegistry | None = None,
         rate_limiter: RateLimiter | None = None,
-        server: Server | None = None,
+        server: ModelServices | None = None,
         inline_budget_us: int = 0,
     ) -> None:
         self._schedulers = schedulers

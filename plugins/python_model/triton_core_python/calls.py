@@ -32,7 +32,7 @@ from triton_core_python.wire import Packer, unpack
 if TYPE_CHECKING:
     import weakref
 
-    from triton_core import Server
+    from triton_core import ModelServices
 
 logger = logging.getLogger("triton_core_python")
 
@@ -45,7 +45,7 @@ class ModelCalls:
 
     def __init__(
         self,
-        server: Server | None,
+        server: ModelServices | None,
         loop: asyncio.AbstractEventLoop | None,
         send_event: SendEvent,
         traces: weakref.WeakValueDictionary[int, Any],
