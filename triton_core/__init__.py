@@ -41,13 +41,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "parse_config_text",
         "wire_datatype",
     ),
-    "triton_core.device_tensors": (
-        "DEVICE_DATATYPES",
-        "DeviceBuffer",
-        "has_device_tensors",
-        "request_on_device",
-        "request_to_host",
-    ),
+    "triton_core.device_tensors": ("DEVICE_DATATYPES", "DeviceBuffer"),
     "triton_core.dtypes": (
         "CONFIG_TO_WIRE",
         "ELEMENT_SIZE",
@@ -139,6 +133,9 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "RequestFlag",
         "ResponseSender",
         "Tensor",
+        "has_device_tensors",
+        "request_on_device",
+        "request_to_host",
     ),
 }
 
@@ -158,13 +155,7 @@ if TYPE_CHECKING:
         parse_config_text,
         wire_datatype,
     )
-    from triton_core.device_tensors import (
-        DEVICE_DATATYPES,
-        DeviceBuffer,
-        has_device_tensors,
-        request_on_device,
-        request_to_host,
-    )
+    from triton_core.device_tensors import DEVICE_DATATYPES, DeviceBuffer
     from triton_core.dtypes import (
         CONFIG_TO_WIRE,
         ELEMENT_SIZE,
@@ -256,6 +247,9 @@ if TYPE_CHECKING:
         RequestFlag,
         ResponseSender,
         Tensor,
+        has_device_tensors,
+        request_on_device,
+        request_to_host,
     )
 else:
     _MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}

@@ -23,7 +23,6 @@ import numpy as np
 
 from triton_core.dtypes import NUMPY_DTYPES
 from triton_core.errors import internal
-from triton_core.types import InferenceRequest, Tensor
 
 #: datatypes that can stay on the device: fixed-size elements numpy (and so the CUDA array
 #: interface) can describe. BYTES is serialized with lengths; BF16 has no typestr.
@@ -170,46 +169,3 @@ def output_too_small(name: str, byte_size: int, needed: int) -> Exception:
         f"shared memory size specified with the request for output '{name}' "
         f"({byte_size} bytes) should be at least {needed} bytes to hold the results"
     )
-
-
-def has_device_tensors(request: InferenceRequest) -> bool:
-    """Whether ``request`` has an input or an output target in device memory."""
-    return request.device_outputs is not None or bool(_input_buffers(request))
-
-
-def request_to_host(request: InferenceRequest) -> None:
-    """Make ``request`` host-only, in place: device inputs copied to host arrays, device
-    output targets dropped (the server then writes host outputs into their regions)."""
-    targets, request.device_outputs = request.device_outputs, None
-    buffers = list((targets or {}).values())
-    for name, tensor in list(request.inputs.items()):
-        data = tensor.data
-        if isinstance(data, DeviceBuffer):
-            request.inputs[name] = Tensor(name, tensor.datatype, data.to_host())
-            buffers.append(data)
-    for buffer in buffers:  # the instance will not touch the device memory
-        if buffer.lease is not None:
-            buffer.lease.end()
-
-
-def release_leases(requests: list[InferenceRequest]) -> None:
-    """After a batch executed: its device tensors' regions are no longer in use by it."""
-    for request in requests:
-        for buffer in [*_input_buffers(request), *(request.device_outputs or {}).values()]:
-            if buffer.lease is not None:
-                buffer.lease.end()
-
-
-def request_on_device(request: InferenceRequest, device_id: int) -> bool:
-    """Whether every device tensor of ``request`` is on ``device_id`` (else copy through)."""
-    targets = list((request.device_outputs or {}).values())
-    return all(buffer.device_id == device_id for buffer in [*targets, *_input_buffers(request)])
-
-
-def _input_buffers(request: InferenceRequest) -> list[DeviceBuffer]:
-    found = []
-    for tensor in request.inputs.values():
-        data: object = tensor.data
-        if isinstance(data, DeviceBuffer):
-            found.append(data)
-    return found

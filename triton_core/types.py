@@ -8,10 +8,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
+from triton_core.device_tensors import DeviceBuffer
 from triton_core.errors import TritonError
 
 if TYPE_CHECKING:
-    from triton_core.device_tensors import DeviceBuffer
     from triton_core.shared_memory.refs import SharedMemorySpans, SharedMemoryTensors
     from triton_core.statistics import StepTimes
     from triton_core.tracing.trace import Trace
@@ -182,3 +182,49 @@ def as_parameter_value(value: Any) -> ParameterValue:
     if isinstance(value, bool | int | float | str):
         return value
     raise TypeError(f"parameter value {value!r} is not bool, int, float or str")
+
+
+# -- requests with tensors in device memory --------------------------------------------------------
+
+
+def has_device_tensors(request: InferenceRequest) -> bool:
+    """Whether ``request`` has an input or an output target in device memory."""
+    return request.device_outputs is not None or bool(_input_buffers(request))
+
+
+def request_to_host(request: InferenceRequest) -> None:
+    """Make ``request`` host-only, in place: device inputs copied to host arrays, device
+    output targets dropped (the server then writes host outputs into their regions)."""
+    targets, request.device_outputs = request.device_outputs, None
+    buffers = list((targets or {}).values())
+    for name, tensor in list(request.inputs.items()):
+        data = tensor.data
+        if isinstance(data, DeviceBuffer):
+            request.inputs[name] = Tensor(name, tensor.datatype, data.to_host())
+            buffers.append(data)
+    for buffer in buffers:  # the instance will not touch the device memory
+        if buffer.lease is not None:
+            buffer.lease.end()
+
+
+def release_leases(requests: list[InferenceRequest]) -> None:
+    """After a batch executed: its device tensors' regions are no longer in use by it."""
+    for request in requests:
+        for buffer in [*_input_buffers(request), *(request.device_outputs or {}).values()]:
+            if buffer.lease is not None:
+                buffer.lease.end()
+
+
+def request_on_device(request: InferenceRequest, device_id: int) -> bool:
+    """Whether every device tensor of ``request`` is on ``device_id`` (else copy through)."""
+    targets = list((request.device_outputs or {}).values())
+    return all(buffer.device_id == device_id for buffer in [*targets, *_input_buffers(request)])
+
+
+def _input_buffers(request: InferenceRequest) -> list[DeviceBuffer]:
+    found = []
+    for tensor in request.inputs.values():
+        data: object = tensor.data
+        if isinstance(data, DeviceBuffer):
+            found.append(data)
+    return found

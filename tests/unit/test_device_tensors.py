@@ -28,11 +28,11 @@ from triton_core import (
     request_on_device,
     request_to_host,
 )
-from triton_core.device_tensors import release_leases
 from triton_core.scheduling.executor import ThreadedInstancePool
 from triton_core.shared_memory.registry import SharedMemoryRegistry
 from triton_core.shared_memory.tensors import resolve
 from triton_core.testing import HostCudaRegion
+from triton_core.types import release_leases
 
 ALLOWED = SharedMemoryOptions(allow_client_shm=True)
 

@@ -34,7 +34,6 @@ from queue import Empty, SimpleQueue
 from time import monotonic_ns, thread_time_ns
 from typing import TYPE_CHECKING
 
-from triton_core import device_tensors
 from triton_core.backend import EventDrivenInstance
 from triton_core.errors import Status, TritonError
 from triton_core.failures import RepeatedFailureLog, model_label, raised
@@ -44,6 +43,7 @@ from triton_core.scheduling.timeouts import ExecuteWatch
 from triton_core.statistics import ExecutionTimes, ModelStatistics
 from triton_core.streaming import note_instance
 from triton_core.threads import name_native_thread
+from triton_core.types import release_leases, request_to_host
 
 if TYPE_CHECKING:
     from triton_core.backend import ModelInstance
@@ -657,7 +657,7 @@ class ThreadedInstancePool(InstancePool):
                 not getattr(instance, "accepts_device_tensors", False) or len(requests) > 1
             ):
                 for request in requests:
-                    device_tensors.request_to_host(request)
+                    request_to_host(request)
             if self._prepare is not None:
                 self._prepare(requests)
             infer_start = monotonic_ns()
@@ -667,7 +667,7 @@ class ThreadedInstancePool(InstancePool):
         except Exception as exc:  # a backend bug must fail the batch, not the thread
             results = self._failed(exc, len(requests), name)
         if device_inputs:
-            device_tensors.release_leases(requests)
+            release_leases(requests)
         end = monotonic_ns()
         times = ExecutionTimes(
             start, infer_start - start, infer_end - infer_start, max(0, end - infer_end)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from time import monotonic_ns
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -23,9 +23,19 @@ from triton_core.tracing.settings import OPENTELEMETRY, TraceLevel
 if TYPE_CHECKING:
     from triton_core.statistics import ExecutionTimes
     from triton_core.tracing.tracer import Tracer, TraceSetting
-    from triton_core.types import Tensor
 
 _COMPACT = {"separators": (",", ":"), "ensure_ascii": False}
+
+
+class TracedTensor(Protocol):
+    """What a TENSORS-level record shows of a tensor (a :class:`~triton_core.Tensor`)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def datatype(self) -> str: ...
+    @property
+    def data(self) -> Any: ...
 
 
 class _Group:
@@ -143,7 +153,7 @@ class Trace:
         self.timestamp("COMPUTE_OUTPUT_START", output_start)
         self.timestamp("COMPUTE_END", end)
 
-    def tensors(self, activity: str, tensors: Iterable[Tensor]) -> None:
+    def tensors(self, activity: str, tensors: Iterable[TracedTensor]) -> None:
         """``TENSOR_QUEUE_INPUT`` / ``TENSOR_BACKEND_OUTPUT`` records (TENSORS level)."""
         if not self.level & TraceLevel.TENSORS or self.spans is not None:
             return
