@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from time import monotonic_ns
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
@@ -32,7 +32,6 @@ from triton_core.types import InferenceRequest, Tensor
 
 if TYPE_CHECKING:
     from triton_core.backend import EventDrivenInstance, ModelInstance
-    from triton_core.model import ModelSignature
     from triton_core.statistics import ModelStatistics
     from triton_core.types import InferenceResponse
 
@@ -43,6 +42,15 @@ WARMUP_FOLDER = "warmup"
 MAX_INPUT_BYTES = 1 << 30
 #: iterations one sample may ask for
 MAX_COUNT = 100_000
+
+
+class RequestChecks(Protocol):
+    """What warm-up needs of a model's signature (:class:`~triton_core.model.ModelSignature`):
+    its request checks, and whether the model is decoupled."""
+
+    decoupled: bool
+
+    def validate(self, request: InferenceRequest) -> None: ...
 
 
 @dataclass(slots=True)
@@ -59,7 +67,7 @@ class WarmupSample:
 
 
 def build_samples(
-    config: ModelConfig, model_dir: Path, signature: ModelSignature
+    config: ModelConfig, model_dir: Path, signature: RequestChecks
 ) -> list[WarmupSample]:
     """The config's warm-up samples with their data; refuses bad ones naming sample and field."""
     samples = []
@@ -221,7 +229,7 @@ class Warmup:
         self,
         model_name: str,
         samples: Sequence[WarmupSample],
-        signature: ModelSignature,
+        signature: RequestChecks,
         statistics: ModelStatistics,
         prepare: Callable[[list[InferenceRequest]], None] | None = None,
     ) -> None:
