@@ -1,4 +1,5 @@
-"""The layers of the core: the repository imports nothing from scheduling.
+"""The layers of the core: the repository imports nothing from scheduling, and import circles
+stay few and small.
 
 The repository loads models; scheduling serves them. The loader reaches scheduling only
 through the ``ModelRuntime`` the server hands it (``triton_core/repository/runtime.py``).
@@ -77,4 +78,91 @@ def test_the_check_finds_every_form_of_import(tmp_path):
         "module.py:5: triton_core.scheduling.base.Scheduler",
         "module.py:7: triton_core.scheduling",
         "module.py:7: triton_core.scheduling.ensemble",
+    ]
+
+
+# -- import circles ---------------------------------------------------------------------------
+
+
+def _module_name(path: Path, root: Path) -> str:
+    parts = path.relative_to(root).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def import_graph(package: Path) -> dict[str, set[str]]:
+    """Module -> the package's modules it imports, at any depth (lazy and TYPE_CHECKING
+    imports count: a type a module names is a dependency too); generated code left out."""
+    root = package.parent
+    paths = {
+        _module_name(path, root): path
+        for path in package.rglob("*.py")
+        if "protos" not in path.relative_to(package).parts
+    }
+    graph: dict[str, set[str]] = {}
+    for name, path in paths.items():
+        targets = set()
+        for _, module in imported_modules(path, root):
+            while module and module not in paths:
+                module = module.rpartition(".")[0]
+            # a package's __init__ is not a dependency of the modules inside it
+            if module and module != name and not name.startswith(module + "."):
+                targets.add(module)
+        graph[name] = targets
+    return graph
+
+
+def import_circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    circles = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for target in graph.get(node, ()):
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                circles.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return circles
+
+
+def test_the_core_has_at_most_two_import_circles_of_at_most_three_modules():
+    circles = import_circles(import_graph(CORE))
+    described = "\n".join(" <-> ".join(circle) for circle in circles)
+    assert len(circles) <= 2, described
+    assert all(len(circle) <= 3 for circle in circles), described
+
+
+def test_the_circle_check_finds_a_circle_through_a_type_checking_import(tmp_path):
+    package = tmp_path / "triton_core"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "a.py").write_text("from triton_core import b\n")
+    (package / "b.py").write_text("from triton_core.c import thing\n")
+    (package / "c.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from triton_core.a import x\n"
+    )
+    (package / "d.py").write_text("import triton_core.a\n")
+    assert import_circles(import_graph(package)) == [
+        ["triton_core.a", "triton_core.b", "triton_core.c"]
     ]
