@@ -24,8 +24,8 @@ from tests.support import wait_until_async
 from tests.unit.test_grpc_servicer import StandInServer
 from triton_core.frontends.grpc import create_grpc_server
 from triton_core.frontends.grpc import http2 as h2
+from triton_core.frontends.grpc.fields import parse_timeout, percent_encode
 from triton_core.frontends.grpc.limits import GrpcLimits
-from triton_core.frontends.grpc.transport import parse_timeout, percent_encode
 from triton_core.protos import grpc_service_pb2 as pb
 
 INFER = "/inference.GRPCInferenceService/ModelInfer"

@@ -39,6 +39,15 @@ from google.protobuf.descriptor import ServiceDescriptor
 from google.protobuf.message import DecodeError, Message
 
 from triton_core.frontends.common import join_buffers
+from triton_core.frontends.grpc.fields import (
+    COMPRESSORS,
+    OK,
+    algorithm_for_level,
+    call_fields,
+    encode_metadata,
+    encode_status,
+    parse_timeout,
+)
 from triton_core.frontends.grpc.http2 import (
     Headers,
     Http2Connection,
@@ -53,8 +62,6 @@ from triton_core.threads import OffloadThreads
 
 log = logging.getLogger(__name__)
 
-_OK: Final = grpc.StatusCode.OK
-_STATUS_OK: Final = encode_literal("grpc-status", "0")
 #: ``:status: 200`` is entry 8 of HPACK's static table
 _ANSWER_HEADERS: Final = (
     b"\x88"
@@ -75,7 +82,6 @@ _DECOMPRESSORS: Final = {
 _STREAM_QUEUE: Final = 16
 #: a message's 5-byte prefix: the compressed flag and the length
 _prefix: Final = struct.Struct(">BL").pack
-_TIMEOUT_UNITS: Final = {"H": 3600.0, "M": 60.0, "S": 1.0, "m": 1e-3, "u": 1e-6, "n": 1e-9}
 #: request headers that are transport, not metadata
 _RESERVED: Final = frozenset(
     ("content-type", "te", "grpc-encoding", "grpc-accept-encoding", "grpc-timeout")
@@ -132,48 +138,6 @@ def method_table(
                 parse=parsers.get(path, request_type.FromString),
             )
     return table
-
-
-def encode_status(code: grpc.StatusCode, details: str, metadata: Iterable = ()) -> bytes:
-    """The trailers of a call: status, message (percent-encoded), trailing metadata."""
-    if code is _OK and not details and not metadata:
-        return _STATUS_OK
-    block = encode_literal("grpc-status", str(code.value[0]))
-    if details:
-        block += encode_literal("grpc-message", percent_encode(details))
-    return block + _encode_metadata(metadata)
-
-
-def percent_encode(text: str) -> str:
-    """gRPC's encoding of ``grpc-message``: UTF-8, with '%' and bytes outside 0x20-0x7E escaped."""
-    raw = text.encode("utf-8")
-    if all(0x20 <= byte <= 0x7E and byte != 0x25 for byte in raw):
-        return text
-    return "".join(
-        chr(byte) if 0x20 <= byte <= 0x7E and byte != 0x25 else f"%{byte:02X}" for byte in raw
-    )
-
-
-def _encode_metadata(metadata: Iterable) -> bytes:
-    block = b""
-    for key, value in metadata:
-        name = key.lower()
-        if name.endswith("-bin"):
-            raw = value if isinstance(value, bytes) else str(value).encode()
-            text = base64.b64encode(raw).decode("ascii").rstrip("=")
-        else:
-            text = str(value)
-        block += encode_literal(name, text)
-    return block
-
-
-def parse_timeout(value: str) -> float | None:
-    """Seconds from a ``grpc-timeout`` value (``<digits><unit>``), None when malformed."""
-    unit = _TIMEOUT_UNITS.get(value[-1:])
-    digits = value[:-1]
-    if unit is None or not digits.isdigit() or len(digits) > 8:
-        return None
-    return int(digits) * unit
 
 
 class _RequestIterator:
@@ -476,7 +440,7 @@ class _Call:
                 if result is not None and hasattr(result, "__aiter__"):
                     async for message in result:
                         await self.write(message)
-                self._finish(self._code or _OK, self._details)
+                self._finish(self._code or OK, self._details)
             else:
                 self._answer(result)
         except grpc.aio.AbortError:
@@ -486,7 +450,7 @@ class _Call:
                 self._finish(grpc.StatusCode.CANCELLED, "Cancelled")
             raise
         except Exception as exc:
-            if self._code is None or self._code is _OK:
+            if self._code is None or self._code is OK:
                 log.exception("unexpected error in gRPC handler %s", method.handler.__name__)
                 self._finish(grpc.StatusCode.UNKNOWN, f"Unexpected {type(exc)}: {exc}")
             else:
@@ -496,7 +460,7 @@ class _Call:
         if self._done:
             return
         if response is None:
-            if self._code is not None and self._code is not _OK:
+            if self._code is not None and self._code is not OK:
                 self._finish(self._code, self._details)
             else:
                 self._finish(grpc.StatusCode.INTERNAL, "the handler returned no response")
@@ -509,7 +473,7 @@ class _Call:
             self._release_buffer()
         headers = None if self._headers_sent else _ANSWER_HEADERS
         self._headers_sent = True
-        trailers = encode_status(self._code or _OK, self._details, self._trailing)
+        trailers = encode_status(self._code or OK, self._details, self._trailing)
         if self._method.compress_level is not None:
             if encoded:  # compression needs the message whole
                 data = b"".join(response.parts)  # type: ignore[attr-defined]
@@ -531,8 +495,8 @@ class _Call:
         if algorithm is None:
             return headers, _prefix(0, len(data)), data
         if headers is not None:
-            headers += _COMPRESSORS[algorithm][1]
-        packer = zlib.compressobj(-1, zlib.DEFLATED, _COMPRESSORS[algorithm][0])
+            headers += COMPRESSORS[algorithm][1]
+        packer = zlib.compressobj(-1, zlib.DEFLATED, COMPRESSORS[algorithm][0])
         packed = packer.compress(data) + packer.flush()
         if len(packed) >= len(data):  # as gRPC core: a message compression would grow goes as is
             return headers, _prefix(0, len(data)), data
@@ -622,7 +586,7 @@ class _Call:
         self, code: grpc.StatusCode, details: str = "", trailing_metadata: tuple = ()
     ) -> None:
         """End the call with ``code`` and ``details``; raises ``grpc.aio.AbortError``."""
-        if code is _OK:
+        if code is OK:
             raise ValueError("abort() needs a status code other than OK")
         if trailing_metadata:
             self._trailing = tuple(trailing_metadata)
@@ -686,7 +650,7 @@ class _Call:
         if self._headers_sent or self._done:
             raise RuntimeError("the answer headers were already sent")
         self._headers_sent = True
-        self._conn.send_headers(self._id, _ANSWER_HEADERS + _encode_metadata(initial_metadata))
+        self._conn.send_headers(self._id, _ANSWER_HEADERS + encode_metadata(initial_metadata))
 
     def time_remaining(self) -> float | None:
         if self._deadline is None:
@@ -840,7 +804,7 @@ class GrpcServer:
         # a client repeats the same header block: the same tuple, from the decoder's cache
         fields = self._fields.get(headers)
         if fields is None:
-            fields = _call_fields(headers)
+            fields = call_fields(headers)
             if fields[3] is None and len(self._fields) < 256:  # timeouts differ every call
                 self._fields[headers] = fields
         path, content_type, encoding, timeout = fields
@@ -872,44 +836,3 @@ class GrpcServer:
     @staticmethod
     def _refuse(conn: Http2Connection, stream_id: int, code: grpc.StatusCode, message: str):
         conn.send_headers(stream_id, _ANSWER_HEADERS + encode_status(code, message), True)
-
-
-#: algorithm -> (zlib wbits, the grpc-encoding header)
-_COMPRESSORS: Final = {
-    encoding: (wbits, encode_literal("grpc-encoding", encoding))
-    for encoding, wbits in WBITS.items()
-}
-
-
-def algorithm_for_level(level: int, headers: Headers) -> str | None:
-    """gRPC core's choice for a compression level (1 low, 2 medium, 3 high): of the
-    algorithms the client accepts, ranked gzip then deflate, the first for low, the middle
-    one for medium, the last for high; None when it accepts neither."""
-    accepted: tuple[str, ...] = ()
-    for name, value in headers:
-        if name == "grpc-accept-encoding":
-            accepted = tuple(part.strip() for part in value.split(","))
-            break
-    ranked = [algorithm for algorithm in ("gzip", "deflate") if algorithm in accepted]
-    if not ranked or level <= 0:
-        return None
-    if level == 1:
-        return ranked[0]
-    if level == 2:
-        return ranked[len(ranked) // 2]
-    return ranked[-1]
-
-
-def _call_fields(headers: Headers) -> tuple[str | None, ...]:
-    """What the transport reads of a call's headers: path, content type, encoding, timeout."""
-    path = content_type = encoding = timeout = None
-    for name, value in headers:
-        if name == ":path":
-            path = value
-        elif name == "content-type":
-            content_type = value
-        elif name == "grpc-encoding":
-            encoding = value
-        elif name == "grpc-timeout":
-            timeout = value
-    return path, content_type, encoding, timeout
