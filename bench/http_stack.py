@@ -29,7 +29,7 @@ import numpy as np
 import orjson
 
 from bench.common import ROOT, format_table, free_port, replace_section
-from triton_core.frontends.http.codec import encode_response
+from triton_core.frontends.http.answers import encode_response
 from triton_core.types import InferenceResponse, Tensor
 
 # binary tensors both ways, as perf_analyzer and tritonclient send them

@@ -13,11 +13,11 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from triton_core.errors import Status, TritonError
+from triton_core.frontends.http.answers import encode_response
 from triton_core.frontends.http.codec import (
     HEADER_LENGTH,
     decode_raw_request,
     decode_request,
-    encode_response,
 )
 from triton_core.shared_memory.refs import SharedMemoryInput, SharedMemoryRef
 from triton_core.types import InferenceResponse, RequestedOutput, RequestFlag, Tensor

@@ -25,6 +25,7 @@ from triton_core.frontends import logging_extension
 from triton_core.frontends.common import parse_version
 from triton_core.frontends.header_forwarding import HeaderForwarder
 from triton_core.frontends.http import compression
+from triton_core.frontends.http.answers import encode_response_parts, encode_statistics
 from triton_core.frontends.http.codec import (
     DEFAULT_JSON_LIMITS,
     HEADER_LENGTH,
@@ -32,8 +33,6 @@ from triton_core.frontends.http.codec import (
     JsonLimits,
     decode_raw_request,
     decode_request,
-    encode_response_parts,
-    encode_statistics,
     parse_json,
 )
 from triton_core.frontends.http.generate import GenerateResource
