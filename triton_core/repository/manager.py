@@ -1,5 +1,6 @@
-"""The model repository manager: which models exist, their versions, their states, and
-loading, reloading and unloading them while the server serves.
+"""The model repository manager: loading, reloading and unloading models while the server
+serves. Which models exist and the lookups are :mod:`.catalog`'s (the manager is one), the
+records and their states :mod:`.records`'.
 
 A reload loads the new versions beside the serving ones and swaps them in when they are
 ready; the old versions finish the requests they accepted and then unload. A failed reload
@@ -16,13 +17,11 @@ The reload returns once the replaced set heard UNLOAD; its requests drain after.
 from __future__ import annotations
 
 import asyncio
-import enum
 import hashlib
 import logging
 import shutil
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
@@ -33,24 +32,17 @@ from triton_core.config import (
     timeout_parameter,
 )
 from triton_core.errors import (
-    Status,
     TritonError,
     internal,
     invalid_arg,
-    not_found,
     unavailable,
-    unsupported,
 )
 from triton_core.model import LoadedModel
 from triton_core.registry import RepositoryAgentRegistry
 from triton_core.repository.agent_set import AgentSet, notify, run_detached
 from triton_core.repository.agents import AgentAction, AgentModel, RepositoryAgent
-from triton_core.repository.ensembles import (
-    EnsembleMembers,
-    ensemble_load_order,
-    is_ensemble,
-    step_models,
-)
+from triton_core.repository.catalog import ModelCatalog
+from triton_core.repository.ensembles import ensemble_load_order, is_ensemble, step_models
 from triton_core.repository.layout import safe_model_name
 from triton_core.repository.loader import (
     ModelLoader,
@@ -58,138 +50,31 @@ from triton_core.repository.loader import (
     load_error,
     read_model_config,
 )
+from triton_core.repository.records import (
+    LOADING,
+    NOT_IN_REPOSITORY,
+    READY,
+    UNAVAILABLE,
+    UNLOADED_REASON,
+    UNLOADING,
+    ControlMode,
+    LoadOverride,
+    ModelRecord,
+    PollFailure,
+    VersionState,
+    load_failure,
+    versions_failure,
+)
 from triton_core.repository.remote import MAX_COMPONENT_BYTES, check_relative_key
-from triton_core.repository.sources import MappedSource, ModelSource, check_name
-from triton_core.types import ModelIndexEntry
+from triton_core.repository.sources import ModelSource, check_name
 
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-READY = "READY"
-UNAVAILABLE = "UNAVAILABLE"
-LOADING = "LOADING"
-UNLOADING = "UNLOADING"
-UNLOADED_REASON = "unloaded"
-UNHEALTHY_REASON = (
-    "every instance is unhealthy: each ran past execute_timeout_secs and has not returned"
-)
 
-
-class PollFailure(TritonError):
-    """A load whose model could not be found or read: Triton's "failed to poll" answer."""
-
-    def __init__(self, name: str, detail: str) -> None:
-        # Triton's words first (clients look for them), then what was wrong
-        super().__init__(
-            Status.INTERNAL,
-            f"failed to load '{name}', failed to poll from model repository: {detail}",
-        )
-        logger.error("Poll failed for model directory '%s': %s", name, detail)
-
-
-NOT_IN_REPOSITORY = "model not found in any model repository"
-
-
-class LoadFailure(TritonError):
-    """A model that was found but failed to load: Triton's "load failed for model"."""
-
-    def __init__(self, name: str, detail: str) -> None:
-        super().__init__(Status.INVALID_ARG, f"load failed for model '{name}': {detail}\n")
-
-
-def load_failure(name: str, error: TritonError) -> TritonError:
-    """Triton's answer to a load request that failed (as it was, when it already is)."""
-    if isinstance(error, PollFailure | LoadFailure):
-        return error
-    return LoadFailure(name, error.message)
-
-
-def versions_failure(name: str, failures: list[tuple[int, TritonError]]) -> LoadFailure:
-    """Triton's account of the versions that failed: ``version N is at UNAVAILABLE state``."""
-    return LoadFailure(
-        name,
-        "".join(
-            f"version {version} is at {UNAVAILABLE} state: {error.message};"
-            for version, error in failures
-        ),
-    )
-
-
-def qualified_key(source: ModelSource, name: str) -> str:
-    """A namespaced record key: ``<repository>/<name>`` (a client's name has no ``/``)."""
-    return f"{source.location.rstrip('/')}/{name}"
-
-
-class ControlMode(enum.Enum):
-    """``--model-control-mode``."""
-
-    NONE = "none"
-    POLL = "poll"
-    EXPLICIT = "explicit"
-
-
-@dataclass(slots=True)
-class VersionState:
-    state: str
-    reason: str = ""
-    model: LoadedModel | None = None
-
-
-@dataclass(slots=True)
-class LoadOverride:
-    """A load request's config (and files) replacing what the repository holds."""
-
-    config: ModelConfig
-    #: a folder built from ``file:<version>/<path>`` parameters, or None
-    folder: Path | None = None
-
-
-@dataclass(slots=True)
-class ModelRecord:
-    """A model found in a repository, with the state of each version."""
-
-    name: str
-    source: ModelSource | None
-    versions: dict[int, VersionState] = field(default_factory=dict)
-    #: the record's key in the manager: the name, or with ``--model-namespacing`` and a name
-    #: in several repositories, ``<repository>/<name>`` (never a name a client can load)
-    key: str = ""
-    #: why the model as a whole could not load (bad config, unknown backend ...)
-    error: TritonError | None = None
-    #: the ready model serving version-less requests (the highest ready version)
-    latest: LoadedModel | None = None
-    #: for an ensemble: the models its steps call, with the versions asked for (-1: latest)
-    dependencies: dict[str, set[int]] = field(default_factory=dict)
-    #: whether a load was asked for (start-up, API, poll); an unload clears it
-    wanted: bool = False
-    #: ensembles that loaded this model along with them ("" stands for a direct request)
-    loaded_by: set[str] = field(default_factory=set)
-    #: the files as they were when last loaded (poll mode compares against it)
-    fingerprint: object = None
-    override: LoadOverride | None = None
-    #: a load or reload is under way
-    loading: bool = False
-    #: the agents that saw the serving version set's LOAD, for its UNLOAD later
-    agents: AgentSet = field(default_factory=AgentSet)
-    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    #: the folder the model was last read from
-    folder: Path | None = None
-
-    def __post_init__(self) -> None:
-        self.key = self.key or self.name
-
-    def refresh_latest(self) -> None:
-        ready = [v for v, s in self.versions.items() if s.model is not None and s.state == READY]
-        self.latest = self.versions[max(ready)].model if ready else None
-
-    @property
-    def serving(self) -> bool:
-        return any(state.model is not None for state in self.versions.values())
-
-
-class ModelRepositoryManager:
-    """Finds models in the repositories, loads them, and answers lookups."""
+class ModelRepositoryManager(ModelCatalog):
+    """Loads, reloads and unloads the models of the catalog while the server serves."""
 
     def __init__(
         self,
@@ -199,49 +84,17 @@ class ModelRepositoryManager:
         agents: RepositoryAgentRegistry | None = None,
         namespacing: bool = False,
     ) -> None:
-        self.sources = sources
-        #: ``--model-namespacing``: a name may be in several repositories; each ensemble
-        #: calls the models of its own repository first
-        self._namespacing = namespacing
+        super().__init__(sources, namespacing)
         self._loader = loader
         self._agents = agents or RepositoryAgentRegistry()
         self._agent_objects: dict[str, RepositoryAgent] = {}
         self._load_slots = asyncio.Semaphore(max(1, load_threads))
-        self._models: dict[str, ModelRecord] = {}
         self._retiring: set[asyncio.Task[None]] = set()
         #: every loaded version until its unload ends (serving, retiring or unloading)
         self._live: set[LoadedModel] = set()
         self._override_root = Path(tempfile.mkdtemp(prefix="triton-core-overrides-"))
 
-    # -- discovery -----------------------------------------------------------------------------
-
-    def discover(self) -> dict[str, ModelRecord]:
-        """Models across the repositories, by key; a name in two repositories cannot be
-        served, unless namespacing is on: then each is a model of its own.
-
-        Blocking I/O. Records that exist keep their state; new names get new records.
-        """
-        found: dict[str, list[ModelSource]] = {}
-        for source in self.sources:
-            for name in source.model_names():
-                found.setdefault(name, []).append(source)
-        records = {}
-        for name, sources in found.items():
-            if len(sources) > 1 and self._namespacing:
-                for source in sources:
-                    key = qualified_key(source, name)
-                    records[key] = self._models.get(key) or ModelRecord(name, source, key=key)
-                    records[key].source = source
-                continue
-            record = self._models.get(name) or ModelRecord(name, sources[0])
-            record.source = sources[0]
-            if len(sources) > 1:
-                record.error = invalid_arg(
-                    f"model '{name}' appears in more than one model repository: "
-                    f"{', '.join(source.location for source in sources)}"
-                )
-            records[name] = record
-        return records
+    # -- start-up --------------------------------------------------------------------------
 
     async def start(self, mode: ControlMode, load_models: list[str]) -> list[TritonError]:
         """Load what the control mode loads at start-up; returns the load errors."""
@@ -263,9 +116,6 @@ class ModelRepositoryManager:
                 named[0].error = PollFailure(name, NOT_IN_REPOSITORY)
             records += named
         return await self._load_many(records)
-
-    def _describe_sources(self) -> str:
-        return ", ".join(source.location for source in self.sources)
 
     async def _load_many(
         self, records: list[ModelRecord], loaded_by: dict[str, str] | None = None
@@ -317,7 +167,7 @@ class ModelRepositoryManager:
             return []
         return await self._load_many(list(members.values()), loaded_by)
 
-    # -- loading one model -----------------------------------------------------------------------
+    # -- loading one model -----------------------------------------------------------------
 
     async def _prepare(self, record: ModelRecord) -> PreparedModel | TritonError:
         """Agents' LOAD, then the complete config; or the error, kept as the model's reason
@@ -571,7 +421,7 @@ class ModelRepositoryManager:
         await asyncio.gather(*(self._unload_model(model) for model in models))
         await self._agents_send(agents, AgentAction.UNLOAD_COMPLETE)
 
-    # -- ensembles: they load after what they use, and are ready while their members are ------
+    # -- ensembles load after the models they use ------------------------------------------
 
     async def _load_ensembles(
         self, ensembles: dict[str, tuple[ModelRecord, PreparedModel]]
@@ -606,62 +456,7 @@ class ModelRepositoryManager:
             return error
         return await self._swap_in(record, prepared)
 
-    def _members_error(self, record: ModelRecord) -> TritonError | None:
-        """Why an ensemble cannot load now: a composing model missing or not loaded."""
-        name = record.name
-        for member, versions in sorted(record.dependencies.items()):
-            found = self._models.get(self._member_key(record, member))
-            if found is None and len(self._records_named(member)) > 1:
-                return invalid_arg(
-                    f"ensemble '{name}' contains models that are not available or ambiguous: "
-                    f"{member}"
-                )
-            if found is None or found.source is None:
-                return invalid_arg(
-                    f"ensemble '{name}' step 'model_name' names '{member}', which is not in "
-                    "the model repository"
-                )
-            if found.latest is None:
-                cause = found.error.message if found.error is not None else ""
-                cause = cause or next((s.reason for s in found.versions.values() if s.reason), "")
-                return invalid_arg(
-                    f"ensemble '{name}' depends on '{member}' which has no loaded version"
-                    + (f". Model '{member}' loading failed with error: {cause}" if cause else "")
-                )
-            for version in sorted(versions):
-                if not self._version_ready(found, version):
-                    return invalid_arg(
-                        f"ensemble '{name}' depends on '{member}' whose required version "
-                        f"{version} ('model_version') is not loaded"
-                    )
-        return None
-
-    def unready_member(self, record: ModelRecord, _seen: tuple[str, ...] = ()) -> str | None:
-        """The first model an ensemble's steps call that is not ready (None: all are)."""
-        for member, versions in record.dependencies.items():
-            found = self._models.get(self._member_key(record, member))
-            if found is None or member in _seen:
-                return member
-            if not all(self._version_ready(found, version) for version in versions):
-                return member
-            if found.dependencies and self.unready_member(found, (*_seen, record.name)):
-                return member
-        return None
-
-    @staticmethod
-    def _version_ready(record: ModelRecord, version: int) -> bool:
-        """Loaded, and not every instance hung past ``execute_timeout_secs``."""
-        if version < 0:
-            return record.latest is not None and record.latest.pool.healthy
-        state = record.versions.get(version)
-        return (
-            state is not None
-            and state.state == READY
-            and state.model is not None
-            and state.model.pool.healthy
-        )
-
-    # -- the repository API: load, unload, poll ------------------------------------------------
+    # -- the repository API: load, unload, poll --------------------------------------------
 
     async def load(
         self, name: str, config: str | None = None, files: dict[str, bytes] | None = None
@@ -809,43 +604,6 @@ class ModelRepositoryManager:
             target.write_bytes(content)
         return LoadOverride(parsed, folder)
 
-    def register(self, path: str, mapping: dict[str, str], explicit: bool) -> None:
-        """Add a repository folder while serving; ``mapping`` (model name -> subfolder) serves
-        subfolders under other names. Triton's RegisterModelRepository and its words."""
-        if not explicit:
-            raise unsupported(
-                "repository registration is not allowed if model control mode is not EXPLICIT"
-            )
-        if not Path(path).is_dir():
-            raise invalid_arg(f"failed to register '{path}', repository not found")
-        if any(source.location == path for source in self.sources):
-            raise TritonError(
-                Status.ALREADY_EXISTS, f"model repository '{path}' has already been registered"
-            )
-        for name in mapping:
-            if any(source.maps(name) for source in self.sources):
-                raise TritonError(
-                    Status.ALREADY_EXISTS,
-                    f"failed to register '{name}', there is a conflicting mapping for '{name}'",
-                )
-        self.sources.append(MappedSource(Path(path), mapping))
-        logger.info("Model repository registered: %s", path)
-
-    def unregister(self, path: str, explicit: bool) -> None:
-        """Remove a repository added by :meth:`register`; its models that are loaded stay."""
-        if not explicit:
-            raise unsupported(
-                "repository unregistration is not allowed if model control mode is not EXPLICIT"
-            )
-        found = [source for source in self.sources if source.location == path]
-        if not found:
-            raise invalid_arg(f"failed to unregister '{path}', repository not found")
-        self.sources.remove(found[0])
-        for record in self._models.values():
-            if record.source is found[0]:
-                record.source = None
-        logger.info("Model repository unregistered: %s", path)
-
     async def unload(self, name: str, unload_dependents: bool = False) -> None:
         """Stop serving a model: requests it accepted finish first. Unloading a model that is
         not loaded does nothing. ``unload_dependents`` also unloads the models that an
@@ -906,49 +664,20 @@ class ModelRepositoryManager:
 
         A failure to read a repository is logged and leaves every model as it is.
         """
-        try:
-            found = await asyncio.to_thread(self.discover)
-        except TritonError as error:
-            logger.error("%s", error.message)
+        changes = await self.poll_changes()
+        if changes is None:
             return
-        present = {key for key, record in self._models.items() if record.source is not None}
-        for name in sorted(set(self._models) - set(found)):
-            record = self._models[name]
+        removed, changed = changes
+        for record in removed:
             if record.serving or record.wanted:
                 logger.info("model '%s' was removed from the repository: unloading it", record.name)
                 async with record.lock:
                     await self._unload_record(record)
             record.source = None
-        changed = []
-        if self._namespacing and set(found) != present:
-            # a name gained or lost a repository: ensembles resolve their steps again
-            changed += [
-                record
-                for key, record in found.items()
-                if record.wanted and record.dependencies and key in self._models
-            ]
-        for name, record in found.items():
-            self._models.setdefault(name, record)
-            record = self._models[name]
-            if not record.wanted:
-                changed.append(record)
-                continue
-            if record in changed:
-                continue
-            if record.source is None:
-                continue
-            try:
-                fingerprint = await asyncio.to_thread(record.source.fingerprint, record.name)
-            except Exception as exc:
-                logger.error("failed to poll model '%s': %s", record.name, exc)
-                continue
-            if fingerprint != record.fingerprint:
-                logger.info("model '%s' changed in the repository: reloading it", record.name)
-                changed.append(record)
         if changed:
             await self._load_many(changed)
 
-    # -- shutdown --------------------------------------------------------------------------------
+    # -- shutdown --------------------------------------------------------------------------
 
     async def unload_all(self) -> None:
         """Unload every loaded version; requests already accepted finish first."""
@@ -987,153 +716,3 @@ class ModelRepositoryManager:
         for source in self.sources:
             source.close()
         shutil.rmtree(self._override_root, ignore_errors=True)
-
-    # -- lookups (hot path) --------------------------------------------------------------------
-
-    def get(self, name: str, version: int = -1) -> LoadedModel:
-        """The ready model version for a request; raises Triton's errors otherwise."""
-        record = self._models.get(name)
-        if record is None:
-            raise self._unknown(name)
-        if version < 0:
-            if record.latest is not None:
-                return record.latest
-            if self._gone(record):
-                raise self._unknown(name)
-            raise not_found(f"Request for unknown model: '{name}' has no available versions")
-        state = record.versions.get(version)
-        if state is None:
-            raise not_found(f"Request for unknown model: '{name}' version {version} is not found")
-        if state.model is None or state.state != READY:
-            raise unavailable(
-                f"Request for unknown model: '{name}' version {version} is not at ready state"
-            )
-        return state.model
-
-    def record(self, name: str) -> ModelRecord:
-        record = self._models.get(name)
-        if record is None or (self._gone(record) and not record.serving):
-            raise self._unknown(name)
-        return record
-
-    def _gone(self, record: ModelRecord) -> bool:
-        """With namespacing: a record whose name now lives only under namespaced keys."""
-        return (
-            self._namespacing
-            and record.source is None
-            and record.key == record.name
-            and len(self._records_named(record.name)) > 1
-        )
-
-    def _unknown(self, name: str) -> TritonError:
-        """Triton's error for a name with no model, or (namespacing) with several."""
-        named = self._records_named(name) if self._namespacing else []
-        if len(named) > 1:
-            return invalid_arg(
-                f"There are {len(named)} identifiers of model '{name}' in global map, model "
-                "namespace must be provided to resolve ambiguity."
-            )
-        return not_found(f"Request for unknown model: '{name}' is not found")
-
-    def _records_named(self, name: str) -> list[ModelRecord]:
-        """The records of one model name (several only with namespacing), by key."""
-        if not self._namespacing:
-            record = self._models.get(name)
-            return [record] if record is not None else []
-        return [
-            record
-            for _, record in sorted(self._models.items())
-            if record.name == name and (record.source is not None or record.serving)
-        ]
-
-    def _member_key(self, record: ModelRecord, member: str) -> str:
-        """The key of a model an ensemble calls: the one of the ensemble's own repository
-        when the name is in several, else the name (Triton's namespacing)."""
-        if self._namespacing and record.source is not None:
-            key = qualified_key(record.source, member)
-            found = self._models.get(key)
-            if found is not None and found.source is not None:
-                return key
-        return member
-
-    def _members_of(self, record: ModelRecord) -> EnsembleMembers:
-        """How the ensemble ``record`` finds its composing models when a version loads."""
-
-        def key_of(member: str) -> str:
-            # with --model-namespacing: the model of this ensemble's own repository first
-            return self._member_key(record, member)
-
-        def config(member: str, version: int) -> ModelConfig:
-            return self.get(key_of(member), version).config
-
-        return EnsembleMembers(config, key_of)
-
-    def is_ready(self, name: str, version: int = -1) -> bool:
-        """Ready to serve; an ensemble also needs every model its steps call to be ready."""
-        record = self.record(name)
-        return self._version_ready(record, version) and self.unready_member(record) is None
-
-    def ready_versions(self, name: str) -> list[int]:
-        record = self.record(name)
-        return sorted(v for v, s in record.versions.items() if s.state == READY)
-
-    def all_ready(self) -> bool:
-        """Strict readiness: every model asked for serves (none asked for: ready, as Triton).
-
-        Models that are loading for the first time or unloading do not count against it, so
-        loading or unloading one model never makes the server unready; a model that failed to
-        load does.
-        """
-        for record in self._models.values():
-            if not record.wanted:
-                continue
-            if record.latest is None:
-                if record.loading:
-                    continue
-                return False
-            if any(
-                state.state == UNAVAILABLE
-                or (state.model is not None and not state.model.pool.healthy)
-                for state in record.versions.values()
-            ):
-                return False
-            if record.dependencies and self.unready_member(record) is not None:
-                return False
-        return True
-
-    def ready_models(self) -> list[LoadedModel]:
-        """Every ready model version, by name then version."""
-        return [
-            record.versions[version].model  # type: ignore[misc]
-            for name, record in sorted(self._models.items())
-            for version in sorted(record.versions)
-            if record.versions[version].state == READY
-            and record.versions[version].model is not None
-        ]
-
-    def index(self, ready_only: bool = False) -> list[ModelIndexEntry]:
-        """Repository index rows: one per version, or one per model that has none."""
-        entries: list[ModelIndexEntry] = []
-        for key in sorted(self._models):
-            record = self._models[key]
-            name = record.name
-            if record.source is None and not record.serving and record.override is None:
-                continue
-            if record.error is not None and not record.versions:
-                if not ready_only:
-                    entries.append(ModelIndexEntry(name, -1, UNAVAILABLE, record.error.message))
-                continue
-            blocked = self.unready_member(record) if record.dependencies else None
-            for version in sorted(record.versions):
-                state = record.versions[version]
-                status, reason = state.state, state.reason
-                if blocked is not None and status == READY:
-                    status, reason = UNAVAILABLE, f"composing model '{blocked}' is not ready"
-                elif status == READY and state.model is not None and not state.model.pool.healthy:
-                    status, reason = UNAVAILABLE, UNHEALTHY_REASON
-                if ready_only and status != READY:
-                    continue
-                entries.append(ModelIndexEntry(name, version, status, reason))
-            if not record.versions and not ready_only:
-                entries.append(ModelIndexEntry(name))
-        return entries
