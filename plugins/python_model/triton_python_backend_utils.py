@@ -12,6 +12,9 @@ The module runs in the model's stub process (see ``triton_core_python.stub``), w
 management). Without a runtime
 (plain imports, unit tests, ``auto_complete_config``) everything works except the calls
 that need the server, which raise :class:`TritonModelException`.
+
+Why one file of over 900 lines: models import every name from this one module, as Triton
+ships it, and its classes refer to each other (requests, responses, tensors, senders).
 """
 
 from __future__ import annotations

@@ -16,6 +16,10 @@ which returns the :class:`StreamHandler` that receives the stream's data; the ha
 through :meth:`Http2Connection.send_headers`, :meth:`~Http2Connection.send_data` and
 :meth:`~Http2Connection.reset_stream`. Data beyond the peer's flow-control windows waits in
 the stream's queue until the peer opens them.
+
+Why one file (and one class) of over 900 lines: every frame reads and changes the same
+connection state (streams, both directions' windows, the HPACK tables, the abuse budgets and
+timers), as in h2's ``H2Connection``; split, each part would reach into the others' state.
 """
 
 from __future__ import annotations
