@@ -146,11 +146,11 @@ def import_circles(graph: dict[str, set[str]]) -> list[list[str]]:
     return circles
 
 
-def test_the_core_has_at_most_two_import_circles_of_at_most_three_modules():
+def test_the_core_has_at_most_two_import_circles_each_a_pair():
     circles = import_circles(import_graph(CORE))
     described = "\n".join(" <-> ".join(circle) for circle in circles)
     assert len(circles) <= 2, described
-    assert all(len(circle) <= 3 for circle in circles), described
+    assert all(len(circle) <= 2 for circle in circles), described
 
 
 def test_the_circle_check_finds_a_circle_through_a_type_checking_import(tmp_path):

@@ -12,17 +12,16 @@ the TENSORS level).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from time import monotonic_ns
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from triton_core.tracing.settings import OPENTELEMETRY, TraceLevel
+from triton_core.tracing.settings import TraceLevel
 
 if TYPE_CHECKING:
     from triton_core.statistics import ExecutionTimes
-    from triton_core.tracing.tracer import Tracer, TraceSetting
 
 _COMPACT = {"separators": (",", ":"), "ensure_ascii": False}
 
@@ -38,13 +37,22 @@ class TracedTensor(Protocol):
     def data(self) -> Any: ...
 
 
+class TraceOutput(Protocol):
+    """Where a sampled request's traces go: the setting in force when it was sampled
+    (:class:`~.tracer.TraceSetting`), its level and its file."""
+
+    level: TraceLevel
+
+    def write(self, records: str) -> None: ...
+
+
 class _Group:
     """The traces of one request (the frontend's and its children), written together."""
 
-    __slots__ = ("open", "setting", "tracer", "traces")
+    __slots__ = ("next_id", "open", "setting", "traces")
 
-    def __init__(self, tracer: Tracer, setting: TraceSetting) -> None:
-        self.tracer = tracer
+    def __init__(self, next_id: Callable[[], int], setting: TraceOutput) -> None:
+        self.next_id = next_id
         self.setting = setting
         self.traces: list[Trace] = []
         self.open = 0
@@ -83,19 +91,14 @@ class Trace:
         group.open += 1
 
     @classmethod
-    def new(cls, tracer: Tracer, setting: TraceSetting, parent_context: Any = None) -> Trace:
-        """The frontend's trace of a newly sampled request."""
-        trace = cls(_Group(tracer, setting), tracer.next_id(), None)
-        if setting.mode == OPENTELEMETRY:
-            from triton_core.tracing.otel import OtelSpans
-
-            assert tracer.exporter is not None
-            trace.spans = OtelSpans(tracer.exporter, trace, parent_context)
-        return trace
+    def new(cls, next_id: Callable[[], int], setting: TraceOutput) -> Trace:
+        """The frontend's trace of a newly sampled request; ``next_id`` numbers its traces
+        (the tracer sets :attr:`spans` in opentelemetry mode)."""
+        return cls(_Group(next_id, setting), next_id(), None)
 
     def child(self) -> Trace:
         """A trace for a request made on behalf of this one (ensemble step, BLS call)."""
-        trace = Trace(self._group, self._group.tracer.next_id(), self)
+        trace = Trace(self._group, self._group.next_id(), self)
         if self.spans is not None:
             trace.spans = self.spans.child(trace)
         return trace

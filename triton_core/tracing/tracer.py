@@ -383,7 +383,13 @@ class Tracer:
             return None
         from triton_core.tracing.trace import Trace
 
-        return Trace.new(self, setting, parent)
+        trace = Trace.new(self.next_id, setting)
+        if setting.mode == OPENTELEMETRY:
+            from triton_core.tracing.otel import OtelSpans
+
+            assert self.exporter is not None
+            trace.spans = OtelSpans(self.exporter, trace, parent)
+        return trace
 
     def next_id(self) -> int:
         return next(self._ids)
