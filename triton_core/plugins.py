@@ -20,6 +20,7 @@ import pluggy
 from triton_core import hookspecs
 from triton_core.failures import exception_text
 from triton_core.hookspecs import NAME
+from triton_core.migration import warn_internal_imports
 from triton_core.registry import (
     BackendRegistry,
     BatchStrategyRegistry,
@@ -99,6 +100,7 @@ def create_plugin_manager(
     A plugin that fails to import is logged by name with the ``--disable-plugin`` hint and
     left out: only the models that need it fail, and :attr:`PluginManager.broken` says why.
     """
+    extra_plugins = list(extra_plugins)
     blocked = set(disabled) | set(disabled_from_env())
     essential = blocked & ESSENTIAL_PLUGINS
     if essential:
@@ -126,6 +128,10 @@ def create_plugin_manager(
         _import_entry_points(pm, entry_points, broken)
         pm.load_setuptools_entrypoints(NAME)
     pm.check_pending()
+    built_in = {name for name, _ in DEFAULT_PLUGINS} | {name for name, _ in extra_plugins}
+    for name, plugin in pm.list_name_plugin():
+        if name not in built_in:
+            warn_internal_imports(name, plugin, whole_package=name in entry_points)
     return PluginManager(pm, broken, env_names, from_folders)
 
 

@@ -21,6 +21,7 @@ from triton_core import (
     ModelContext,
     Parameters,
     Status,
+    Tensor,
     TritonError,
     available_cpus,
     batchable,
@@ -517,3 +518,41 @@ def test_the_guide_example_refuses_a_config_that_contradicts_the_model(
         "but shape [-1, 4] in the model (raised by backend 'matmul' (plugin "
         "triton_core_matmul_example) in load_model())"
     )
+
+
+def test_the_removed_execute_concatenated_warns_and_runs_through_batch_plan():
+    import importlib
+    import sys
+    import warnings
+
+    sys.modules.pop("triton_core.batching", None)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        batching = importlib.import_module("triton_core.batching")
+    assert [w.category for w in caught] == [DeprecationWarning]
+    assert "triton_core.BatchPlan" in str(caught[0].message)
+    requests = [
+        InferenceRequest("m", {"X": Tensor("X", "FP32", np.full((1, 2), i, np.float32))})
+        for i in range(3)
+    ]
+    runs = []
+
+    def run(inputs, names):
+        runs.append(inputs["X"].shape)
+        return [inputs["X"] * 2]
+
+    responses = batching.execute_concatenated(
+        requests,
+        model_name="m",
+        all_outputs=["Y"],
+        output_datatypes={"Y": "FP32"},
+        output_names=lambda request: ["Y"],
+        run=run,
+        run_alone=lambda request: None,
+    )
+    assert runs == [(3, 2)]  # one run for the batch
+    assert [response.outputs[0].data.tolist() for response in responses] == [
+        [[0.0, 0.0]],
+        [[2.0, 2.0]],
+        [[4.0, 4.0]],
+    ]

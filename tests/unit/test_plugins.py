@@ -141,3 +141,28 @@ def test_a_registration_from_a_helper_is_attributed_to_the_calling_hookimpl():
 
     caches = _caches_registered_by(("uses_helper", UsesHelper()))
     assert caches.get("helper_made").plugin == "uses_helper"
+
+
+def test_a_plugin_importing_core_internals_is_named_with_the_public_replacement(
+    tmp_path, caplog
+):
+    folder = tmp_path / "plugin_dir"
+    folder.mkdir()
+    (folder / "old_cache.py").write_text(
+        "import triton_core\n"
+        "from triton_core import hookimpl\n"
+        "from triton_core.cache.base import ResponseCache\n"
+        "def helper():\n"
+        "    import triton_core.protos.model_config_pb2 as pb\n"
+        "    from triton_core.testing import ServerProcess\n"
+    )
+    (folder / "clean.py").write_text("from triton_core import hookimpl, ResponseCache\n")
+    with caplog.at_level("WARNING", logger="triton_core.migration"):
+        create_plugin_manager(autoload=False, directories=[("--plugin-dir", folder)])
+    warnings = [record.getMessage() for record in caplog.records]
+    assert len(warnings) == 2, warnings
+    assert warnings[0].startswith("plugin 'old_cache' imports triton_core.cache.base (")
+    assert f"{folder / 'old_cache.py'}:3" in warnings[0]
+    assert warnings[0].endswith("use triton_core.ResponseCache, CacheStatistics, response_size")
+    assert "triton_core.protos.model_config_pb2" in warnings[1] and ":5)" in warnings[1]
+    assert "DataType" in warnings[1]
