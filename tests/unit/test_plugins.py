@@ -143,9 +143,7 @@ def test_a_registration_from_a_helper_is_attributed_to_the_calling_hookimpl():
     assert caches.get("helper_made").plugin == "uses_helper"
 
 
-def test_a_plugin_importing_core_internals_is_named_with_the_public_replacement(
-    tmp_path, caplog
-):
+def test_a_plugin_importing_core_internals_is_named_with_the_public_replacement(tmp_path, caplog):
     folder = tmp_path / "plugin_dir"
     folder.mkdir()
     (folder / "old_cache.py").write_text(
