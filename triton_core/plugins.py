@@ -118,7 +118,8 @@ def create_plugin_manager(
     for name, plugin in extra_plugins:
         if not pm.is_blocked(name):
             pm.register(plugin, name=name)
-    entry_points = _entry_points() if autoload else {}
+    # read even without autoload: a plugin registered by module path keeps its installed name
+    entry_points = _entry_points()
     broken: dict[str, str] = {}
     env_names = _register_env_modules(pm, entry_points, broken)
     from_folders: dict[str, str] = {}
@@ -132,7 +133,21 @@ def create_plugin_manager(
     for name, plugin in pm.list_name_plugin():
         if name not in built_in:
             warn_internal_imports(name, plugin, whole_package=name in entry_points)
-    return PluginManager(pm, broken, env_names, from_folders)
+    installed = {
+        name: (dist.metadata["Name"], dist.version)
+        for name, (_, dist) in entry_points.items()
+        if pm.get_plugin(name) is not None
+    }
+    return PluginManager(pm, broken, env_names, from_folders, installed)
+
+
+def installed_name(module_path: str) -> str:
+    """The name a plugin module is installed under (its entry point's), else its path: how
+    the testing kit names the plugins it registers, as ``serve`` names them."""
+    for name, (entry_point, _) in _entry_points().items():
+        if entry_point.value == module_path:
+            return name
+    return module_path
 
 
 def _entry_points() -> dict[str, tuple[EntryPoint, Distribution]]:
@@ -263,8 +278,11 @@ class PluginManager:
         broken: dict[str, str] | None = None,
         env_plugins: Iterable[str] = (),
         folder_plugins: dict[str, str] | None = None,
+        installed: dict[str, tuple[str, str]] | None = None,
     ) -> None:
         self.pm = pm
+        #: (distribution, version) of the plugins registered under an entry point's name
+        self.installed = dict(installed or {})
         #: plugins that failed to import, by plugin name: why
         self.broken: dict[str, str] = dict(broken or {})
         #: plugins registered from ``TRITON_CORE_PLUGINS``
@@ -290,6 +308,8 @@ class PluginManager:
             for plugin, dist in self.pm.list_plugin_distinfo()
             if id(plugin) in names
         }
+        for name, distribution in self.installed.items():
+            found.setdefault(name, distribution)
         for name in self.env_plugins:
             found.setdefault(name, (PLUGINS_ENV, ""))
         for name, where in self.folder_plugins.items():

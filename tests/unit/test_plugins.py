@@ -164,3 +164,23 @@ def test_a_plugin_importing_core_internals_is_named_with_the_public_replacement(
     assert warnings[0].endswith("use triton_core.ResponseCache, CacheStatistics, response_size")
     assert "triton_core.protos.model_config_pb2" in warnings[1] and ":5)" in warnings[1]
     assert "DataType" in warnings[1]
+
+
+def test_the_testing_kit_names_an_installed_plugin_as_serve_does(monkeypatch):
+    """Registered by module (triton_core.testing, TRITON_CORE_PLUGINS) or by entry point,
+    an installed plugin has its entry point's name and its distribution."""
+    import importlib
+
+    from triton_core.plugins import PLUGINS_ENV
+    from triton_core.testing.inprocess import plugin_manager
+
+    module = importlib.import_module("triton_core_example_numpy.plugin")
+    in_process = {info.name: info for info in plugin_manager([module]).describe()}
+    assert "triton_core_example_numpy.plugin" not in in_process
+    assert in_process["example_numpy"].distribution == "triton-core-example-numpy"
+    assert in_process["example_numpy"].version == "0.1.0"
+
+    monkeypatch.setenv(PLUGINS_ENV, "triton_core_example_numpy.plugin")
+    from_env = create_plugin_manager(autoload=False)
+    assert "example_numpy" in dict(from_env.pm.list_name_plugin())
+    assert create_plugin_manager(["example_numpy"], autoload=False).blocked() == ["example_numpy"]

@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Iterable
 from types import ModuleType
 from typing import Any, TypeVar
 
-from triton_core.plugins import PluginManager, create_plugin_manager
+from triton_core.plugins import PluginManager, create_plugin_manager, installed_name
 from triton_core.server import Server, ServerOptions
 from triton_core.types import InferenceRequest, InferenceResponse
 
@@ -26,9 +26,12 @@ PluginSpec = ModuleType | tuple[str, object]
 
 
 def plugin_manager(plugins: Iterable[PluginSpec] = (), *, autoload: bool = False) -> PluginManager:
-    """The built-ins plus exactly ``plugins``; installed plugins only with ``autoload``."""
+    """The built-ins plus exactly ``plugins``; installed plugins only with ``autoload``. A
+    module is registered under its entry point's name when its distribution is installed
+    (as ``serve`` registers it), else under its module path."""
     named = [
-        plugin if isinstance(plugin, tuple) else (plugin.__name__, plugin) for plugin in plugins
+        plugin if isinstance(plugin, tuple) else (installed_name(plugin.__name__), plugin)
+        for plugin in plugins
     ]
     return create_plugin_manager(autoload=autoload, extra_plugins=named)
 
