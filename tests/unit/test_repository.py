@@ -72,3 +72,14 @@ def test_model_symlink_out_of_the_repository_fails_only_that_model(tmp_path):
             await server.stop()
 
     asyncio.run(run())
+
+
+def test_a_load_failure_names_its_model_once():
+    from triton_core.repository.records import LoadFailure
+
+    for detail in ("model 'm' uses backend 'x'", "model 'm': uses backend 'x'"):
+        assert LoadFailure("m", detail).message == "load failed for model 'm': uses backend 'x'\n"
+    # another model's name, or the name inside the message, stays
+    assert LoadFailure("m", "model 'n' is missing").message == (
+        "load failed for model 'm': model 'n' is missing\n"
+    )

@@ -46,7 +46,17 @@ class LoadFailure(TritonError):
     """A model that was found but failed to load: Triton's "load failed for model"."""
 
     def __init__(self, name: str, detail: str) -> None:
+        detail = unnamed(name, detail)
         super().__init__(Status.INVALID_ARG, f"load failed for model '{name}': {detail}\n")
+
+
+def unnamed(name: str, detail: str) -> str:
+    """``detail`` without the model's name where the message around it says it already:
+    "load failed for model 'm': model 'm' uses backend ..." names it once."""
+    for prefix in (f"model '{name}': ", f"model '{name}' "):
+        if detail.startswith(prefix):
+            return detail[len(prefix) :]
+    return detail
 
 
 def load_failure(name: str, error: TritonError) -> TritonError:
