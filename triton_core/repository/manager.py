@@ -58,7 +58,8 @@ from triton_core.repository.loader import (
     load_error,
     read_model_config,
 )
-from triton_core.repository.remote import MAX_COMPONENT_BYTES, check_relative_key
+from triton_core.repository.overrides import override_file_path
+from triton_core.repository.remote import MAX_COMPONENT_BYTES
 from triton_core.repository.sources import MappedSource, ModelSource, check_name
 from triton_core.types import ModelIndexEntry
 
@@ -74,6 +75,25 @@ UNLOADED_REASON = "unloaded"
 UNHEALTHY_REASON = (
     "every instance is unhealthy: each ran past execute_timeout_secs and has not returned"
 )
+
+
+def _write_override_file(folder: Path, key: str, content: bytes, name: str) -> None:
+    try:
+        target = override_file_path(folder, key)
+    except ValueError as error:
+        raise PollFailure(name, str(error)) from None
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        raise PollFailure(
+            name, f"Invalid file parameter 'file:{key}', directory has been created as a file"
+        ) from None
+    try:
+        target.write_bytes(content)
+    except IsADirectoryError:
+        raise PollFailure(
+            name, f"failed to open binary file for write {target}: Is a directory"
+        ) from None
 
 
 class PollFailure(TritonError):
@@ -795,18 +815,7 @@ class ModelRepositoryManager:
         shutil.rmtree(folder, ignore_errors=True)
         folder.mkdir(parents=True)
         for key, content in files.items():
-            try:
-                relative = check_relative_key(key, f"file override of model '{name}'")
-            except TritonError as error:
-                raise PollFailure(name, error.message) from None
-            if not relative.parts[0].isdigit():
-                raise PollFailure(
-                    name,
-                    f"file override '{key}' of model '{name}' must start with a version folder",
-                )
-            target = folder.joinpath(*relative.parts)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(content)
+            _write_override_file(folder, key, content, name)
         return LoadOverride(parsed, folder)
 
     def register(self, path: str, mapping: dict[str, str], explicit: bool) -> None:
