@@ -17,6 +17,7 @@ from typing import Any, Final
 from triton_core import host_policy
 from triton_core.devices import gpu_count
 from triton_core.logsettings import LOG_FORMATS
+from triton_core.re2_patterns import compile_re2
 
 logger = logging.getLogger(__name__)
 
@@ -165,13 +166,13 @@ def _host_policy(text: str) -> tuple[str, str, str]:
 
 
 def _pattern(flag: str) -> Callable[[str], re.Pattern[str]]:
-    """A header pattern, case-insensitive and searched anywhere in the name (Triton's
-    ``(?i)`` prefix and RE2::PartialMatch)."""
+    """A header pattern in RE2's syntax, case-insensitive unless it turns that off (Triton's
+    ``(?i)`` prefix) and searched anywhere in the name (RE2::PartialMatch)."""
 
     def parse(text: str) -> re.Pattern[str]:
         try:
-            return re.compile(text, re.IGNORECASE)
-        except re.error as exc:
+            return compile_re2(text, re.IGNORECASE)
+        except ValueError as exc:
             raise _bad(flag, f"invalid regular expression '{text}': {exc}") from None
 
     return parse
