@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -118,19 +118,28 @@ class ModelSignature:
                 f"inference request batch-size must be <= {self.max_batch_size} for '{model}'"
             )
         request.batch_size = batch_size if batch_size >= 0 else 1
-        if len(inputs) != len(specs) and not self.required.issubset(inputs):
-            missing = [name for name in specs if name in self.required and name not in inputs]
-            raise invalid_arg(
-                f"expected {len(self.required)} inputs but got {len(inputs)} inputs for model "
-                f"'{model}'. Got input(s) {list(inputs)}, but missing required input(s) "
-                f"{missing}. Please provide all required input(s)."
-            )
+        if len(inputs) < len(self.required):
+            raise invalid_arg(self._input_count_problem(request))
         if request.outputs is not None:
             for output in request.outputs:
                 if output.name not in self.output_datatypes:
                     raise invalid_arg(
                         f"unexpected inference output '{output.name}' for model '{model}'"
                     )
+
+    def _input_count_problem(self, request: InferenceRequest) -> str:
+        """Triton's words for too few inputs (it counts them, as here, before names)."""
+        inputs, specs = request.inputs, self.inputs
+        missing = [name for name in specs if name in self.required and name not in inputs]
+        if len(self.required) == len(specs):
+            expected = f"expected {len(specs)} inputs"
+        else:
+            expected = f"expected number of inputs between {len(self.required)} and {len(specs)}"
+        return (
+            f"{expected} but got {len(inputs)} inputs for model '{self.model_name}'. Got "
+            f"input(s) {_name_list(inputs)}, but missing required input(s) "
+            f"{_name_list(missing)}. Please provide all required input(s)."
+        )
 
     def finish(
         self,
@@ -227,6 +236,11 @@ class ModelSignature:
 _CACHEABLE_SCHEDULING = (None, "dynamic_batching", "ensemble_scheduling")
 #: schedulers that hand a request's tensors to an instance as they are
 _DEVICE_TENSOR_SCHEDULING = (None, "dynamic_batching")
+
+
+def _name_list(names: Iterable[str]) -> str:
+    """Names as Triton lists them in messages: ``['a','b']``."""
+    return "[" + ",".join(f"'{name}'" for name in names) + "]"
 
 
 def _not_reschedulable() -> TritonError:

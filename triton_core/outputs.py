@@ -1,17 +1,18 @@
-"""What a backend returns, checked against the model config before it leaves the server.
+"""What a backend returns, checked before it leaves the server, by Triton's rule.
 
-The plan is built once per model version at load; checking a response costs a dict lookup
-and a few compares per output tensor, never a loop over elements. The rules:
+Triton's core checks an output's name against the config and nothing else about it: the
+shape and the datatype a backend reports go to the client as they are (a Python model may
+return ``[1]`` for dims ``[1,-1]``, ``[0]`` FP64 for a STRING output, a response with no
+outputs). The plan is built once per model version at load; checking a response costs a dict
+lookup and a few compares per output tensor, never a loop over elements. The rules:
 
 * only outputs the config declares (``output``, and implicit-state ``output_name``\\ s of
-  ``sequence_batching``) - an undeclared output is an error, as in Triton, not dropped;
-* the tensor's datatype is the config's wire name (``FP32``, not ``float32``) and its data is
-  a numpy array of the dtype that holds it (:data:`triton_core.dtypes.NUMPY_DTYPES`; BYTES
-  may be object, bytes or str arrays);
-* the shape is the config's dims (-1 matches any size), after the batch dimension when
-  ``max_batch_size`` > 0, which must equal the request's batch size. A tensor in the
-  config's ``reshape`` shape is reshaped to its dims, as Triton presents it to clients;
-* a response with no outputs at all is an error (decoupled models may send empty ones).
+  ``sequence_batching``) - an undeclared output is an error, as in Triton's core;
+* the tensor's datatype is a wire name (``FP32``, not ``float32``) and its data is a numpy
+  array of the dtype that holds it (:data:`triton_core.dtypes.NUMPY_DTYPES`; BYTES may be
+  object, bytes or str arrays), so that the codecs write what the datatype says;
+* a tensor in the config's ``reshape`` shape is reshaped to its dims, as Triton presents it
+  to clients.
 
 A violation fails that request with INTERNAL; the caller names the model and plugin.
 """
@@ -24,7 +25,6 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from triton_core.config import wire_datatype
 from triton_core.device_tensors import DeviceBuffer
 from triton_core.dtypes import NUMPY_DTYPES
 
@@ -38,11 +38,9 @@ _BYTES_KINDS = frozenset("OSU")
 
 @dataclass(frozen=True, slots=True)
 class OutputSpec:
-    """What the config says about one output, precomputed for the check."""
+    """What the config says about one output that the check needs: its reshape."""
 
     name: str
-    datatype: str
-    dtype: np.dtype
     #: per-item dims (without the batch dimension)
     dims: tuple[int, ...]
     #: the config's ``reshape``: the shape a model may produce instead of ``dims``
@@ -54,24 +52,20 @@ class OutputCheck:
 
     def __init__(self, config: ModelConfig) -> None:
         self.batched = config.max_batch_size > 0
-        self.allow_empty = config.model_transaction_policy.decoupled
         specs = {}
         for tensor in config.output:
             reshape = tuple(tensor.reshape.shape) if tensor.HasField("reshape") else None
-            specs[tensor.name] = _spec(tensor.name, tensor.data_type, tensor.dims, reshape)
+            specs[tensor.name] = OutputSpec(tensor.name, tuple(tensor.dims), reshape)
         for state in config.sequence_batching.state:
             if state.output_name not in specs:
-                specs[state.output_name] = _spec(
-                    state.output_name, state.data_type, state.dims, None
-                )
+                specs[state.output_name] = OutputSpec(state.output_name, tuple(state.dims), None)
         self.specs: dict[str, OutputSpec] = specs
 
     def problem(self, outputs: Sequence[Tensor], batch_size: int) -> str | None:
-        """What is wrong with a response's outputs, or None; may reshape per the config."""
-        if not outputs:
-            if self.specs and not self.allow_empty:
-                return "returned no outputs"
-            return None
+        """What is wrong with a response's outputs, or None; may reshape per the config.
+
+        ``batch_size`` is the request's; Triton does not hold an output's shape to it.
+        """
         specs = self.specs
         for tensor in outputs:
             spec = specs.get(tensor.name)
@@ -80,56 +74,43 @@ class OutputCheck:
                     f"returned output '{tensor.name}', which the config does not declare "
                     f"(declared: {', '.join(specs) or 'none'})"
                 )
-            problem = self._tensor_problem(tensor, spec, batch_size)
+            problem = _data_problem(tensor)
             if problem is not None:
                 return problem
+            if spec.reshape is not None:
+                self._undo_reshape(tensor, spec)
         return None
 
-    def _tensor_problem(self, tensor: Tensor, spec: OutputSpec, batch_size: int) -> str | None:
-        data = tensor.data
-        if tensor.datatype != spec.datatype:
-            return (
-                f"returned output '{spec.name}' with datatype '{tensor.datatype}', but the config "
-                f"says '{spec.datatype}'"
-            )
-        if not isinstance(data, np.ndarray) and not isinstance(data, DeviceBuffer):
-            return f"returned output '{spec.name}' as a {type(data).__name__}, not a numpy array"
-        if data.dtype != spec.dtype and not (
-            spec.datatype == "BYTES" and data.dtype.kind in _BYTES_KINDS
-        ):
-            return (
-                f"returned output '{spec.name}' ({spec.datatype}) holding numpy {data.dtype} "
-                f"values; {spec.datatype} is held as numpy {spec.dtype}"
-            )
-        shape = data.shape
-        if self.batched:
-            if not shape or shape[0] != batch_size:
-                return (
-                    f"returned output '{spec.name}' with shape {format_shape(shape)} for a "
-                    f"request of batch size {batch_size} (expected "
-                    f"{format_shape((batch_size, *spec.dims))})"
-                )
-            item = shape[1:]
-        else:
-            item = shape
-        if shape_matches(item, spec.dims):
-            return None
+    def _undo_reshape(self, tensor: Tensor, spec: OutputSpec) -> None:
+        """A tensor in the config's reshape shape goes out in its dims, as in Triton."""
+        shape = tensor.data.shape
+        if self.batched and not shape:
+            return
+        item = shape[1:] if self.batched else shape
         if spec.reshape is not None and shape_matches(item, spec.reshape) and -1 not in spec.dims:
-            target = (batch_size, *spec.dims) if self.batched else spec.dims
-            tensor.data = data.reshape(target)
-            return None
-        expected = (batch_size, *spec.dims) if self.batched else spec.dims
+            target = (shape[0], *spec.dims) if self.batched else spec.dims
+            tensor.data = tensor.data.reshape(target)
+
+
+def _data_problem(tensor: Tensor) -> str | None:
+    """Whether the data is what the tensor's datatype says, so the codecs write it right."""
+    data = tensor.data
+    expected = NUMPY_DTYPES.get(tensor.datatype)
+    if expected is None:
         return (
-            f"returned output '{spec.name}' with shape {format_shape(shape)}, expected "
-            f"{format_shape(expected)}"
+            f"returned output '{tensor.name}' with datatype '{tensor.datatype}', which is not "
+            "a datatype name such as 'FP32'"
         )
-
-
-def _spec(
-    name: str, data_type: int, dims: Sequence[int], reshape: tuple[int, ...] | None
-) -> OutputSpec:
-    datatype = wire_datatype(data_type)
-    return OutputSpec(name, datatype, NUMPY_DTYPES[datatype], tuple(dims), reshape)
+    if not isinstance(data, np.ndarray) and not isinstance(data, DeviceBuffer):
+        return f"returned output '{tensor.name}' as a {type(data).__name__}, not a numpy array"
+    if data.dtype != expected and not (
+        tensor.datatype == "BYTES" and data.dtype.kind in _BYTES_KINDS
+    ):
+        return (
+            f"returned output '{tensor.name}' ({tensor.datatype}) holding numpy {data.dtype} "
+            f"values; {tensor.datatype} is held as numpy {expected}"
+        )
+    return None
 
 
 def shape_matches(shape: Sequence[int], dims: Sequence[int]) -> bool:

@@ -17,6 +17,7 @@ from typing import Any, Final
 from triton_core import host_policy
 from triton_core.devices import gpu_count
 from triton_core.logsettings import LOG_FORMATS
+from triton_core.re2_patterns import compile_re2
 
 logger = logging.getLogger(__name__)
 
@@ -165,13 +166,13 @@ def _host_policy(text: str) -> tuple[str, str, str]:
 
 
 def _pattern(flag: str) -> Callable[[str], re.Pattern[str]]:
-    """A header pattern, case-insensitive and searched anywhere in the name (Triton's
-    ``(?i)`` prefix and RE2::PartialMatch)."""
+    """A header pattern in RE2's syntax, case-insensitive unless it turns that off (Triton's
+    ``(?i)`` prefix) and searched anywhere in the name (RE2::PartialMatch)."""
 
     def parse(text: str) -> re.Pattern[str]:
         try:
-            return re.compile(text, re.IGNORECASE)
-        except re.error as exc:
+            return compile_re2(text, re.IGNORECASE)
+        except ValueError as exc:
             raise _bad(flag, f"invalid regular expression '{text}': {exc}") from None
 
     return parse
@@ -257,10 +258,10 @@ def _add_repository(parser: argparse.ArgumentParser, parse_bool: Callable[[str],
     ):
         parser.add_argument(
             flag,
-            default=default,
+            default=None,
             metavar="DIR",
-            help=f"import the Python modules and packages here as plugins ({what}); "
-            "skipped when absent",
+            help=f"import the Python modules and packages here as plugins ({what}; default "
+            f"{default}); skipped when absent",
         )
 
 
@@ -345,14 +346,25 @@ _DIRECTORY_FLAGS: Final = (
 
 
 def plugin_directories(args: argparse.Namespace) -> list[tuple[str, Path]]:
-    """(flag, folder) of each plugin folder to import; Triton's defaults are skipped when
-    absent, a folder given that is not one is refused (ValueError naming the flag)."""
+    """(flag, folder) of each plugin folder to import.
+
+    An absent folder is skipped, as Triton starts without it (a typical Triton command line
+    names ``/opt/tritonserver/backends``): one line says so when the flag names it. A path
+    that exists but is not a folder is refused (ValueError naming the flag).
+    """
     found = []
     for flag, default in _DIRECTORY_FLAGS:
-        folder = Path(getattr(args, _dest(flag)))
+        given = getattr(args, _dest(flag))
+        folder = Path(given or default)
+        if not folder.exists():
+            if given is not None:
+                logger.warning(
+                    "%s: '%s' does not exist; plugins are found through their entry points",
+                    flag,
+                    folder,
+                )
+            continue
         if not folder.is_dir():
-            if str(folder) == default:
-                continue
             raise ValueError(f"{flag}: '{folder}' is not a directory")
         if (flag, folder) not in found:
             found.append((flag, folder))

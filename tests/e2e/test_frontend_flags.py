@@ -14,7 +14,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from tests.support import ServerProcess, serve_until_done
+from tests.support import ServerProcess, refused_start_log, serve_until_done
 
 pytest.importorskip("triton_core_python")
 
@@ -162,3 +162,31 @@ def test_without_reuse_port_a_taken_port_is_an_error(repository: Path) -> None:
         assert second.process.wait(timeout=60) != 0
         second.stop()
         assert "failed to bind the HTTP endpoint" in second.log()
+
+
+def test_header_patterns_take_re2_syntax_with_tritons_case_rule(repository: Path) -> None:
+    # Triton's L0_parameters flag: (?-i) turns off the case-insensitive (?i) Triton puts first
+    with ServerProcess(
+        [repository],
+        "--grpc-header-forward-pattern", "(?-i)MY_HEADER.*",
+        "--http-header-forward-pattern", "(?-i)x-tenant|(?i:ZONE)",
+    ) as process:  # fmt: skip
+        process.wait_ready()
+        # gRPC metadata names are lower case: a case-sensitive MY_HEADER matches none
+        assert _grpc_parameters(process.grpc_url, {"my_header_1": "v", "other": "w"}) == {}
+        headers = {"X-Tenant-Id": "acme", "X-Zone": "eu", "X-Region": "no"}
+        assert _http_parameters(process.http_url, headers) == {
+            "x-tenant-id": "acme",
+            "x-zone": "eu",
+        }
+
+
+@pytest.mark.parametrize(
+    ("pattern", "words"),
+    [("a(?=b)", "invalid perl operator: (?="), ("(\\w)\\1", "invalid escape sequence: \\1")],
+)
+def test_a_pattern_re2_refuses_stops_the_start_naming_the_flag(
+    tmp_path: Path, pattern: str, words: str
+) -> None:
+    log = refused_start_log([tmp_path], "--grpc-header-forward-pattern", pattern)
+    assert "--grpc-header-forward-pattern" in log and words in log

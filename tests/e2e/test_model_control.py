@@ -10,6 +10,7 @@ import json
 import shutil
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -432,14 +433,52 @@ def test_file_override_paths_and_ensemble_steps_cannot_escape(repo):
     with ServerProcess([repo], "--model-control-mode=explicit", env=PLUGINS) as process:
         process.wait_ready(path="/v2/health/live")
         client = httpclient.InferenceServerClient(process.http_url)
-        for key in ("file:../../escape.npy", "file:/etc/passwd", "file:1/../../x"):
-            with pytest.raises(InferenceServerException, match="not a relative path inside"):
+        for key in ("file:../../escape.npy", "file:/../x", "file:1/../../x"):
+            with pytest.raises(InferenceServerException) as refused:
                 client.load_model("alpha", config=override, files={key: b""})
+            message = refused.value.message()
+            assert f"Invalid file parameter '{key}' with normalized path '" in message
+            assert "must stay within model directory" in message
         with pytest.raises(InferenceServerException) as info:
             client.load_model("beta", config=ensemble)
         assert "../alpha" in info.value.message()
         client.load_model("alpha")
         assert client.is_model_ready("alpha")
+
+
+IDENTITY_PY = b"""
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            x = pb_utils.get_input_tensor_by_name(request, "X")
+            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("Y", x.as_numpy())]))
+        return responses
+"""
+
+
+def test_file_override_paths_with_a_leading_slash_are_in_the_model_folder(repo):
+    # Triton 2.51 loads these: the folder of the override is the root of each path
+    config = json.dumps(
+        {
+            "backend": "python",
+            "input": [{"name": "X", "data_type": "TYPE_INT32", "dims": [2]}],
+            "output": [{"name": "Y", "data_type": "TYPE_INT32", "dims": [2]}],
+        }
+    )
+    files = {"file:/1/model.py": IDENTITY_PY, "file:/etc/passwd": b"stays in the folder"}
+    with ServerProcess([repo], "--model-control-mode=explicit") as process:
+        process.wait_ready(path="/v2/health/live")
+        client = httpclient.InferenceServerClient(process.http_url)
+        client.load_model("slashed", config=config, files=files)
+        tensor = httpclient.InferInput("X", [2], "INT32")
+        tensor.set_data_from_numpy(np.array([4, 5], dtype=np.int32))
+        result = client.infer("slashed", [tensor])
+        np.testing.assert_array_equal(result.as_numpy("Y"), [4, 5])
+    assert Path("/etc/passwd").read_bytes() != b"stays in the folder"
 
 
 def test_loading_an_ensemble_loads_its_members_and_unload_dependents_unloads_them(repo):

@@ -83,13 +83,28 @@ def test_a_module_that_fails_to_import_is_named(server: ServerProcess) -> None:
     assert "_private" not in log
 
 
-def test_a_missing_folder_given_is_refused(tmp_path: Path) -> None:
-    log = refused_start_log([tmp_path], "--cache-directory", str(tmp_path / "absent"))
-    assert f"--cache-directory: '{tmp_path / 'absent'}' is not a directory" in log
+def test_a_path_given_that_is_not_a_folder_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "a_file").write_text("")
+    log = refused_start_log([tmp_path], "--cache-directory", str(tmp_path / "a_file"))
+    assert f"--cache-directory: '{tmp_path / 'a_file'}' is not a directory" in log
 
 
-def test_tritons_default_folders_are_skipped_when_absent(tmp_path: Path) -> None:
-    assert not Path("/opt/tritonserver/backends").exists()
-    with ServerProcess([tmp_path], "--backend-directory", "/opt/tritonserver/backends") as process:
+@pytest.mark.parametrize(
+    ("flag", "folder"),
+    [
+        ("--backend-directory", "/opt/tritonserver/backends"),
+        ("--repoagent-directory", "/opt/tritonserver/repoagents"),
+        ("--backend-directory", "absent-backends"),
+    ],
+)
+def test_an_absent_folder_given_is_named_once_and_skipped(
+    tmp_path: Path, flag: str, folder: str
+) -> None:
+    # a typical Triton command line names Triton's folders; Triton starts without them
+    absent = tmp_path / folder if not folder.startswith("/") else Path(folder)
+    assert not absent.exists()
+    with ServerProcess([tmp_path], f"{flag}={absent}") as process:
         process.wait_ready(path="/v2/health/live")
         assert process.process.poll() is None
+        line = f"{flag}: '{absent}' does not exist; plugins are found through their entry points"
+        assert process.log().count(line) == 1

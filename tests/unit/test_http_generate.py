@@ -146,13 +146,32 @@ def test_shapes_come_from_the_metadata():
 @pytest.mark.parametrize(
     ("body", "message"),
     [
-        ({"text_input": 123}, "attempt to access JSON non-string as string"),
-        ({"stream": "false"}, "attempt to access JSON non-boolean as boolean"),
+        (
+            {"text_input": 123},
+            "Unable to parse JSON bytes array: attempt to access JSON non-string",
+        ),
+        (
+            {"stream": "false"},
+            "Unable to parse 'data': attempt to access JSON non-boolean as boolean",
+        ),
         ({"max_tokens": 1.5}, "attempt to access JSON non-signed-integer as signed-integer"),
         ({"max_tokens": True}, "attempt to access JSON non-signed-integer as signed-integer"),
         ({"temperature": "hot"}, "attempt to access JSON non-double as double"),
         ({"text_input": {"user": "x"}}, "attempt to access JSON non-string as string"),
-        ({"PARAMS": {"a": 1}}, "parameter 'PARAMS' has invalid type"),
+        (
+            {"PARAMS": {"a": 1}},
+            "parameter 'PARAMS' has invalid type. It should be either 'int', 'bool', or 'string'.",
+        ),
+        (
+            {"parameters": {"nested": {"twice": 1}}},
+            "Converting keyword: 'parameters': parameter 'nested' has invalid type.",
+        ),
+        (
+            {"parameters": 1},
+            "Expected JSON object for keyword: 'parameters': attempt to access "
+            "JSON non-object as object",
+        ),
+        ({"id": 5}, "Unable to parse 'id': attempt to access JSON non-string as string"),
         ({"text_input": ["a", "b"]}, "needs 1 elements for its shape [1], got 2"),
         ({"max_tokens": 1 << 40}, "out of range for INT32"),
         ('{"text_input": "a", "text_input": "b"}', "input 'text_input' already exists in request"),
@@ -239,8 +258,9 @@ def test_generate_errors_keep_their_status(client, server):
     assert result.status_code == 500 and result.json == {"error": "the model failed"}
     unknown = post(client, "/v2/models/nope/generate", {"text_input": "hi"})
     assert unknown.status_code == 400 and "unknown model" in unknown.json["error"]
+    # Triton answers values of the wrong JSON type with TritonJson's INTERNAL status
     bad = post(client, "/v2/models/llm/generate", {"text_input": 1})
-    assert bad.status_code == 400 and "non-string" in bad.json["error"]
+    assert bad.status_code == 500 and "Unable to parse JSON bytes array" in bad.json["error"]
 
 
 # ------------------------------------------------------------------------------------------
@@ -282,6 +302,21 @@ def test_generate_stream_error_before_any_response_has_its_status(client, server
     server.script = lambda request: [invalid_arg("no such thing")]
     result = post(client, "/v2/models/llm/generate_stream", {"text_input": "hi"})
     assert result.status_code == 400 and result.json == {"error": "no such thing"}
+    assert server.closed == 1
+
+
+def test_generate_stream_error_once_the_model_has_the_request_is_an_event_with_its_status(
+    client, server
+):
+    def model_fails(request: InferenceRequest) -> list[Exception]:
+        request.queued_ns = 1  # what the server's scheduler sets when it takes a request
+        return [internal("An Error Occurred")]
+
+    server.script = model_fails
+    result = post(client, "/v2/models/llm/generate_stream", {"text_input": "hi"})
+    assert result.status_code == 500
+    assert result.headers["content-type"] == SSE_CONTENT_TYPE
+    assert events(result.content) == [{"error": "An Error Occurred"}]
     assert server.closed == 1
 
 

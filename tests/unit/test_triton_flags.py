@@ -51,9 +51,12 @@ def test_defaults_are_tritons() -> None:
         True,
     )
     assert (args.model_load_retry_count, args.model_namespacing) == (0, False)
-    assert args.backend_directory == "/opt/tritonserver/backends"
-    assert args.repoagent_directory == "/opt/tritonserver/repoagents"
-    assert args.cache_directory == "/opt/tritonserver/caches"
+    # not given: Triton's /opt/tritonserver/{backends,repoagents,caches}, where they exist
+    assert (args.backend_directory, args.repoagent_directory, args.cache_directory) == (
+        None,
+        None,
+        None,
+    )
     assert (args.reuse_http_port, args.reuse_grpc_port) == (False, False)
     assert args.grpc_infer_response_compression_level == "none"
     assert args.metrics_interval_ms == 2000.0

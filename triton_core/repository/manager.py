@@ -50,6 +50,7 @@ from triton_core.repository.loader import (
     load_error,
     read_model_config,
 )
+from triton_core.repository.overrides import override_file_path
 from triton_core.repository.records import (
     LOADING,
     NOT_IN_REPOSITORY,
@@ -65,12 +66,31 @@ from triton_core.repository.records import (
     load_failure,
     versions_failure,
 )
-from triton_core.repository.remote import MAX_COMPONENT_BYTES, check_relative_key
+from triton_core.repository.remote import MAX_COMPONENT_BYTES
 from triton_core.repository.sources import ModelSource, check_name
 
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+
+def _write_override_file(folder: Path, key: str, content: bytes, name: str) -> None:
+    try:
+        target = override_file_path(folder, key)
+    except ValueError as error:
+        raise PollFailure(name, str(error)) from None
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        raise PollFailure(
+            name, f"Invalid file parameter 'file:{key}', directory has been created as a file"
+        ) from None
+    try:
+        target.write_bytes(content)
+    except IsADirectoryError:
+        raise PollFailure(
+            name, f"failed to open binary file for write {target}: Is a directory"
+        ) from None
 
 
 class ModelRepositoryManager(ModelCatalog):
@@ -590,18 +610,7 @@ class ModelRepositoryManager(ModelCatalog):
         shutil.rmtree(folder, ignore_errors=True)
         folder.mkdir(parents=True)
         for key, content in files.items():
-            try:
-                relative = check_relative_key(key, f"file override of model '{name}'")
-            except TritonError as error:
-                raise PollFailure(name, error.message) from None
-            if not relative.parts[0].isdigit():
-                raise PollFailure(
-                    name,
-                    f"file override '{key}' of model '{name}' must start with a version folder",
-                )
-            target = folder.joinpath(*relative.parts)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(content)
+            _write_override_file(folder, key, content, name)
         return LoadOverride(parsed, folder)
 
     async def unload(self, name: str, unload_dependents: bool = False) -> None:

@@ -11,8 +11,14 @@ id; every other key is a request parameter. Both endpoints run the request throu
   ``model_version``, the response parameters and each output as a field (one element: the
   value, else a flat list; BYTES as text). The model must produce exactly one response.
 * ``/generate_stream`` answers Server-Sent Events, one ``data: <json>\\n\\n`` per response.
-  An error before the first response is a plain JSON error with its status; an error after
-  it is an event ``data: {"error": "..."}`` (the status already went out as 200).
+  A request refused before it reaches the model (bad JSON, unknown model, missing inputs) gets
+  a plain JSON error with its status. Once the model has it, as in Triton, the first response
+  sets the status and every response is an event: an error is ``data: {"error": "..."}``
+  (status 200 when a response went out before it, else the error's own status).
+
+The words of the errors are Triton's (2.51): input values of the wrong JSON type and an ``id``
+that is not a string are ``Unable to parse ...`` (500, as Triton answers them), a nested
+``parameters`` key is ``Converting keyword: 'parameters': ...``.
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ import numpy as np
 import orjson
 
 from triton_core.dtypes import NUMPY_DTYPES
-from triton_core.errors import TritonError, invalid_arg
+from triton_core.errors import TritonError, internal, invalid_arg
 from triton_core.frontends.common import apply_request_parameters, parse_version
 from triton_core.frontends.http import compression
 from triton_core.frontends.http.codec import (
@@ -90,34 +96,46 @@ def decode_generate_request(
     if not isinstance(doc, dict):
         raise invalid_arg("the generate request must be a JSON object")
 
-    fields: list[tuple[str, Any]] = []
-    for key, value in doc.items():
-        if key == "parameters" and isinstance(value, dict):
-            fields.extend(value.items())
-        else:
-            fields.append((key, value))
-
     request = InferenceRequest(model_name, {}, model_version)
     parameters: dict[str, Any] = {}
-    for key, value in fields:
+    for key, value, keyword in _fields(doc):
         spec = inputs.get(key)
         if spec is not None:
             if key in request.inputs:
                 raise invalid_arg(f"input '{key}' already exists in request")
             request.inputs[key] = _input_tensor(spec, value, model_name)
-        elif key == "id" and isinstance(value, str):
+        elif key == "id" and not keyword:
+            if not isinstance(value, str):
+                raise internal("Unable to parse 'id': attempt to access JSON non-string as string")
             request.id = value
         else:
             if isinstance(value, dict | list) or value is None:
+                within = f"Converting keyword: '{keyword}': " if keyword else ""
                 raise invalid_arg(
-                    f"parameter '{key}' has invalid type. It should be either 'int', 'bool', "
-                    "'double' or 'string'."
+                    f"{within}parameter '{key}' has invalid type. It should be either 'int', "
+                    "'bool', or 'string'."
                 )
             if key in parameters:
                 raise invalid_arg(f"parameter '{key}' appears more than once")
             parameters[key] = value
     apply_request_parameters(request, parameters)
     return request
+
+
+def _fields(doc: dict[str, Any]) -> list[tuple[str, Any, str]]:
+    """(key, value, keyword) in the request's order; ``parameters``' keys carry its keyword."""
+    fields: list[tuple[str, Any, str]] = []
+    for key, value in doc.items():
+        if key != "parameters":
+            fields.append((key, value, ""))
+        elif isinstance(value, dict):
+            fields.extend((name, item, key) for name, item in value.items())
+        else:
+            raise internal(
+                "Expected JSON object for keyword: 'parameters': attempt to access JSON "
+                "non-object as object"
+            )
+    return fields
 
 
 #: what each datatype accepts from JSON, and TritonJson's words when it gets something else
@@ -174,7 +192,11 @@ def _input_tensor(spec: TensorMetadata, value: Any, model_name: str) -> Tensor:
     _flatten(value, items)
     for item in items:
         if not _accepts(kind, item):
-            raise invalid_arg(f"{message} (input '{name}' of model '{model_name}')")
+            # Triton's words, and its status: TritonJson's errors are INTERNAL
+            what = "JSON bytes array" if datatype == "BYTES" else "'data'"
+            raise internal(
+                f"Unable to parse {what}: {message} (input '{name}' of model '{model_name}')"
+            )
     if datatype == "BYTES":
         data = np.empty(len(items), dtype=object)
         data[:] = [item.encode("utf-8") for item in items]
@@ -336,22 +358,39 @@ class GenerateResource:
         stream = self._server.infer_stream(request)
         # The status goes out with the first event: wait for it, so that a request that
         # fails at once gets its error status (and a plain JSON error).
+        first: InferenceResponse | TritonError | None
         try:
-            first: InferenceResponse | None = await stream.__anext__()
+            first = await stream.__anext__()
         except StopAsyncIteration:
             first = None
+        except TritonError as error:
+            if not _reached_the_model(request, error):
+                await _abandon(stream, trace)
+                raise
+            first = error  # as in Triton: the status is the error's, the body an event
+            resp.status = error.status.http_status
         except BaseException:
-            await stream.aclose()  # type: ignore[attr-defined]
-            if trace is not None:
-                trace.end()
+            await _abandon(stream, trace)
             raise
         resp.content_type = SSE_CONTENT_TYPE
         resp.set_header("Cache-Control", "no-cache")
         resp.stream = _events(first, stream, trace)
 
 
+def _reached_the_model(request: InferenceRequest, error: TritonError) -> bool:
+    """Whether an error came after the model's scheduler took the request (its queue time is
+    set then), not from checks before it nor from a full queue's rejection."""
+    return request.queued_ns != 0 and error.failure_reason != "REJECTED"
+
+
+async def _abandon(stream: AsyncIterator[InferenceResponse], trace: Trace | None) -> None:
+    await stream.aclose()  # type: ignore[attr-defined]
+    if trace is not None:
+        trace.end()
+
+
 async def _events(
-    first: InferenceResponse | None,
+    first: InferenceResponse | TritonError | None,
     stream: AsyncIterator[InferenceResponse],
     trace: Trace | None = None,
 ) -> AsyncIterator[bytes]:
@@ -362,6 +401,8 @@ async def _events(
     try:
         if first is None:
             return
+        if isinstance(first, TritonError):
+            raise first
         if not _is_empty_final(first):
             yield sse_event(encode_generate_response(first))
         if first.final:
