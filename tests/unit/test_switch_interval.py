@@ -22,7 +22,7 @@ def test_serve_sets_the_switch_interval_before_serving(
         seen.append(sys.getswitchinterval())
         return 0
 
-    monkeypatch.setattr(cli, "_run", run)
+    monkeypatch.setattr(cli, "run_on_event_loop", run)
     before = sys.getswitchinterval()
     try:
         assert cli.main(["serve", "--model-repository", str(tmp_path)]) == 0
