@@ -392,10 +392,13 @@ def test_checksum_agent_passes_and_refuses(repo):
 @pytest.mark.parametrize(
     ("name", "status", "fragment"),
     [
-        ("..", "500", "failed to load '..', failed to poll from model repository"),
-        ("%2E%2E", "500", "failed to load '..', failed to poll from model repository"),
-        ("..%2F..%2Fetc", "500", "failed to poll from model repository"),
-        ("%2Fetc", "500", "failed to load '/etc', failed to poll from model repository"),
+        # Triton 2.7x's check of load names, then what no repository holds
+        ("..", "400", "invalid model name '..', model name must not contain path traversal"),
+        ("%2E%2E", "400", "invalid model name '..', model name must not contain path"),
+        ("..%2F..%2Fetc", "400", "invalid model name '../../etc', model name must not contain"),
+        ("%2Fetc", "400", "invalid model name '/etc', model name must not contain path"),
+        ("%20", "400", "Model name cannot be empty. Please enter a valid name to deploy."),
+        (".", "500", "failed to load '.', failed to poll from model repository"),
         ("a" * 300, "500", "failed to poll from model repository"),
     ],
 )
@@ -408,6 +411,37 @@ def test_names_cannot_leave_the_repository(repo, name, status, fragment):
         client = httpclient.InferenceServerClient(process.http_url)
         client.load_model("alpha")
         assert client.is_model_ready("alpha")
+
+
+#: Triton's QA (L0_input_validation ModelNameValidationTest) names
+TRAVERSAL_NAMES = ["../etc", "a/../b", "/etc/passwd", "model/subdir", "model/", "..", " ..", ".. "]
+BLANK_NAMES = ["", " ", "\t", " \t \n "]
+PLAIN_NAMES = ["model.version1", "...", "..my_model", "model..1"]
+
+
+def test_load_names_are_checked_in_triton_2_7x_words_and_unload_names_are_not(repo):
+    with ServerProcess([repo], "--model-control-mode=explicit", env=PLUGINS) as process:
+        process.wait_ready(path="/v2/health/live")
+        client = grpcclient.InferenceServerClient(process.grpc_url)
+        for name in TRAVERSAL_NAMES:
+            with pytest.raises(InferenceServerException) as refused:
+                client.load_model(name)
+            assert refused.value.status() == "StatusCode.INVALID_ARGUMENT", name
+            assert refused.value.message() == (
+                f"invalid model name '{name}', model name must not contain path traversal "
+                "characters"
+            )
+            try:
+                client.unload_model(name)  # unload does not check the name
+            except InferenceServerException as error:
+                assert "path traversal" not in error.message()
+        for name in BLANK_NAMES:
+            with pytest.raises(InferenceServerException, match="Model name cannot be empty"):
+                client.load_model(name)
+        for name in PLAIN_NAMES:
+            with pytest.raises(InferenceServerException) as unknown:
+                client.load_model(name)
+            assert "failed to poll from model repository" in unknown.value.message()
 
 
 def test_file_override_paths_and_ensemble_steps_cannot_escape(repo):

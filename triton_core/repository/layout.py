@@ -34,6 +34,24 @@ def safe_model_name(name: str) -> bool:
     )
 
 
+#: what C's isspace() takes for white space, which Triton trims off a name before its check
+_C_WHITESPACE = " \t\n\v\f\r"
+
+
+def load_name_problem(name: str) -> str | None:
+    """Triton's (2.7x) check of the name a load request gives, in its words, or None.
+
+    Only a name that trims to nothing, to ``..`` or holds a ``/`` fails it; other names a
+    repository cannot hold (``.``, too long) fail the load as "failed to poll" instead.
+    """
+    trimmed = name.strip(_C_WHITESPACE)
+    if not trimmed:
+        return "Model name cannot be empty. Please enter a valid name to deploy."
+    if trimmed == ".." or "/" in trimmed:
+        return f"invalid model name '{name}', model name must not contain path traversal characters"
+    return None
+
+
 def scan_models(root: Path) -> dict[str, Path]:
     """Model folders directly under ``root`` (hidden folders skipped), by name."""
     models: dict[str, Path] = {}

@@ -43,7 +43,7 @@ from triton_core.repository.agent_set import AgentSet, notify, run_detached
 from triton_core.repository.agents import AgentAction, AgentModel, RepositoryAgent
 from triton_core.repository.catalog import ModelCatalog
 from triton_core.repository.ensembles import ensemble_load_order, is_ensemble, step_models
-from triton_core.repository.layout import safe_model_name
+from triton_core.repository.layout import load_name_problem, safe_model_name
 from triton_core.repository.loader import (
     ModelLoader,
     PreparedModel,
@@ -488,6 +488,9 @@ class ModelRepositoryManager(ModelCatalog):
         a failed reload leaves the serving versions serving. With namespacing, a name in
         several repositories loads the model of that name in each.
         """
+        problem = load_name_problem(name)
+        if problem is not None:
+            raise invalid_arg(problem)
         if len(name.encode()) > MAX_COMPONENT_BYTES:
             raise PollFailure(name, f"model name is longer than {MAX_COMPONENT_BYTES} bytes")
         if not safe_model_name(name):
