@@ -352,3 +352,43 @@ def _ignore_errors(function, *args) -> None:
 
     with contextlib.suppress(Exception):  # the connection ends with the server process
         function(*args)
+
+
+IDENTITY_CONFIG = {
+    "backend": "python",
+    "max_batch_size": 4,
+    "input": [{"name": "INPUT0", "data_type": "TYPE_FP32", "dims": [-1]}],
+    "output": [{"name": "OUTPUT0", "data_type": "TYPE_FP32", "dims": [-1]}],
+}
+IDENTITY = b"""
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            values = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
+            output = pb_utils.Tensor("OUTPUT0", values)
+            responses.append(pb_utils.InferenceResponse([output]))
+        return responses
+"""
+
+
+def test_names_with_characters_tritons_stubs_refuse_fail_the_load(tmp_path) -> None:
+    # Triton's L0_backend_python model_control names; its Python backend (2.7x) refuses them
+    process = ServerProcess([tmp_path], "--model-control-mode=explicit")
+    try:
+        process.wait_ready(path="/v2/health/live")
+        client = grpcclient.InferenceServerClient(process.grpc_url)
+        for name in ("model;test", "model|test", "model$test", "model(test)", "model!test"):
+            config = json.dumps({**IDENTITY_CONFIG, "name": name})
+            with pytest.raises(InferenceServerException) as refused:
+                client.load_model(name, config=config, files={"file:/1/model.py": IDENTITY})
+            assert "Invalid stub name: contains invalid characters" in refused.value.message()
+            assert not client.is_model_ready(name)
+        config = json.dumps({**IDENTITY_CONFIG, "name": "model-with-hyphens"})
+        client.load_model("model-with-hyphens", config=config, files={"file:/1/model.py": IDENTITY})
+        assert client.is_model_ready("model-with-hyphens")
+    finally:
+        assert process.stop() == 0, process.log()[-4000:]

@@ -41,7 +41,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 from google.protobuf import json_format
 
@@ -207,10 +207,21 @@ def _interpreter(backend: PythonBackend, config: ModelConfig, model_dir: Path) -
     return environment.python_of(config.name, folder, location)
 
 
+#: what Triton's Python backend (2.7x) refuses in the names its stub processes carry: the
+#: model's, and each instance's
+_STUB_NAME_REFUSED: Final = frozenset(";|&$`<>()[]{}\\\"'*?~#!")
+
+
+def _check_stub_name(name: str) -> None:
+    if not name or not _STUB_NAME_REFUSED.isdisjoint(name):
+        raise invalid_arg("Invalid stub name: contains invalid characters")
+
+
 class PythonModel(BackendModel):
     """One version of a Python model: what its instances share."""
 
     def __init__(self, backend: PythonBackend, context: ModelContext) -> None:
+        _check_stub_name(context.name)
         config = context.config
         if not context.model_path.is_file():
             raise invalid_arg(
@@ -262,6 +273,7 @@ class PythonModel(BackendModel):
         )
 
     def create_instance(self, spec: InstanceSpec) -> ModelInstance:
+        _check_stub_name(spec.name)
         return PythonInstance(self, spec)
 
 
