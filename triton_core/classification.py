@@ -1,21 +1,36 @@
-"""The classification extension: an output replaced by its top-K "value:index[:label]" strings."""
+"""The classification extension: an output replaced by its top-K "value:index[:label]" strings.
+
+Triton's rules (2.7x): integer, FP32 and FP64 outputs only, each batch item of at most a
+million elements; anything else answers INVALID_ARG in Triton's words.
+"""
 
 from __future__ import annotations
+
+from typing import Final
 
 import numpy as np
 
 from triton_core.errors import invalid_arg
 from triton_core.types import Tensor
 
+#: the datatypes Triton ranks (others: "class result not available ...")
+_RANKED: Final = frozenset(
+    ("UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16", "INT32", "INT64", "FP32", "FP64")
+)
+#: Triton's bound on the elements one batch item may have
+MAX_CLASSIFICATION_ELEMENTS: Final = 1_000_000
+
 
 def classify(tensor: Tensor, count: int, labels: list[str] | None, *, batched: bool) -> Tensor:
     """Top-``count`` entries of each batch item (or of the whole tensor when not batched)."""
-    if tensor.datatype == "BYTES":
-        raise invalid_arg(f"classification is not supported for BYTES output '{tensor.name}'")
+    if tensor.datatype not in _RANKED:
+        raise invalid_arg(
+            f"class result not available for output due to unsupported type '{tensor.datatype}'"
+        )
     data = tensor.data
     rows = data.reshape(data.shape[0], -1) if batched and data.ndim else data.reshape(1, -1)
-    if tensor.datatype == "BF16":  # bit patterns: widen to float32 to compare values
-        rows = (rows.astype(np.uint32) << 16).view(np.float32)
+    if rows.shape[1] > MAX_CLASSIFICATION_ELEMENTS:
+        raise invalid_arg("classification output tensor too large")
     k = min(count, rows.shape[1])
     # stable descending order, so equal values keep index order as Triton's sort does
     order = np.argsort(-rows.astype(np.float64), axis=1, kind="stable")[:, :k]
