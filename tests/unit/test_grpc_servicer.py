@@ -465,9 +465,10 @@ async def test_sync_client_stream(
     assert error.message() == "Request for unknown model: 'nope' is not found"
 
 
-async def test_stream_answers_as_each_finishes(
+async def test_stream_answers_a_model_that_is_not_decoupled_in_request_order(
     aio_client: tc_aio.InferenceServerClient,
 ) -> None:
+    # as Triton: the fast answer waits for the slow one asked before it
     async def requests() -> AsyncIterator[dict[str, Any]]:
         for request_id, delay in (("slow", 0.5), ("fast", 0.0)):
             yield {
@@ -480,7 +481,7 @@ async def test_stream_answers_as_each_finishes(
     async for result, error in aio_client.stream_infer(requests()):
         assert error is None
         order.append(result.get_response().id)
-    assert order == ["fast", "slow"]
+    assert order == ["slow", "fast"]
 
 
 async def test_stream_errors_stay_in_band_and_the_stream_goes_on(

@@ -28,6 +28,7 @@ from triton_core.frontends.grpc.codec import (
     encode_stream_error,
     encode_stream_response,
 )
+from triton_core.frontends.grpc.stream_order import InOrder, Place, answered_in_order
 from triton_core.frontends.grpc.wire import EncodedMessage, SplitInferRequest
 from triton_core.frontends.header_forwarding import HeaderForwarder
 from triton_core.frontends.restricted import Restriction, Restrictions, first_value
@@ -458,7 +459,10 @@ class GRPCInferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         request_iterator: AsyncIterator[pb.ModelInferRequest],
         context: grpc.aio.ServicerContext,
     ) -> None:
-        """Requests on one stream run concurrently; each answer is written as it finishes.
+        """Requests on one stream run concurrently; answers to requests for models that are
+        not decoupled are written in the order of the requests, as Triton does (an error
+        does not overtake the answer of a request before it); a decoupled model's answers
+        are written as it sends them.
 
         Every answer carries ``triton_final_response``: always true for ordinary models; a
         decoupled model's answers stream as it sends them, and its flag-only completion is
@@ -478,9 +482,18 @@ class GRPCInferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         # this coroutine is the only writer: grpc.aio allows one write at a time per call
         queue: asyncio.Queue[_StreamItem] = asyncio.Queue()
         put = queue.put_nowait
+        in_order = InOrder(put)
         tasks: set[asyncio.Task[None]] = set()
 
-        async def answer(message: pb.ModelInferRequest) -> None:
+        async def answer(message: pb.ModelInferRequest, place: Place | None) -> None:
+            emit = put if place is None else place.items.append
+            try:
+                await respond(message, emit)
+            finally:
+                if place is not None:
+                    in_order.complete(place)
+
+        async def respond(message: pb.ModelInferRequest, emit: Callable[[Any], None]) -> None:
             request_id = message.id
             tracing_since = monotonic_ns() if self._tracer.enabled else 0
             trace = None
@@ -496,11 +509,11 @@ class GRPCInferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
                 if pool_size is None:
                     pool = None
                     responses = server.infer_stream(infer_request)
-                    deliver = put
+                    deliver = emit
                 else:
                     pool = ResponsePool(pool_size)
                     responses = server.infer_stream(infer_request, pool=pool)
-                    deliver = _Pooled.putter(put, pool)
+                    deliver = _Pooled.putter(emit, pool)
                 async for response in responses:
                     if response.final and not response.outputs and not response.parameters:
                         # a flag-only completion: sent only when the client asked for it
@@ -519,12 +532,14 @@ class GRPCInferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
                 if trace is not None:  # the stream's writer sends: no send timestamps here
                     trace.timestamp("INFER_RESPONSE_COMPLETE")
                     trace.end()
-            put(error if raise_errors else encode_stream_error(error.message, request_id))
+            emit(error if raise_errors else encode_stream_error(error.message, request_id))
 
         async def read() -> None:
             try:
                 async for message in request_iterator:
-                    task = asyncio.create_task(answer(message))
+                    ordered = answered_in_order(server, message.model_name, message.model_version)
+                    place = in_order.reserve() if ordered else None
+                    task = asyncio.create_task(answer(message, place))
                     tasks.add(task)
                     task.add_done_callback(tasks.discard)
                 # the client closed its side: finish what is in flight, then end the stream
