@@ -24,14 +24,10 @@ def is_within(path: Path, root: Path) -> bool:
 
 
 def safe_model_name(name: str) -> bool:
-    """A model name that is a plain folder name (no separators, no dot-segments)."""
-    return (
-        bool(name)
-        and name not in (".", "..")
-        and "/" not in name
-        and "\\" not in name
-        and ("\0" not in name)
-    )
+    """A model name that is a plain folder name (no separator, no dot-segment). A backslash
+    is an ordinary character of a POSIX name, as in Triton (whose Python backend then
+    refuses it in the names of its processes)."""
+    return bool(name) and name not in (".", "..") and "/" not in name and "\0" not in name
 
 
 #: what C's isspace() takes for white space, which Triton trims off a name before its check
