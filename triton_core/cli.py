@@ -157,6 +157,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     serve_cmd.add_argument(
         "--model-control-mode",
+        type=str.lower,  # Triton takes any case: Triton's QA passes EXPLICIT
         choices=["none", "poll", "explicit"],
         default="none",
         help="none: load all at start; poll: follow repository changes; explicit: load/unload API",
@@ -311,6 +312,7 @@ def _rate_limit_resource(text: str) -> tuple[str, int, int]:
 def _add_rate_limit_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--rate-limit",
+        type=str.lower,  # any case, as Triton
         choices=RATE_LIMIT_MODES,
         default="off",
         help="execution_count: an instance runs a batch only while it holds the resources of "

@@ -69,6 +69,15 @@ def repo(tmp_path):
     return repo
 
 
+def test_the_mode_is_read_in_any_case_as_triton_reads_it(repo):
+    with ServerProcess([repo], "--model-control-mode=EXPLICIT", env=PLUGINS) as process:
+        process.wait_ready(path="/v2/health/live")
+        client = httpclient.InferenceServerClient(process.http_url)
+        assert not client.is_model_ready("alpha")  # explicit: nothing loaded at start
+        client.load_model("alpha")
+        assert client.is_model_ready("alpha")
+
+
 def test_mode_none_refuses_load_and_unload(repo):
     with ServerProcess([repo], env=PLUGINS) as process:
         process.wait_ready()

@@ -31,6 +31,9 @@ def parse(*flags: str) -> argparse.Namespace:
         (["--host-policy", "gpu0,cpu-cores=0-3"], "host_policy", [("gpu0", "cpu-cores", "0-3")]),
         (["--metrics-interval-ms", "500.5"], "metrics_interval_ms", 500.5),
         (["--model-config-name="], "model_config_name", ""),
+        # Triton lowercases these (its QA passes --model-control-mode=EXPLICIT)
+        (["--model-control-mode=EXPLICIT"], "model_control_mode", "explicit"),
+        (["--rate-limit", "EXECUTION_COUNT"], "rate_limit", "execution_count"),
     ],
 )  # fmt: skip
 def test_tritons_forms_parse(flags: list[str], field: str, value: object) -> None:
