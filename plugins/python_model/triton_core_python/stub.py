@@ -699,6 +699,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--result-fd", type=int)
     parser.add_argument("--cpus", default="", help="CPU ids to run on (host_policy)")
     args = parser.parse_args(argv)
+    # Triton's embedded interpreter has no command line: a model that parses sys.argv
+    # (unittest.main, argparse) must not see the stub's options
+    sys.argv = [""]
     if args.auto_complete:
         return _run_auto_complete(args.auto_complete, args.result_fd)
     if args.cpus:
