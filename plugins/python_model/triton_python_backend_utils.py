@@ -485,7 +485,7 @@ class InferenceRequest:
         return self._sender
 
     def is_cancelled(self) -> bool:
-        if self._key < 0 or not self._decoupled or _runtime is None:
+        if self._key < 0 or _runtime is None:
             return False
         return bool(_runtime.is_cancelled(self._key))
 

@@ -242,6 +242,9 @@ class Stub:
         tensor = pb_utils.Tensor._of
         name, version, decoupled = self.model_name, self.model_version, self.decoupled
         all_outputs = self.output_names
+        # a non-decoupled request's key is its position: with the batch's, it names the
+        # request to the server (cancellation queries)
+        batch = 0 if decoupled else message.ident << ipc.BATCH_SHIFT
         requests = []
         failed: dict[int, tuple[int, str]] = {}
         for (
@@ -266,7 +269,7 @@ class Stub:
                 failed[len(requests)] = (error.code, error.message)
                 tensors = []
             request = received(
-                key,
+                key | batch,
                 request_id,
                 correlation_id,
                 flags,
