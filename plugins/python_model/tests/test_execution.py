@@ -210,6 +210,61 @@ class TritonPythonModel:
         return [pb_utils.InferenceResponse(error=error) for _ in requests]
 """
 
+#: decoupled: sends 0, waits until its request is cancelled, then sends 1 with the final flag
+UNTIL_CANCELLED = """
+import time
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+def answer(value):
+    return pb_utils.InferenceResponse([pb_utils.Tensor("OUT", np.array([value], np.int32))])
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        sender = requests[0].get_response_sender()
+        sender.send(answer(0))
+        deadline = time.monotonic() + 60
+        while not requests[0].is_cancelled() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        cancelled = int(requests[0].is_cancelled())
+        sender.send(answer(cancelled), pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+"""
+
+#: cancels its decoupled BLS call to until_cancelled after the first response and reads on:
+#: answers the values received, or the error that ended the call
+BLS_CANCEL = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        bls = pb_utils.InferenceRequest(
+            model_name="until_cancelled",
+            inputs=[pb_utils.get_input_tensor_by_name(requests[0], "IN")],
+            requested_output_names=["OUT"],
+        )
+        responses = bls.exec(decoupled=True)
+        values = [int(next(responses).output_tensors()[0].as_numpy()[0])]
+        responses.cancel()
+        for response in responses:
+            if response.has_error():
+                return [pb_utils.InferenceResponse(error=response.error())]
+            values.append(int(response.output_tensors()[0].as_numpy()[0]))
+        out = pb_utils.Tensor("OUT", np.array(values, np.int32))
+        return [pb_utils.InferenceResponse([out])]
+"""
+
+BLS_CANCEL_CONFIG = """
+backend: "python"
+max_batch_size: 0
+input [ { name: "IN" data_type: TYPE_INT32 dims: [ 1 ] } ]
+output [ { name: "OUT" data_type: TYPE_INT32 dims: [ -1 ] } ]
+"""
+
 DECOUPLED_CONFIG = """
 backend: "python"
 max_batch_size: 0
@@ -229,6 +284,8 @@ def server(tmp_path_factory):
         ("gate", GATE, DECOUPLED_CONFIG),
         ("bls_gate", BLS_GATE, DECOUPLED_CONFIG),
         ("cancel", CANCEL, INT32_CONFIG),
+        ("until_cancelled", UNTIL_CANCELLED, DECOUPLED_CONFIG),
+        ("bls_cancel", BLS_CANCEL, BLS_CANCEL_CONFIG),
     ):
         repository.add_model(name, dedent(config), versions={1: {"model.py": dedent(source)}})
     with ServerProcess([repository.root]) as process:
@@ -342,3 +399,10 @@ def test_a_cancelled_unary_call_reaches_is_cancelled_during_execute(server):
     wait_for_log(server, "cancel: polling")
     call.cancel()
     wait_for_log(server, "cancel: is_cancelled() True")
+
+
+def test_a_cancelled_decoupled_bls_call_goes_on_until_its_model_stops(server):
+    # as Triton's: the called model sees is_cancelled() and its responses still arrive
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    result = client.infer("bls_cancel", int_input(0))
+    assert result.as_numpy("OUT").tolist() == [0, 1]
