@@ -741,6 +741,7 @@ def _close_with_returned(
             "Unable to send response. Response sender has been closed."
         )
     sender._closed = True
+    sender._captured = response  # a later send is a second response
 
 
 async def _awaited(awaitable: Any) -> Any:
