@@ -564,6 +564,7 @@ class Server:
         future.add_done_callback(lambda done: self._infer_done(model, received, done))
         if trace is not None:
             future.add_done_callback(lambda done: _trace_end(trace, done))
+        request.answer = future  # the backend's request.is_cancelled() reads it
         return future
 
     def _submit_shared_memory(

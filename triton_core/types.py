@@ -12,6 +12,8 @@ from triton_core.device_tensors import DeviceBuffer
 from triton_core.errors import TritonError
 
 if TYPE_CHECKING:
+    import asyncio
+
     from triton_core.shared_memory.refs import SharedMemorySpans, SharedMemoryTensors
     from triton_core.statistics import StepTimes
     from triton_core.tracing.trace import Trace
@@ -111,12 +113,22 @@ class InferenceRequest:
     #: set by the server, for instances that accept device tensors only: outputs asked into
     #: CUDA shared memory -> the client's bytes, for the backend to write into (None: none)
     device_outputs: dict[str, DeviceBuffer] | None = None
+    #: set by the server on a request that is not decoupled: the future its client awaits,
+    #: which the server cancels when the client stops waiting (see :meth:`is_cancelled`)
+    answer: asyncio.Future[Any] | None = field(default=None, repr=False, compare=False)
 
     def output_names(self) -> list[str] | None:
         """Names of the requested outputs, or None for all of them."""
         if self.outputs is None:
             return None
         return [output.name for output in self.outputs]
+
+    def is_cancelled(self) -> bool:
+        """Whether the client stopped waiting for this request (Triton's
+        ``TRITONBACKEND_RequestIsCancelled``): its call was cancelled, its stream closed."""
+        if self.response_sender is not None:
+            return self.response_sender.is_cancelled()
+        return self.answer is not None and self.answer.cancelled()
 
 
 @dataclass(slots=True)

@@ -23,6 +23,7 @@ import enum
 import json
 import struct
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -485,7 +486,7 @@ class InferenceRequest:
         return self._sender
 
     def is_cancelled(self) -> bool:
-        if self._key < 0 or not self._decoupled or _runtime is None:
+        if self._key < 0 or _runtime is None:
             return False
         return bool(_runtime.is_cancelled(self._key))
 
@@ -563,10 +564,14 @@ class InferenceResponseSender:
     def __init__(self, request: InferenceRequest) -> None:
         self._request = request
         self._closed = False
-        #: a non-decoupled model's one response, sent during execute (returned with it)
+        #: a non-decoupled model's one response (the answer of its execute, whenever sent)
         self._captured: InferenceResponse | None = None
+        #: called once that response is sent (the stub waits for it after execute returned)
+        self._on_captured: Callable[[], None] | None = None
 
     def send(self, response: InferenceResponse | None = None, flags: int = 0) -> None:
+        if not self._request._decoupled:
+            _check_single_response(self._captured is not None, response, flags)
         if self._closed:
             raise TritonModelException("Unable to send response. Response sender has been closed.")
         if response is None and not flags & TRITONSERVER_RESPONSE_COMPLETE_FINAL:
@@ -581,15 +586,14 @@ class InferenceResponseSender:
         final = bool(flags & TRITONSERVER_RESPONSE_COMPLETE_FINAL)
         request = self._request
         if not request._decoupled:
-            # a non-decoupled model answers once, inside execute
-            if response is not None:
-                if self._captured is not None:
-                    raise TritonModelException(
-                        "a model that is not decoupled sends exactly one response per request"
-                    )
-                self._captured = response
+            # its one response answers the request's execute, before or after it returned
             if final:
                 self._closed = True
+            if response is not None:
+                self._captured = response
+                on_captured = self._on_captured
+                if on_captured is not None:
+                    on_captured()
             return
         if final:
             self._closed = True
@@ -599,6 +603,20 @@ class InferenceResponseSender:
 
     def is_cancelled(self) -> bool:
         return self._request.is_cancelled()
+
+
+def _check_single_response(sent: bool, response: InferenceResponse | None, flags: int) -> None:
+    """Triton's rules for a model that is not decoupled: one response, then (or with it)
+    the final flag."""
+    if response is not None and sent:
+        raise TritonModelException(
+            "Unable to send response. Non-decoupled model cannot send more than one response."
+        )
+    if response is None and flags == TRITONSERVER_RESPONSE_COMPLETE_FINAL and not sent:
+        raise TritonModelException(
+            "Unable to send response. Non-decoupled model cannot send complete final before "
+            "sending a response."
+        )
 
 
 class ResponseIterator:

@@ -179,3 +179,12 @@ async def test_stop_waits_for_requests_in_flight(tmp_path):
     with pytest.raises(TritonError) as info:
         await server.infer(request("slow"))
     assert info.value.status is Status.UNAVAILABLE
+
+
+async def test_a_submitted_request_is_cancelled_once_its_answer_is(server):
+    submitted = request()
+    assert not submitted.is_cancelled()
+    answer = server.submit(submitted)
+    assert not submitted.is_cancelled()
+    answer.cancel()  # what a frontend does when its client goes away
+    assert submitted.is_cancelled()

@@ -89,8 +89,10 @@ def test_a_non_decoupled_sender_captures_its_one_response():
     response = pb_utils.InferenceResponse([])
     sender.send(response, pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
     assert sender._captured is response
-    with pytest.raises(pb_utils.TritonModelException, match="closed"):
+    with pytest.raises(pb_utils.TritonModelException, match="cannot send more than one response"):
         sender.send(response)
+    with pytest.raises(pb_utils.TritonModelException, match="Response sender has been closed"):
+        sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
 
 
 def test_bls_needs_a_server():

@@ -58,6 +58,8 @@ class ModelCalls:
         #: the process's shared memory, once it started
         self.memory: ipc.Memory | None = None
         self._tasks: dict[int, asyncio.Task[None]] = {}
+        #: the requests of decoupled BLS calls in flight, by call
+        self._streams: dict[int, InferenceRequest] = {}
 
     def start_infer(self, message: ipc.Message) -> None:
         """A BLS request: run it through the server, answer each response."""
@@ -68,7 +70,14 @@ class ModelCalls:
         self._start(message.ident, self._manage(message.ident, *message.body))
 
     def cancel(self, ident: int) -> None:
-        """The model dropped a BLS call's responses: cancel the call (on the loop)."""
+        """The model cancelled a BLS call (on the loop). A decoupled one is marked cancelled,
+        as Triton's: its model sees ``is_cancelled()`` and decides when to stop, and what it
+        still sends arrives."""
+        request = self._streams.get(ident)
+        cancel = getattr(request.response_sender, "cancel", None) if request else None
+        if cancel is not None:
+            cancel()
+            return
         task = self._tasks.get(ident)
         if task is not None:
             task.cancel()
@@ -121,6 +130,7 @@ class ModelCalls:
         server = self._server
         try:
             if decoupled:
+                self._streams[ident] = request
                 async for response in server.infer_stream(request):
                     self._answer(ident, response.final, response)
             else:
@@ -135,6 +145,8 @@ class ModelCalls:
             self._answer_error(
                 ident, internal(f"BLS request to model '{model_name}' failed: {exc}")
             )
+        finally:
+            self._streams.pop(ident, None)
 
     def _answer(self, ident: int, final: bool, response: InferenceResponse) -> None:
         memory = self.memory

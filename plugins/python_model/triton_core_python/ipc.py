@@ -51,6 +51,8 @@ BLS_REQUEST = 11  # stub -> server (events)
 BLS_RESPONSE = 12  # server -> stub (events)
 BLS_CANCEL = 13  # stub -> server (events): the model stopped iterating a decoupled BLS call
 CANCEL_QUERY = 14  # stub -> server (events): is this request cancelled?
+#: a non-decoupled request's key in a CANCEL_QUERY: (batch ident << BATCH_SHIFT) | position
+BATCH_SHIFT = 32
 CANCEL_ANSWER = 15  # server -> stub (events)
 LOG = 16  # stub -> server (events): (level, message, filename, line)
 FREE = 17  # either way (events): only frees, when no other message is due

@@ -181,6 +181,8 @@ class StubProcess:
         self.event_driven = event_driven and loop is not None
         #: batches sent and not yet answered (event-loop mode): ident -> [keys, done, requests]
         self._in_flight: dict[int, list[Any]] = {}
+        #: (ident, requests) of the batch a worker thread waits for (worker-thread mode)
+        self._running: tuple[int, list[InferenceRequest]] | None = None
         self.memory: ipc.Memory | None = None
         self.control: ipc.Channel | None = None
         self.events: ipc.Channel | None = None
@@ -368,12 +370,16 @@ class StubProcess:
             raise StubDied(sent=False)
         batch = self.codec.encode(requests)
         keys = batch.keys
-        self._send_batch(next(self._ids), batch)
+        ident = next(self._ids)
+        self._send_batch(ident, batch)
+        self._running = (ident, requests)
         try:
             message = control.recv()
         except ipc.PeerClosed:
             self.codec.forget(keys)
             raise StubDied(sent=True, description=self.exit_description()) from None
+        finally:
+            self._running = None
         assert message is not None
         return self._result(message, keys, requests)
 
@@ -610,9 +616,7 @@ class StubProcess:
         elif kind == ipc.BLS_CANCEL:
             self.calls.cancel(message.ident)
         elif kind == ipc.CANCEL_QUERY:
-            request = self.codec.pending.get(message.body)
-            sender = request.response_sender if request is not None else None
-            cancelled = sender is None or sender.is_cancelled()
+            cancelled = self._is_cancelled(message.body)
             self._send_event(ipc.CANCEL_ANSWER, message.ident, cancelled, None)
         elif kind == ipc.LOG:
             self._log(*message.body)
@@ -620,6 +624,21 @@ class StubProcess:
             self.calls.start_management(message)
         elif kind == ipc.METRIC:
             self._on_metric(message.ident, *message.body)
+
+    def _is_cancelled(self, key: int) -> bool:
+        """``request.is_cancelled()`` in the model; a request already answered or gone is."""
+        if self.decoupled:
+            request = self.codec.pending.get(key)
+            sender = None if request is None else request.response_sender
+            return sender is None or sender.is_cancelled()
+        ident, position = key >> ipc.BATCH_SHIFT, key & ((1 << ipc.BATCH_SHIFT) - 1)
+        running = self._running
+        if running is not None and running[0] == ident:
+            requests = running[1]
+        else:
+            entry = self._in_flight.get(ident)
+            requests = None if entry is None else entry[2]
+        return requests is None or requests[position].is_cancelled()
 
     def _log(self, level: int, text: str, filename: str, line: int) -> None:
         """A ``pb_utils.Logger`` line, with the model's file and line as Triton logs it."""

@@ -219,7 +219,7 @@ class Stub:
             else:
                 status, payload, block, started, ended = self._run(requests)
         except BaseException as exc:
-            status, payload, block = 1, self._error_of(exc), None
+            status, payload, block = self._failed_batch(requests, exc)
             exc.__traceback__ = None  # drop the frames holding the requests' tensors
         else:
             times = (received, started, ended, time.monotonic_ns())
@@ -242,6 +242,9 @@ class Stub:
         tensor = pb_utils.Tensor._of
         name, version, decoupled = self.model_name, self.model_version, self.decoupled
         all_outputs = self.output_names
+        # a non-decoupled request's key is its position: with the batch's, it names the
+        # request to the server (cancellation queries)
+        batch = 0 if decoupled else message.ident << ipc.BATCH_SHIFT
         requests = []
         failed: dict[int, tuple[int, str]] = {}
         for (
@@ -266,7 +269,7 @@ class Stub:
                 failed[len(requests)] = (error.code, error.message)
                 tensors = []
             request = received(
-                key,
+                key | batch,
                 request_id,
                 correlation_id,
                 flags,
@@ -343,13 +346,15 @@ class Stub:
             result = self._execute(requests)
         ended = time.monotonic_ns()
         if self.decoupled:
+            if result is not None:
+                self._fail_decoupled(
+                    requests, self._error_of(_returned_responses(self.instance_name))
+                )
+                return 0, None, None, started, ended
             return 0, _rescheduled(requests) or None, None, started, ended
         if result is None:
             # since Triton 23.10 a model may answer through response senders instead
-            result = [
-                request._sender._captured if request._sender is not None else None
-                for request in requests
-            ]
+            result = [None] * len(requests)
         if not isinstance(result, list | tuple):
             raise pb_utils.TritonModelException(
                 f"execute() must return a list of InferenceResponse, got {type(result).__name__}"
@@ -369,8 +374,15 @@ class Stub:
                     )
                 items.append(ipc.RESCHEDULED)
             elif response is None:
-                items.append(None)
+                sent = None if request._sender is None else _sent_response(request._sender)
+                items.append(
+                    None
+                    if sent is None
+                    else self._encode_response(packer, sent, request._output_regions)
+                )
             elif isinstance(response, pb_utils.InferenceResponse):
+                if request._sender is not None:
+                    _close_with_returned(request._sender, response)
                 items.append(self._encode_response(packer, response, request._output_regions))
             else:
                 raise pb_utils.TritonModelException(
@@ -382,7 +394,17 @@ class Stub:
     def _coroutine_done(self, future: Any, requests: list[pb_utils.InferenceRequest]) -> None:
         if future.cancelled() or future.exception() is None:
             return
-        error = self._error_of(future.exception())
+        exc = future.exception()
+        # nobody awaits a decoupled coroutine: its traceback goes to the log, as in Triton
+        self.log(int(pb_utils.LogLevel.ERROR), "".join(traceback.format_exception(exc)).rstrip())
+        self._fail_decoupled(requests, self._error_of(exc))
+
+    def _fail_decoupled(
+        self, requests: list[pb_utils.InferenceRequest], error: tuple[int, str]
+    ) -> None:
+        """End a decoupled batch that failed: each request whose sender is still open gets
+        the error as its final response, on the channel of its responses (so after them),
+        and its sender closes."""
         for request in requests:
             sender = request.get_response_sender()
             if not sender._closed:
@@ -392,6 +414,25 @@ class Stub:
                     pb_utils.InferenceResponse(error=pb_utils.TritonError(error[1], error[0])),
                     pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL,
                 )
+
+    def _failed_batch(
+        self, requests: list[pb_utils.InferenceRequest], exc: BaseException
+    ) -> tuple[int, Any, Any]:
+        """(status, payload, block) of a batch whose execute raised: its error, but the
+        requests of a non-decoupled model that sent their response first keep it, as
+        Triton delivered it already."""
+        error = self._error_of(exc)
+        sent = [None if r._sender is None else r._sender._captured for r in requests]
+        if self.decoupled or not any(sent):
+            return 1, error, None
+        packer = Packer()
+        items = [
+            ((), error, None, None)
+            if response is None
+            else self._encode_response(packer, response, request._output_regions)
+            for request, response in zip(requests, sent, strict=True)
+        ]
+        return 0, items, packer.write(self.memory.arena)
 
     def _error_of(self, exc: BaseException) -> tuple[int, str]:
         if isinstance(exc, pb_utils.TritonError):
@@ -497,15 +538,33 @@ class Stub:
 
     def infer(self, request: pb_utils.InferenceRequest, decoupled: bool) -> Any:
         """BLS ``exec``: the response, or an iterator over a decoupled model's responses."""
-        answers: queue.SimpleQueue[tuple[Any, bool]] = queue.SimpleQueue()
-        body, block = self._bls_body(request, decoupled)
-        ident = self._call(
-            ipc.BLS_REQUEST, body, block, lambda item, final: answers.put((item, final))
-        )
         if decoupled:
-            return pb_utils.ResponseIterator(answers.get, lambda: self._cancel_bls(ident))
+            return self._stream(request, lambda iterator: None)
+        answers: queue.SimpleQueue[tuple[Any, bool]] = queue.SimpleQueue()
+        body, block = self._bls_body(request, False)
+        self._call(ipc.BLS_REQUEST, body, block, lambda item, final: answers.put((item, final)))
         response, _ = answers.get()
         return response
+
+    def _stream(
+        self, request: pb_utils.InferenceRequest, on_first: Callable[[Any], None]
+    ) -> pb_utils.ResponseIterator:
+        """A decoupled BLS call: the iterator over its responses; ``on_first(iterator)``
+        runs (on the events thread) once the first response or the final flag is in."""
+        answers: queue.SimpleQueue[tuple[Any, bool]] = queue.SimpleQueue()
+        idents: list[int] = []
+        iterator = pb_utils.ResponseIterator(answers.get, lambda: self._cancel_bls(idents[0]))
+        waiting = [True]
+
+        def deliver(item: Any, final: bool) -> None:
+            answers.put((item, final))
+            if waiting[0]:
+                waiting[0] = False
+                on_first(iterator)
+
+        body, block = self._bls_body(request, True)
+        idents.append(self._call(ipc.BLS_REQUEST, body, block, deliver))
+        return iterator
 
     def infer_async(self, request: pb_utils.InferenceRequest, decoupled: bool) -> Any:
         """BLS ``async_exec``: an awaitable of what :meth:`infer` returns."""
@@ -517,7 +576,11 @@ class Stub:
             ) from None
         future = loop.create_future()
         if decoupled:
-            future.set_result(self.infer(request, True))
+            # Triton's resolves with the first response in: iterating must not block the
+            # loop that runs the other coroutines
+            self._stream(
+                request, lambda iterator: loop.call_soon_threadsafe(_resolve, future, iterator)
+            )
             return future
 
         def deliver(item: Any, final: bool) -> None:
@@ -646,6 +709,41 @@ def _rescheduled(requests: list[pb_utils.InferenceRequest]) -> list[int]:
     return [index for index, request in enumerate(requests) if request._release_flags & flag]
 
 
+def _returned_responses(instance_name: str) -> pb_utils.TritonModelException:
+    return pb_utils.TritonModelException(
+        f"Python model '{instance_name}' is using the decoupled mode and the execute "
+        "function must return None."
+    )
+
+
+def _sent_response(sender: pb_utils.InferenceResponseSender) -> pb_utils.InferenceResponse | None:
+    """The response of a request that execute left to its sender (None: it has none and
+    never will). Waits while the sender is open: a model may answer after returning."""
+    if sender._closed or sender._captured is not None:
+        return sender._captured
+    sent = threading.Event()
+    sender._on_captured = sent.set
+    if sender._captured is None and not sender._closed:  # not sent while being registered
+        sent.wait()
+    return sender._captured
+
+
+def _close_with_returned(
+    sender: pb_utils.InferenceResponseSender, response: pb_utils.InferenceResponse
+) -> None:
+    """A response returned by execute is its request's last, as if sent with the final
+    flag: Triton's rules for its sender apply (one response; none after closing)."""
+    pb_utils._check_single_response(
+        sender._captured is not None, response, pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+    )
+    if sender._closed:
+        raise pb_utils.TritonModelException(
+            "Unable to send response. Response sender has been closed."
+        )
+    sender._closed = True
+    sender._captured = response  # a later send is a second response
+
+
 async def _awaited(awaitable: Any) -> Any:
     return await awaitable
 
@@ -699,6 +797,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--result-fd", type=int)
     parser.add_argument("--cpus", default="", help="CPU ids to run on (host_policy)")
     args = parser.parse_args(argv)
+    # Triton's embedded interpreter has no command line: a model that parses sys.argv
+    # (unittest.main, argparse) must not see the stub's options
+    sys.argv = [""]
     if args.auto_complete:
         return _run_auto_complete(args.auto_complete, args.result_fd)
     if args.cpus:
