@@ -25,6 +25,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import importlib
+import importlib.machinery
 import importlib.util
 import inspect
 import itertools
@@ -54,19 +56,28 @@ _Deliver = Callable[[Any, bool], None]
 
 
 def load_model_module(model_path: str) -> ModuleType:
-    """Import ``model.py`` as module ``model``, its folders on ``sys.path`` as in Triton."""
+    """Import ``<version>/model.py`` as Triton's stub does: module ``<version>.model`` of the
+    package ``<version>`` (so ``from . import helper`` finds the model's other files), with
+    the version folder and the model's folder on ``sys.path``."""
     path = Path(model_path)
-    for folder in (path.parent, path.parent.parent):
+    if path.suffix != ".py":
+        raise ImportError(f"Model name must end with '.py'. Model name is \"{path.name}\".")
+    version_dir, model_dir = path.parent, path.parent.parent
+    for folder in (version_dir, model_dir):
         if str(folder) not in sys.path:
             sys.path.append(str(folder))
     sys.dont_write_bytecode = True  # leave the model repository as it is
-    spec = importlib.util.spec_from_file_location("model", path)
-    if spec is None or spec.loader is None:
-        raise ImportError(f"cannot import {path}")
+    package = version_dir.name
+    # The package is the version folder of this model, not a same-named folder that an
+    # earlier sys.path entry (the working directory) may hold.
+    spec = importlib.machinery.PathFinder.find_spec(package, [str(model_dir)])
+    if spec is None:
+        raise ImportError(f"cannot import {path}: no folder '{version_dir}'")
     module = importlib.util.module_from_spec(spec)
-    sys.modules["model"] = module  # dataclasses and pickle look classes up here
-    spec.loader.exec_module(module)
-    return module
+    sys.modules[package] = module
+    if spec.loader is not None:
+        spec.loader.exec_module(module)  # a version folder with an __init__.py
+    return importlib.import_module(f"{package}.{path.stem}")
 
 
 def model_class(module: ModuleType, model_path: str) -> type:
