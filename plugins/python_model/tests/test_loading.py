@@ -102,3 +102,78 @@ def test_a_same_named_folder_in_the_working_directory_is_not_the_package(tmp_pat
     monkeypatch.setattr(sys, "modules", dict(sys.modules))
     assert load_model_module(str(version_dir / "model.py")).VALUE == "mine"
 
+
+#: qa/L0_model_namespacing's python_addsub: a package the model imports its class from
+ADD_SUB_PACKAGE = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    @staticmethod
+    def auto_complete_config(config):
+        if config.as_dict()["input"]:
+            return config
+        for name in ("INPUT0", "INPUT1"):
+            config.add_input({"name": name, "data_type": "TYPE_INT32", "dims": [4]})
+        config.add_output({"name": "OUTPUT0", "data_type": "TYPE_INT32", "dims": [4]})
+        return config
+
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            a = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
+            b = pb_utils.get_input_tensor_by_name(request, "INPUT1").as_numpy()
+            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", a + b)]))
+        return responses
+"""
+
+IMPORTED_CLASS = """
+import os
+import sys
+
+sys.path.append(os.environ["ADD_SUB_PACKAGE_DIR"])
+from python_addsub import *
+"""
+
+
+async def test_a_config_less_model_whose_class_is_imported_is_auto_completed(
+    repo, tmp_path, make_server, monkeypatch
+):
+    package = tmp_path / "packages" / "python_addsub"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text(ADD_SUB_PACKAGE)
+    monkeypatch.setenv("ADD_SUB_PACKAGE_DIR", str(package.parent))
+    (repo / "imported" / "1").mkdir(parents=True)
+    (repo / "imported" / "1" / "model.py").write_text(IMPORTED_CLASS)
+    async with make_server(repo) as server:
+        config = server.model_config_json("imported")
+        assert [tensor["name"] for tensor in config["input"]] == ["INPUT0", "INPUT1"]
+        ones = np.ones(4, np.int32)
+        inputs = {name: Tensor(name, "INT32", ones) for name in ("INPUT0", "INPUT1")}
+        response = await server.infer(InferenceRequest("imported", inputs))
+    assert response.output("OUTPUT0").data.tolist() == [2, 2, 2, 2]
+
+
+@pytest.mark.parametrize(
+    ("source", "may"),
+    [
+        ("class TritonPythonModel:\n    def execute(self, r):\n        pass\n", False),
+        ("class TritonPythonModel(object):\n    pass\n", True),
+        ("from base import Base\nclass TritonPythonModel(Base):\n    pass\n", True),
+        ("from addsub import *\n", True),
+        ("class TritonPythonModel:\n    pass\nfrom other import *\n", True),
+        ("from other import TritonPythonModel\n", True),
+        ("import other as TritonPythonModel\n", True),
+        ("class TritonPythonModel:\n    pass\nTritonPythonModel = make()\n", True),
+        ("@register\nclass TritonPythonModel:\n    pass\n", True),
+        ("class TritonPythonModel(metaclass=Meta):\n    pass\n", True),
+        ("class TritonPythonModel:\n    auto_complete_config = staticmethod(f)\n", True),
+        ("def helper():\n    pass\n", True),  # no class: the import says so
+        ("class TritonPythonModel:\n    def f(self\n", False),  # the load says so
+    ],
+)
+def test_only_a_class_defined_in_model_py_alone_skips_the_import(source, may):
+    from triton_core_python.backend import may_auto_complete
+
+    assert may_auto_complete(source) is may

@@ -32,6 +32,7 @@ and ``thread-pool-size`` are accepted and have nothing to set here.
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import json
 import logging
@@ -130,9 +131,9 @@ class PythonBackend(Backend):
             source = model_path.read_text(encoding="utf-8", errors="replace")
         except OSError:
             return
-        # Importing the model costs a process and its imports: skip models without the
-        # method (one defined only in a base class of another file is not seen).
-        if "auto_complete_config" not in source:
+        # Triton imports the model and asks its class. That costs a process and the model's
+        # imports, so it is skipped where model.py alone shows the class cannot have one.
+        if not may_auto_complete(source):
             return
         python = _interpreter(self, config, model_path.parent.parent)
         completed = run_auto_complete(python, model_path, config_to_json(config))
@@ -149,6 +150,45 @@ class PythonBackend(Backend):
 
     def load_model(self, context: ModelContext) -> BackendModel:
         return PythonModel(self, context)
+
+
+def may_auto_complete(source: str) -> bool:
+    """Whether the ``TritonPythonModel`` of ``source`` may have ``auto_complete_config``.
+
+    False only when nothing in the file names the method and the file itself defines the
+    class, once, with no base class, metaclass or decorator, and imports no names with
+    ``*``: the class then has only what its body defines. A class from an import, a base
+    class, or a file that does not parse (the load reports it) may have it.
+    """
+    if "auto_complete_config" in source:
+        return True
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return False
+    definitions = 0
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and any(alias.name == "*" for alias in node.names):
+            return True
+        if _binds_model_class(node):
+            if not isinstance(node, ast.ClassDef) or node.bases or node.keywords:
+                return True
+            if node.decorator_list:
+                return True
+            definitions += 1
+    return definitions != 1
+
+
+def _binds_model_class(node: ast.AST) -> bool:
+    """Whether ``node`` binds the name ``TritonPythonModel`` (class, assignment, import)."""
+    name = "TritonPythonModel"
+    if isinstance(node, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+        return node.name == name
+    if isinstance(node, ast.Name):
+        return node.id == name and isinstance(node.ctx, ast.Store | ast.Del)
+    if isinstance(node, ast.Import | ast.ImportFrom):
+        return any((alias.asname or alias.name.split(".")[0]) == name for alias in node.names)
+    return False
 
 
 def run_auto_complete(python: str, model_path: Path, config: dict) -> dict:
