@@ -33,6 +33,7 @@ and ``thread-pool-size`` are accepted and have nothing to set here.
 from __future__ import annotations
 
 import ast
+import asyncio
 import contextlib
 import json
 import logging
@@ -76,6 +77,8 @@ logger = logging.getLogger("triton_core_python")
 _RESTART_BACKOFF = 1.0
 #: seconds ``auto_complete_config`` may take (it imports the model's libraries)
 _AUTO_COMPLETE_TIMEOUT = 300.0
+#: seconds a model-ready request waits for ``is_ready()`` (Triton's 5 s)
+READINESS_TIMEOUT = 5.0
 
 
 def _int_option(options: dict[str, str], key: str, default: int) -> int:
@@ -305,6 +308,43 @@ class PythonModel(BackendModel):
         return PythonInstance(self, spec)
 
 
+class UserReadiness:
+    """The model's ``is_ready()`` for one instance, as Triton asks it: one call at a time;
+    requests that come while one runs share its answer. A call that outlasts
+    :data:`READINESS_TIMEOUT` goes on, and the next request waits for it."""
+
+    def __init__(self, instance_name: str) -> None:
+        self.instance_name = instance_name
+        self._pending: asyncio.Future[tuple[bool, str | None]] | None = None
+
+    async def check(self, stub: StubProcess) -> None:
+        pending = self._pending
+        if pending is None:
+            pending = self._pending = asyncio.get_running_loop().create_future()
+            stub.ask_readiness(lambda answer: self._answered(pending, answer))
+            late = "Timed out waiting for user-defined is_ready() response"
+        else:
+            late = "Timed out waiting for in-flight is_ready() response"
+        try:
+            ready, error = await asyncio.wait_for(asyncio.shield(pending), READINESS_TIMEOUT)
+        except TimeoutError:
+            raise unavailable(late) from None
+        if error is not None:
+            raise internal(error)
+        if not ready:
+            raise unavailable(
+                f"Model '{self.instance_name}' is not ready (user-defined check failed)."
+            )
+
+    def _answered(
+        self, pending: asyncio.Future[tuple[bool, str | None]], answer: tuple[bool, str | None]
+    ) -> None:
+        if self._pending is pending:
+            self._pending = None
+        if not pending.done():
+            pending.set_result(answer)
+
+
 class PythonInstance(EventDrivenInstance):
     """A model instance: one stub process, restarted when it dies.
 
@@ -330,6 +370,7 @@ class PythonInstance(EventDrivenInstance):
         #: batches waiting for the process to restart (event-driven mode)
         self._deferred: list[tuple[list[InferenceRequest], Any]] = []
         self.restarts = 0
+        self._readiness = UserReadiness(spec.name)
         self._stub = self._spawn()
 
     @property
@@ -352,6 +393,19 @@ class PythonInstance(EventDrivenInstance):
         )
         stub.start()
         return stub
+
+    # -- readiness ------------------------------------------------------------------------------
+
+    #: a dead process makes the instance unready, whether or not the model has is_ready()
+    checks_readiness = True
+
+    async def check_ready(self) -> None:
+        """Triton's: the process is alive, and the model's ``is_ready()`` (if any) says yes."""
+        stub = self._stub
+        if stub.dead:
+            raise internal(f"Stub process '{self.spec.name}' is not healthy.")
+        if stub.has_is_ready:
+            await self._readiness.check(stub)
 
     # -- worker-thread mode ---------------------------------------------------------------------
 

@@ -145,7 +145,8 @@ class Stub:
             detail = describe_exception(exc, self.model_dir or None)
             self._send_control(ipc.INIT_FAILED, 0, (detail,), None)
             self._exit(1)
-        self._send_control(ipc.READY, 0, os.getpid(), None)
+        has_is_ready = hasattr(self.model, "is_ready")
+        self._send_control(ipc.READY, 0, (os.getpid(), has_is_ready), None)
         while True:
             try:
                 message = self.commands.recv()
@@ -606,6 +607,23 @@ class Stub:
         with contextlib.suppress(ipc.PeerClosed):
             self.events.send(ipc.FREE, 0, None, None)
 
+    def _answer_readiness(self, ident: int) -> None:
+        """Call the model's ``is_ready()`` (awaited when a coroutine), answer
+        (ready, None) or (False, why it failed), as Triton's stub does."""
+        answer: tuple[bool, str | None]
+        try:
+            result = self.model.is_ready()
+            if asyncio.iscoroutine(result):
+                result = asyncio.run_coroutine_threadsafe(result, self._coroutines()).result()
+            if isinstance(result, bool):
+                answer = (result, None)
+            else:
+                answer = (False, "is_ready() must return a boolean value")
+        except BaseException as exc:
+            answer = (False, describe_exception(exc, self.model_dir or None))
+        with contextlib.suppress(ipc.PeerClosed):
+            self.events.send(ipc.READINESS_ANSWER, ident, answer, None)
+
     # -- events ----------------------------------------------------------------------------------
 
     def _read_events(self) -> None:
@@ -629,6 +647,11 @@ class Stub:
                     deliver(self._response(message.block, item), final)
             elif kind == ipc.REGIONS_CLOSED:
                 self.regions.drop(message.body)
+            elif kind == ipc.READINESS_QUERY:
+                # on a thread: a slow is_ready() holds up neither BLS answers nor execute
+                threading.Thread(
+                    target=self._answer_readiness, args=(message.ident,), daemon=True
+                ).start()
             elif kind in (
                 ipc.CANCEL_ANSWER,
                 ipc.CONTROL_ANSWER,
