@@ -54,7 +54,7 @@ def _write_repository(root, sources) -> ModelRepository:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory, models):
+def server(tmp_path_factory, models, serve):
     root = tmp_path_factory.mktemp("python_models")
     _write_repository(
         root,
@@ -70,12 +70,8 @@ def server(tmp_path_factory, models):
             "words": (WORDS, WORDS_CONFIG),
         },
     )
-    process = ServerProcess([root])
-    try:
-        process.wait_ready()
+    with serve(root) as process:
         yield process
-    finally:
-        assert process.stop() == 0, process.log()[-3000:]
 
 
 def add_sub_inputs(module, a, b):

@@ -14,7 +14,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from triton_core.testing import ModelRepository, ServerProcess
+from triton_core.testing import ModelRepository
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -147,17 +147,13 @@ MODELS = {
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
+def server(tmp_path_factory, serve):
     root = tmp_path_factory.mktemp("readiness_models")
     repository = ModelRepository(root)
     for name, (source, config) in MODELS.items():
         repository.add_model(name, dedent(config), versions={1: {"model.py": dedent(source)}})
-    process = ServerProcess([root], "--strict-readiness=false", "--log-verbose=1")
-    try:
-        process.wait_ready()
+    with serve(root, "--strict-readiness=false", "--log-verbose=1") as process:
         yield process
-    finally:
-        assert process.stop() == 0, process.log()[-3000:]
 
 
 def ready_over_both(server, model: str) -> tuple[bool, bool]:
