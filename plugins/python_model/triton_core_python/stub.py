@@ -667,7 +667,7 @@ class Stub:
         owner = self.memory.take_block(block)
         tensor = pb_utils.Tensor._of
         tensors = [tensor(d[0], d[1], unpack(owner, d)) for d in descriptors]
-        return pb_utils.InferenceResponse(
+        return pb_utils.InferenceResponse._received(
             tensors,
             None if error is None else pb_utils.TritonError(error[1], error[0]),
             parameters,
