@@ -118,6 +118,9 @@ class FakeServer:
         model = self.model(name, version)
         return bool(model.ready) if version == -1 else version in model.ready
 
+    async def check_model_ready(self, name: str, version: int = -1) -> bool:
+        return self.model_ready(name, version)
+
     def metadata(self) -> ServerMetadata:
         return self.server_metadata
 

@@ -84,6 +84,9 @@ class ModelInstance(ABC):
     #: ``request.device_outputs``. Only batches of one request carry them; see
     #: docs/writing_plugins.md. False: numpy arrays only, as always.
     accepts_device_tensors: bool = False
+    #: whether :meth:`check_ready` has anything to ask; False: the instance is ready while
+    #: its model version is, and nothing is called
+    checks_readiness: bool = False
 
     @abstractmethod
     def execute(self, requests: list[InferenceRequest]) -> list[InferenceResponse]:
@@ -108,6 +111,15 @@ class ModelInstance(ABC):
 
     def finalize(self) -> None:  # noqa: B027 - optional hook
         """Release what the instance holds. Called once, after its last ``execute``."""
+
+    async def check_ready(self) -> None:  # noqa: B027 - optional hook
+        """Raise :class:`~triton_core.TritonError` when the instance cannot serve now
+        (Triton's ``TRITONBACKEND_ModelInstanceReady``); its message is logged.
+
+        Awaited on the event loop by the model-ready endpoints (HTTP
+        ``/v2/models/<m>/ready``, gRPC ``ModelReady``), only where :attr:`checks_readiness`
+        is True, never on the inference path. Must not block the loop.
+        """
 
     def interrupt(self) -> None:  # noqa: B027 - optional hook
         """A batch ran past the model's ``execute_timeout_secs``: end that call if you can.

@@ -172,7 +172,8 @@ class CustomMetrics:
                 raise internal(f"metric family '{family.name}' has been deleted")
             metric = family.metrics.get(key)
             if metric is None:
-                metric = family.metrics[key] = CustomMetric(family, checked, bounds)
+                # labels in name order, as Triton writes them
+                metric = family.metrics[key] = CustomMetric(family, dict(key), bounds)
             metric.refs += 1
             return metric
 

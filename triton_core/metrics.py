@@ -232,12 +232,13 @@ class TritonCollector(Collector):
                 labels["namespace"] = stats.namespace
             for tag, tag_value in model.config.metric_tags.items():  # as Triton: "_<tag>"
                 labels["_" + tag] = tag_value
+            labels = _in_name_order(labels)
             families["nv_inference_request_success"].add_sample(
                 "nv_inference_request_success", labels, stats.success.count
             )
             for reason, count in stats.failures.items():
                 families["nv_inference_request_failure"].add_sample(
-                    "nv_inference_request_failure", {**labels, "reason": reason}, count
+                    "nv_inference_request_failure", _in_name_order(labels, reason=reason), count
                 )
             families["nv_inference_count"].add_sample(
                 "nv_inference_count", labels, stats.inference_count
@@ -279,7 +280,7 @@ class TritonCollector(Collector):
             _add_batch_sizes(batch_sizes, labels, stats.batch_size_histogram)
             for reason, count in sorted(stats.dispatch_reasons.items()):
                 dispatch.add_sample(
-                    "nv_inference_batch_dispatch", {**labels, "reason": reason}, count
+                    "nv_inference_batch_dispatch", _in_name_order(labels, reason=reason), count
                 )
             watch = model.pool.watch
             if watch is not None:  # only models that set execute_timeout_secs
@@ -340,6 +341,13 @@ def _add_summary(
         family.add_sample(name, {**labels, "quantile": repr(quantile)}, value)
     family.add_sample(f"{name}_sum", labels, summary.sum)
     family.add_sample(f"{name}_count", labels, summary.count)
+
+
+def _in_name_order(labels: dict[str, str], **more: str) -> dict[str, str]:
+    """``labels`` and ``more`` in the order of their names, as Triton writes a series'
+    labels (clients that match its lines, such as Triton's QA, depend on it); ``le`` and
+    ``quantile`` are added after these, last, as there."""
+    return dict(sorted({**labels, **more}.items()))
 
 
 def _micros(duration: Duration) -> int:

@@ -372,6 +372,21 @@ class Server:
         except TritonError:
             return False
 
+    async def check_model_ready(self, name: str, version: int = -1) -> bool:
+        """:meth:`model_ready`, then the instances' own checks (a Python model's
+        ``is_ready()``): the answer of the model-ready endpoints, as Triton's."""
+        if not self.model_ready(name, version):
+            return False
+        model = self.models.get(name, version)
+        try:
+            await model.pool.check_ready()
+        except TritonError as error:
+            logger.debug(
+                "Model '%s' version %d is not ready: %s", name, model.version, error.message
+            )
+            return False
+        return True
+
     def metadata(self) -> ServerMetadata:
         return self._metadata
 

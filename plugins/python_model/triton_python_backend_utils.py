@@ -323,34 +323,24 @@ class InferenceTrace:
         return self._context
 
 
-def _parameters_dict(parameters: Any, what: str) -> dict[str, Any]:
-    if parameters is None or parameters == "":
+def _parameters_dict(parameters: Any) -> dict[str, Any]:
+    """A request's or response's ``parameters`` checked as Triton's stub checks them: None
+    or a dict of ``str`` keys to ``bool``, ``int`` or ``str`` values, with its messages."""
+    if parameters is None:
         return {}
-    if isinstance(parameters, str):
-        try:
-            parameters = json.loads(parameters)
-        except ValueError as exc:
-            raise TritonModelException(f"{what} parameters are not valid JSON: {exc}") from None
     if not isinstance(parameters, dict):
-        raise TritonModelException(f"{what} parameters must be a dict or a JSON object string")
-    result: dict[str, Any] = {}
+        # Triton's message names the C++ (pybind11) type it expects, mangled
+        raise TritonModelException(f"Expect N8pybind114dictE, got {type(parameters)}")
     for key, value in parameters.items():
         if not isinstance(key, str):
-            raise TritonModelException(f"{what} parameter keys must be strings, got {key!r}")
-        if isinstance(value, bool | np.bool_):
-            result[key] = bool(value)
-        elif isinstance(value, str):
-            result[key] = str(value)
-        elif isinstance(value, int | np.integer):
-            result[key] = int(value)
-        elif isinstance(value, float | np.floating):
-            result[key] = float(value)
-        else:
             raise TritonModelException(
-                f"{what} parameter '{key}' must be a bool, int, float or str, got "
-                f"{type(value).__name__}"
+                f"Expect parameters keys to have type str, found type {type(key)}"
             )
-    return result
+        if not isinstance(value, bool | int | str):
+            raise TritonModelException(
+                f"Expect parameters values to have type bool/int/str, found type {type(value)}"
+            )
+    return dict(parameters)
 
 
 class InferenceRequest:
@@ -391,7 +381,7 @@ class InferenceRequest:
         self._correlation_id = correlation_id
         self._flags = int(flags)
         self._timeout = int(timeout)
-        self._parameters = _parameters_dict(parameters, "request")
+        self._parameters = _parameters_dict(parameters)
         self._trace = trace or InferenceTrace()
         if preferred_memory is not None and not isinstance(preferred_memory, PreferredMemory):
             raise TritonModelException("preferred_memory must be a pb_utils.PreferredMemory")
@@ -538,7 +528,16 @@ class InferenceResponse:
             error = TritonError(str(error))
         self._tensors = tensors
         self._error = error
-        self._parameters = _parameters_dict(parameters, "response")
+        self._parameters = _parameters_dict(parameters)
+
+    @classmethod
+    def _received(
+        cls, tensors: list[Tensor], error: TritonError | None, parameters: dict[str, Any] | None
+    ) -> InferenceResponse:
+        """A BLS call's response, from the server: its parameters are taken as they are."""
+        response = cls(tensors, error)
+        response._parameters = parameters or {}
+        return response
 
     def output_tensors(self) -> list[Tensor]:
         return self._tensors

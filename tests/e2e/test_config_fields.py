@@ -153,7 +153,8 @@ def _metrics_after_one_request(
 
 def test_metric_tags_label_the_models_metrics_as_triton(server):
     client, text = _metrics_after_one_request(server, "tagged")
-    assert 'nv_inference_count{model="tagged",version="1",_team="search"} 1' in text
+    # labels in name order, as Triton writes them: "_team" before "model"
+    assert 'nv_inference_count{_team="search",model="tagged",version="1"} 1' in text
     with pytest.raises(InferenceServerException) as info:
         client.load_model("bad_tag")
     assert "'metric_tags' key 'team-name' must be letters, digits and underscores" in (

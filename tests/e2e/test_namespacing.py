@@ -115,8 +115,8 @@ def test_metrics_carry_the_namespace(server: ServerProcess, repositories: tuple)
     counts = {
         match["namespace"]: int(match["count"])
         for match in re.finditer(
-            r'^nv_inference_count\{model="composing_model",version="1",'
-            r'namespace="(?P<namespace>[^"]+)"\} (?P<count>\d+)',
+            r'^nv_inference_count\{model="composing_model",namespace="(?P<namespace>[^"]+)",'
+            r'version="1"\} (?P<count>\d+)',
             text,
             re.MULTILINE,
         )

@@ -51,7 +51,8 @@ def scrape(server) -> str:
 
 
 def metric(text: str, name: str, **labels: str) -> float:
-    label_text = ",".join(f'{key}="{value}"' for key, value in labels.items())
+    """A series' value; its labels written in name order, as Triton writes them."""
+    label_text = ",".join(f'{key}="{value}"' for key, value in sorted(labels.items()))
     pattern = rf"^{re.escape(name)}\{{{re.escape(label_text)}\}} (\S+)$"
     match = re.search(pattern, text, flags=re.MULTILINE)
     assert match, f"{name}{{{label_text}}} not in metrics:\n{text[:3000]}"

@@ -28,6 +28,14 @@ def test_families_are_shared_by_name_and_metrics_by_labels():
     assert samples(registry) == {"requests": [("requests", {"model": "m"}, 5.0)]}
 
 
+def test_labels_are_written_in_name_order_as_tritons():
+    registry = CustomMetrics()
+    family = registry.family("ordered", "", COUNTER)
+    registry.metric(family, {"zeta": "1", "alpha": "2", "mid": "3"}, None).increment(1)
+    (_, labels, _), *_ = samples(registry)["ordered"]
+    assert list(labels) == ["alpha", "mid", "zeta"]
+
+
 def test_a_series_leaves_when_its_last_owner_releases_it():
     registry = CustomMetrics()
     family = registry.family("g", "", GAUGE)

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 
 import numpy as np
 import pytest
 
 from tests.support import numpy_server, wait_until_async, write_numpy_model
 from triton_core import InferenceRequest, RequestedOutput, Status, Tensor, TritonError
+from triton_core.errors import unavailable
 
 
 def request(model="add_sub", shape=(2, 4), dtype="INT32", **kwargs):
@@ -94,6 +96,23 @@ async def test_metadata_and_readiness(server):
     assert server.model_ready("add_sub", 1) and not server.model_ready("add_sub", 2)
     assert not server.model_ready("nope")  # as Triton: not ready, not an error
     assert server.metadata().name == "triton"
+
+
+async def test_the_model_ready_endpoints_ask_instances_that_check_readiness(server, caplog):
+    """Triton's TRITONBACKEND_ModelInstanceReady: an instance may say it cannot serve now."""
+    instance = server.models.get("identity").pool.instances[0]
+    assert await server.check_model_ready("identity")
+
+    async def not_ready() -> None:
+        raise unavailable("warming up")
+
+    instance.checks_readiness = True
+    instance.check_ready = not_ready
+    with caplog.at_level(logging.DEBUG, logger="triton_core.server"):
+        assert not await server.check_model_ready("identity")
+    assert "Model 'identity' version 1 is not ready: warming up" in caplog.text
+    assert server.model_ready("identity")  # its lifecycle state is unchanged
+    assert not await server.check_model_ready("nope")
 
 
 async def test_execution_errors_fail_only_their_request(tmp_path):

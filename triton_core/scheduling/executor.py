@@ -154,6 +154,12 @@ class InstancePool(ABC):
         )
         self._start()
 
+    async def check_ready(self) -> None:
+        """Every instance's own readiness check, in order; the first failure raises."""
+        for instance in [*self.instances, *self._passive]:
+            if instance.checks_readiness:
+                await instance.check_ready()
+
     def _takes_device_tensors(self) -> bool:
         return any(getattr(i, "accepts_device_tensors", False) for i in self.instances)
 

@@ -7,9 +7,10 @@ that such files run unchanged.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import textwrap
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -17,6 +18,7 @@ import pytest
 
 from triton_core.plugins import create_plugin_manager
 from triton_core.server import Server, ServerOptions
+from triton_core.testing import ServerProcess
 
 ADD_SUB = """
 import json
@@ -289,6 +291,23 @@ def repo(tmp_path: Path) -> Path:
     path = tmp_path / "models"
     path.mkdir()
     return path
+
+
+@contextlib.contextmanager
+def _serving(root: Path, *args: str) -> Iterator[ServerProcess]:
+    process = ServerProcess([root], *args)
+    try:
+        process.wait_ready()
+        yield process
+    finally:
+        assert process.stop() == 0, process.log()[-3000:]
+
+
+@pytest.fixture(scope="session")
+def serve() -> Callable[..., contextlib.AbstractContextManager[ServerProcess]]:
+    """``with serve(root, *flags) as process``: a real ``triton-core serve`` of ``root``,
+    ready; it must exit cleanly at the end (its log says why not)."""
+    return _serving
 
 
 @pytest.fixture

@@ -135,10 +135,10 @@ async def test_parameters_reach_the_model_and_come_back(repo, write_model, model
         sent = InferenceRequest(
             "identity",
             {"INPUT0": tensor("INPUT0", [1, 2])},
-            parameters={"flag": True, "count": 3, "name": "x", "ratio": 0.5},
+            parameters={"flag": True, "count": 3, "name": "x"},
         )
         response = await server.infer(sent)
-    assert response.parameters == {"flag": True, "count": 3, "name": "x", "ratio": 0.5}
+    assert response.parameters == {"flag": True, "count": 3, "name": "x"}
 
 
 BATCH_COUNTER = """

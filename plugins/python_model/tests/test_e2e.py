@@ -6,7 +6,9 @@ import http.client
 import json
 import os
 import queue
+import re
 import time
+import urllib.request
 from textwrap import dedent
 
 import numpy as np
@@ -54,7 +56,7 @@ def _write_repository(root, sources) -> ModelRepository:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory, models):
+def server(tmp_path_factory, models, serve):
     root = tmp_path_factory.mktemp("python_models")
     _write_repository(
         root,
@@ -70,12 +72,8 @@ def server(tmp_path_factory, models):
             "words": (WORDS, WORDS_CONFIG),
         },
     )
-    process = ServerProcess([root])
-    try:
-        process.wait_ready()
+    with serve(root) as process:
         yield process
-    finally:
-        assert process.stop() == 0, process.log()[-3000:]
 
 
 def add_sub_inputs(module, a, b):
@@ -147,6 +145,26 @@ def test_errors_over_http_and_grpc(server):
         grpc_client.infer("failing", mode_input(grpcclient, 3))
     assert info.value.status() == "StatusCode.UNAVAILABLE" and "try later" in info.value.message()
     assert http_client.infer("failing", mode_input(httpclient, 0)).as_numpy("OUT").tolist() == [0]
+
+
+def backend_failures(server) -> int:
+    """The count of the failing model's BACKEND failures, read as Triton's QA reads it
+    (qa/L0_backend_python/lifecycle: the labels in Triton's order)."""
+    url = f"http://127.0.0.1:{server.metrics_port}/metrics"
+    with urllib.request.urlopen(url) as answer:
+        text = answer.read().decode()
+    pattern = r'nv_inference_request_failure\{model="failing",reason="BACKEND",version="1"\} (\d+)'
+    found = re.search(pattern, text)
+    assert found is not None, text
+    return int(found.group(1))
+
+
+def test_an_execute_that_raises_is_a_backend_failure_in_the_metrics(server):
+    before = backend_failures(server)
+    client = httpclient.InferenceServerClient(server.http_url)
+    with client, pytest.raises(InferenceServerException, match="Failed to process the request"):
+        client.infer("failing", mode_input(httpclient, 1))
+    assert backend_failures(server) == before + 1
 
 
 def count_input(count: int, delay_ms: int = 0):

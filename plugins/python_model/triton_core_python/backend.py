@@ -32,6 +32,8 @@ and ``thread-pool-size`` are accepted and have nothing to set here.
 
 from __future__ import annotations
 
+import ast
+import asyncio
 import contextlib
 import json
 import logging
@@ -75,6 +77,8 @@ logger = logging.getLogger("triton_core_python")
 _RESTART_BACKOFF = 1.0
 #: seconds ``auto_complete_config`` may take (it imports the model's libraries)
 _AUTO_COMPLETE_TIMEOUT = 300.0
+#: seconds a model-ready request waits for ``is_ready()`` (Triton's 5 s)
+READINESS_TIMEOUT = 5.0
 
 
 def _int_option(options: dict[str, str], key: str, default: int) -> int:
@@ -130,9 +134,9 @@ class PythonBackend(Backend):
             source = model_path.read_text(encoding="utf-8", errors="replace")
         except OSError:
             return
-        # Importing the model costs a process and its imports: skip models without the
-        # method (one defined only in a base class of another file is not seen).
-        if "auto_complete_config" not in source:
+        # Triton imports the model and asks its class. That costs a process and the model's
+        # imports, so it is skipped where model.py alone shows the class cannot have one.
+        if not may_auto_complete(source):
             return
         python = _interpreter(self, config, model_path.parent.parent)
         completed = run_auto_complete(python, model_path, config_to_json(config))
@@ -149,6 +153,45 @@ class PythonBackend(Backend):
 
     def load_model(self, context: ModelContext) -> BackendModel:
         return PythonModel(self, context)
+
+
+def may_auto_complete(source: str) -> bool:
+    """Whether the ``TritonPythonModel`` of ``source`` may have ``auto_complete_config``.
+
+    False only when nothing in the file names the method and the file itself defines the
+    class, once, with no base class, metaclass or decorator, and imports no names with
+    ``*``: the class then has only what its body defines. A class from an import, a base
+    class, or a file that does not parse (the load reports it) may have it.
+    """
+    if "auto_complete_config" in source:
+        return True
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return False
+    definitions = 0
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and any(alias.name == "*" for alias in node.names):
+            return True
+        if _binds_model_class(node):
+            if not isinstance(node, ast.ClassDef) or node.bases or node.keywords:
+                return True
+            if node.decorator_list:
+                return True
+            definitions += 1
+    return definitions != 1
+
+
+def _binds_model_class(node: ast.AST) -> bool:
+    """Whether ``node`` binds the name ``TritonPythonModel`` (class, assignment, import)."""
+    name = "TritonPythonModel"
+    if isinstance(node, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+        return node.name == name
+    if isinstance(node, ast.Name):
+        return node.id == name and isinstance(node.ctx, ast.Store | ast.Del)
+    if isinstance(node, ast.Import | ast.ImportFrom):
+        return any((alias.asname or alias.name.split(".")[0]) == name for alias in node.names)
+    return False
 
 
 def run_auto_complete(python: str, model_path: Path, config: dict) -> dict:
@@ -277,6 +320,43 @@ class PythonModel(BackendModel):
         return PythonInstance(self, spec)
 
 
+class UserReadiness:
+    """The model's ``is_ready()`` for one instance, as Triton asks it: one call at a time;
+    requests that come while one runs share its answer. A call that outlasts
+    :data:`READINESS_TIMEOUT` goes on, and the next request waits for it."""
+
+    def __init__(self, instance_name: str) -> None:
+        self.instance_name = instance_name
+        self._pending: asyncio.Future[tuple[bool, str | None]] | None = None
+
+    async def check(self, stub: StubProcess) -> None:
+        pending = self._pending
+        if pending is None:
+            pending = self._pending = asyncio.get_running_loop().create_future()
+            stub.ask_readiness(lambda answer: self._answered(pending, answer))
+            late = "Timed out waiting for user-defined is_ready() response"
+        else:
+            late = "Timed out waiting for in-flight is_ready() response"
+        try:
+            ready, error = await asyncio.wait_for(asyncio.shield(pending), READINESS_TIMEOUT)
+        except TimeoutError:
+            raise unavailable(late) from None
+        if error is not None:
+            raise internal(error)
+        if not ready:
+            raise unavailable(
+                f"Model '{self.instance_name}' is not ready (user-defined check failed)."
+            )
+
+    def _answered(
+        self, pending: asyncio.Future[tuple[bool, str | None]], answer: tuple[bool, str | None]
+    ) -> None:
+        if self._pending is pending:
+            self._pending = None
+        if not pending.done():
+            pending.set_result(answer)
+
+
 class PythonInstance(EventDrivenInstance):
     """A model instance: one stub process, restarted when it dies.
 
@@ -302,6 +382,7 @@ class PythonInstance(EventDrivenInstance):
         #: batches waiting for the process to restart (event-driven mode)
         self._deferred: list[tuple[list[InferenceRequest], Any]] = []
         self.restarts = 0
+        self._readiness = UserReadiness(spec.name)
         self._stub = self._spawn()
 
     @property
@@ -324,6 +405,19 @@ class PythonInstance(EventDrivenInstance):
         )
         stub.start()
         return stub
+
+    # -- readiness ------------------------------------------------------------------------------
+
+    #: a dead process makes the instance unready, whether or not the model has is_ready()
+    checks_readiness = True
+
+    async def check_ready(self) -> None:
+        """Triton's: the process is alive, and the model's ``is_ready()`` (if any) says yes."""
+        stub = self._stub
+        if stub.dead:
+            raise internal(f"Stub process '{self.spec.name}' is not healthy.")
+        if stub.has_is_ready:
+            await self._readiness.check(stub)
 
     # -- worker-thread mode ---------------------------------------------------------------------
 

@@ -40,7 +40,7 @@ from triton_core_python.shm import Arena, Leases, PeerSegments
 # message kinds -------------------------------------------------------------------------------
 INDIRECT = 0  # the real message is in the block
 INIT = 1  # server -> stub (control): model and instance settings
-READY = 2  # stub -> server (control): initialize() returned
+READY = 2  # stub -> server (control): initialize() returned: (pid, has is_ready())
 INIT_FAILED = 3  # stub -> server (control): (message,)
 EXECUTE = 4  # server -> stub (control): a batch of requests
 EXECUTE_DONE = 5  # stub -> server (control): responses, or the batch's error
@@ -65,6 +65,8 @@ REGIONS = 23  # server -> stub (control): clients' regions announced ahead of a 
 #: server -> stub (events): a response sent with a room ident fits its request's pool
 #: (``--grpc-max-response-pool-size``): the model's ``send`` may return
 RESPONSE_ROOM = 24
+READINESS_QUERY = 25  # server -> stub (events): call the model's is_ready()
+READINESS_ANSWER = 26  # stub -> server (events): (ready, error message or None)
 
 #: largest message sent inline; bigger ones go through shared memory (seqpacket messages
 #: are bounded by the socket buffer, ~200 KiB by default)

@@ -155,6 +155,10 @@ class StubProcess:
         self._loop = loop
         self.process: subprocess.Popen[bytes] | None = None
         self.pid = 0
+        #: the model defines is_ready() (known once the process is ready)
+        self.has_is_ready = False
+        #: readiness queries sent and not answered: ident -> callback((ready, error))
+        self._readiness_waiters: dict[int, Callable[[tuple[bool, str | None]], None]] = {}
         self.dead = False
         self.closing = False
         #: called once (on any thread) when the process ends unexpectedly
@@ -278,7 +282,7 @@ class StubProcess:
                 f"Failed to initialize Python stub for model '{settings.model_name}' instance "
                 f"'{settings.instance_name}': {detail}"
             )
-        self.pid = message.body
+        self.pid, self.has_is_ready = message.body
         if self.event_driven:
             assert self._loop is not None
             self._loop.call_soon_threadsafe(
@@ -624,6 +628,29 @@ class StubProcess:
             self.calls.start_management(message)
         elif kind == ipc.METRIC:
             self._on_metric(message.ident, *message.body)
+        elif kind == ipc.READINESS_ANSWER:
+            answered = self._readiness_waiters.pop(message.ident, None)
+            if answered is not None:
+                answered(message.body)
+
+    def ask_readiness(self, answered: Callable[[tuple[bool, str | None]], None]) -> None:
+        """Call the model's ``is_ready()``; ``answered((ready, error or None))`` follows on
+        the event loop, also when the process dies first."""
+        ident = next(self._ids)
+        self._readiness_waiters[ident] = answered
+        self._send_event(ipc.READINESS_QUERY, ident, None, None)
+        if self.dead:
+            self._fail_readiness()
+
+    def _fail_readiness(self) -> None:
+        waiters = list(self._readiness_waiters.values())
+        self._readiness_waiters.clear()
+        answer = (
+            False,
+            "Stub process is not healthy while waiting for user-defined is_ready() response",
+        )
+        for answered in waiters:
+            answered(answer)
 
     def _is_cancelled(self, key: int) -> bool:
         """``request.is_cancelled()`` in the model; a request already answered or gone is."""
@@ -760,6 +787,7 @@ class StubProcess:
             with contextlib.suppress(RuntimeError):  # the loop is closed
                 if self.event_driven:
                     loop.call_soon_threadsafe(self._fail_in_flight, description)
+                loop.call_soon_threadsafe(self._fail_readiness)
                 self.calls.cancel_all()
         self._fail_pending(
             f"the Python process of model '{self.settings.model_name}' instance "

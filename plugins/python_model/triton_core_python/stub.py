@@ -25,6 +25,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import importlib
+import importlib.machinery
 import importlib.util
 import inspect
 import itertools
@@ -54,19 +56,28 @@ _Deliver = Callable[[Any, bool], None]
 
 
 def load_model_module(model_path: str) -> ModuleType:
-    """Import ``model.py`` as module ``model``, its folders on ``sys.path`` as in Triton."""
+    """Import ``<version>/model.py`` as Triton's stub does: module ``<version>.model`` of the
+    package ``<version>`` (so ``from . import helper`` finds the model's other files), with
+    the version folder and the model's folder on ``sys.path``."""
     path = Path(model_path)
-    for folder in (path.parent, path.parent.parent):
+    if path.suffix != ".py":
+        raise ImportError(f"Model name must end with '.py'. Model name is \"{path.name}\".")
+    version_dir, model_dir = path.parent, path.parent.parent
+    for folder in (version_dir, model_dir):
         if str(folder) not in sys.path:
             sys.path.append(str(folder))
     sys.dont_write_bytecode = True  # leave the model repository as it is
-    spec = importlib.util.spec_from_file_location("model", path)
-    if spec is None or spec.loader is None:
-        raise ImportError(f"cannot import {path}")
+    package = version_dir.name
+    # The package is the version folder of this model, not a same-named folder that an
+    # earlier sys.path entry (the working directory) may hold.
+    spec = importlib.machinery.PathFinder.find_spec(package, [str(model_dir)])
+    if spec is None:
+        raise ImportError(f"cannot import {path}: no folder '{version_dir}'")
     module = importlib.util.module_from_spec(spec)
-    sys.modules["model"] = module  # dataclasses and pickle look classes up here
-    spec.loader.exec_module(module)
-    return module
+    sys.modules[package] = module
+    if spec.loader is not None:
+        spec.loader.exec_module(module)  # a version folder with an __init__.py
+    return importlib.import_module(f"{package}.{path.stem}")
 
 
 def model_class(module: ModuleType, model_path: str) -> type:
@@ -134,7 +145,8 @@ class Stub:
             detail = describe_exception(exc, self.model_dir or None)
             self._send_control(ipc.INIT_FAILED, 0, (detail,), None)
             self._exit(1)
-        self._send_control(ipc.READY, 0, os.getpid(), None)
+        has_is_ready = hasattr(self.model, "is_ready")
+        self._send_control(ipc.READY, 0, (os.getpid(), has_is_ready), None)
         while True:
             try:
                 message = self.commands.recv()
@@ -658,6 +670,23 @@ class Stub:
         with contextlib.suppress(ipc.PeerClosed):
             self.events.send(ipc.FREE, 0, None, None)
 
+    def _answer_readiness(self, ident: int) -> None:
+        """Call the model's ``is_ready()`` (awaited when a coroutine), answer
+        (ready, None) or (False, why it failed), as Triton's stub does."""
+        answer: tuple[bool, str | None]
+        try:
+            result = self.model.is_ready()
+            if asyncio.iscoroutine(result):
+                result = asyncio.run_coroutine_threadsafe(result, self._coroutines()).result()
+            if isinstance(result, bool):
+                answer = (result, None)
+            else:
+                answer = (False, "is_ready() must return a boolean value")
+        except BaseException as exc:
+            answer = (False, describe_exception(exc, self.model_dir or None))
+        with contextlib.suppress(ipc.PeerClosed):
+            self.events.send(ipc.READINESS_ANSWER, ident, answer, None)
+
     # -- events ----------------------------------------------------------------------------------
 
     def _read_events(self) -> None:
@@ -681,6 +710,11 @@ class Stub:
                     deliver(self._response(message.block, item), final)
             elif kind == ipc.REGIONS_CLOSED:
                 self.regions.drop(message.body)
+            elif kind == ipc.READINESS_QUERY:
+                # on a thread: a slow is_ready() holds up neither BLS answers nor execute
+                threading.Thread(
+                    target=self._answer_readiness, args=(message.ident,), daemon=True
+                ).start()
             elif kind in (
                 ipc.CANCEL_ANSWER,
                 ipc.CONTROL_ANSWER,
@@ -696,7 +730,7 @@ class Stub:
         owner = self.memory.take_block(block)
         tensor = pb_utils.Tensor._of
         tensors = [tensor(d[0], d[1], unpack(owner, d)) for d in descriptors]
-        return pb_utils.InferenceResponse(
+        return pb_utils.InferenceResponse._received(
             tensors,
             None if error is None else pb_utils.TritonError(error[1], error[0]),
             parameters,

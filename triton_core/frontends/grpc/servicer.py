@@ -248,7 +248,8 @@ class GRPCInferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     ) -> pb.ModelReadyResponse:
         """Whether a model (version) is ready; an unknown model is an error status."""
         version = parse_version(request.version)
-        return pb.ModelReadyResponse(ready=self._server.model_ready(request.name, version))
+        ready = await self._server.check_model_ready(request.name, version)
+        return pb.ModelReadyResponse(ready=ready)
 
     @_aborts_on_error
     async def ServerMetadata(

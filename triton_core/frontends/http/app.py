@@ -225,7 +225,7 @@ class _ModelResource:
         version: str = "",
     ) -> None:
         model_name = routed_name(req, model_name)
-        if not self._server.model_ready(model_name, parse_version(version)):
+        if not await self._server.check_model_ready(model_name, parse_version(version)):
             resp.status = 400
             resp.content_type = _JSON
             resp.data = b'{"error":"Model version not ready"}'
