@@ -227,3 +227,50 @@ async def test_an_execute_past_its_timeout_kills_the_process_and_the_next_runs_o
             await asyncio.sleep(0.01)
         response = await server.infer(action(0))
         assert int(response.output("INFO").data[0]) == instance.pid != old_pid
+
+
+FREE_MEMORY_MODEL = """
+import os
+
+import c_python_backend_utils as c_utils
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        free = c_utils.shared_memory.free_memory()
+        return [
+            pb_utils.InferenceResponse(
+                [pb_utils.Tensor("FREE", np.array([free, os.getpid()], dtype=np.int64))]
+            )
+            for _ in requests
+        ]
+"""
+FREE_MEMORY_CONFIG = """
+backend: "python"
+input [{ name: "IN", data_type: TYPE_INT32, dims: [1] }]
+output [{ name: "FREE", data_type: TYPE_INT64, dims: [2] }]
+instance_group [{ kind: KIND_CPU, count: 1 }]
+"""
+
+
+async def test_c_python_backend_utils_free_memory_is_the_same_after_a_restart(
+    repo, write_model, make_server, no_leftovers
+):
+    """Triton's QA restart test: the stub's free shared memory, read through Triton's
+    c_python_backend_utils, is what a fresh process has, before and after a kill."""
+    write_model(repo, "free", FREE_MEMORY_MODEL, FREE_MEMORY_CONFIG)
+    request = InferenceRequest("free", {"IN": Tensor("IN", "INT32", np.array([0], np.int32))})
+    async with make_server(repo) as server:
+        (instance,) = instances(server, "free")
+        before, old_pid = (await server.infer(request)).output("FREE").data.tolist()
+        assert before > 0
+        os.kill(old_pid, signal.SIGKILL)
+        for _ in range(200):  # bounded: the restart is noticed from the closed socket
+            if instance.restarts:
+                break
+            await asyncio.sleep(0.05)
+        after, new_pid = (await server.infer(request)).output("FREE").data.tolist()
+        assert new_pid != old_pid
+        assert after == before

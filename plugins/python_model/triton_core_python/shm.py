@@ -228,6 +228,15 @@ class Arena:
     def segment(self, segment_id: int) -> Segment:
         return self._segments[segment_id]
 
+    def free_bytes(self) -> int:
+        """Bytes of the arena not held by a live block (Triton's ``free_memory``); an arena
+        that has mapped nothing yet counts its first segment's size, as Triton's region is
+        there from the start."""
+        with self._lock:
+            segments = self._segments.values()
+            mapped = sum(s.size for s in segments) or self.default_size
+            return mapped - sum(s.live_bytes for s in segments)
+
     def stats(self) -> tuple[int, int]:
         """(segments, bytes mapped), for tests and logs."""
         with self._lock:
