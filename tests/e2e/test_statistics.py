@@ -51,8 +51,12 @@ def scrape(server) -> str:
 
 
 def metric(text: str, name: str, **labels: str) -> float:
-    """A series' value; its labels written in name order, as Triton writes them."""
-    label_text = ",".join(f'{key}="{value}"' for key, value in sorted(labels.items()))
+    """A series' value; its labels written in name order, then ``le`` or ``quantile``, as
+    Triton (prometheus-cpp) writes them."""
+    last = ("le", "quantile")
+    ordered = sorted((k, v) for k, v in labels.items() if k not in last)
+    ordered += [(k, labels[k]) for k in last if k in labels]
+    label_text = ",".join(f'{key}="{value}"' for key, value in ordered)
     pattern = rf"^{re.escape(name)}\{{{re.escape(label_text)}\}} (\S+)$"
     match = re.search(pattern, text, flags=re.MULTILINE)
     assert match, f"{name}{{{label_text}}} not in metrics:\n{text[:3000]}"
