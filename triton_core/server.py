@@ -630,7 +630,10 @@ class Server:
         if error is None:
             model.statistics.record_success(elapsed)
         elif isinstance(error, TritonError):
-            model.statistics.record_failure(elapsed, error.failure_reason)
+            if error.counts_as_success:
+                model.statistics.record_success(elapsed)
+            else:
+                model.statistics.record_failure(elapsed, error.failure_reason)
         elif isinstance(error, Exception):
             model.statistics.record_failure(elapsed, "OTHER")
             logger.error("inference on model '%s' failed: %r", model.name, error)
@@ -727,7 +730,10 @@ class Server:
                 yield response
             finished = True
         except TritonError as error:
-            statistics.record_failure(monotonic_ns() - received, error.failure_reason)
+            if error.counts_as_success:
+                statistics.record_success(monotonic_ns() - received)
+            else:
+                statistics.record_failure(monotonic_ns() - received, error.failure_reason)
             raise
         finally:
             if trace is not None:

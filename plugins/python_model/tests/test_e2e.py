@@ -147,16 +147,21 @@ def test_errors_over_http_and_grpc(server):
     assert http_client.infer("failing", mode_input(httpclient, 0)).as_numpy("OUT").tolist() == [0]
 
 
-def backend_failures(server) -> int:
-    """The count of the failing model's BACKEND failures, read as Triton's QA reads it
-    (qa/L0_backend_python/lifecycle: the labels in Triton's order)."""
+def failing_metric(server, name: str = "failure", reason: str = "BACKEND") -> int:
+    """The failing model's ``nv_inference_request_<name>`` count, read as Triton's QA reads
+    it (qa/L0_backend_python/lifecycle: the labels in Triton's order)."""
     url = f"http://127.0.0.1:{server.metrics_port}/metrics"
     with urllib.request.urlopen(url) as answer:
         text = answer.read().decode()
-    pattern = r'nv_inference_request_failure\{model="failing",reason="BACKEND",version="1"\} (\d+)'
+    labels = 'model="failing",' + (f'reason="{reason}",' if name == "failure" else "")
+    pattern = rf'nv_inference_request_{name}\{{{labels}version="1"\}} (\d+)'
     found = re.search(pattern, text)
     assert found is not None, text
     return int(found.group(1))
+
+
+def backend_failures(server) -> int:
+    return failing_metric(server)
 
 
 def test_an_execute_that_raises_is_a_backend_failure_in_the_metrics(server):
@@ -165,6 +170,30 @@ def test_an_execute_that_raises_is_a_backend_failure_in_the_metrics(server):
     with client, pytest.raises(InferenceServerException, match="Failed to process the request"):
         client.infer("failing", mode_input(httpclient, 1))
     assert backend_failures(server) == before + 1
+
+
+def test_a_response_that_carries_an_error_counts_as_a_success(server):
+    # Triton 2.51's Python backend reports the request a success: only a raising execute fails
+    failures = {reason: failing_metric(server, reason=reason) for reason in ("BACKEND", "OTHER")}
+    successes = failing_metric(server, "success")
+    stats_before = failing_statistics(server)
+    client = httpclient.InferenceServerClient(server.http_url)
+    with client, pytest.raises(InferenceServerException, match="bad MODE for this request"):
+        client.infer("failing", mode_input(httpclient, 2))
+    assert failing_metric(server, "success") == successes + 1
+    assert {reason: failing_metric(server, reason=reason) for reason in failures} == failures
+    assert failing_statistics(server) == {
+        "success": stats_before["success"] + 1,
+        "fail": stats_before["fail"],
+    }
+
+
+def failing_statistics(server) -> dict[str, int]:
+    """The failing model's success and fail counts in the statistics extension."""
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    answer = client.get_inference_statistics("failing", as_json=True)
+    stats = answer["model_stats"][0]["inference_stats"]
+    return {kind: int(stats[kind].get("count", 0)) for kind in ("success", "fail")}
 
 
 def count_input(count: int, delay_ms: int = 0):
