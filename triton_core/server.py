@@ -362,6 +362,28 @@ class Server:
             return False
         return self.models.all_ready() if self.options.strict_readiness else True
 
+    async def check_ready(self) -> bool:
+        """:meth:`is_ready`, then with strict readiness the instances' own checks of every
+        ready model version (a Python model's ``is_ready()``, its stub's health): the answer
+        of the server-ready endpoints, as Triton 2.7x's. Never on the inference path."""
+        if not self.is_ready():
+            return False
+        if not self.options.strict_readiness:
+            return True
+        for model in self.models.ready_models():
+            try:
+                await model.pool.check_ready()
+            except TritonError as error:
+                logger.debug(
+                    "Model '%s' version %d is in READY lifecycle state but failed runtime "
+                    "readiness check during server readiness evaluation: %s",
+                    model.name,
+                    model.version,
+                    error.message,
+                )
+                return False
+        return True
+
     def model_ready(self, name: str, version: int = -1) -> bool:
         """Whether a model (version) is ready; a model the server does not know is not (as
         Triton answers on both protocols)."""
