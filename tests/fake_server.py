@@ -114,6 +114,9 @@ class FakeServer:
     def is_ready(self) -> bool:
         return self.ready
 
+    async def check_ready(self) -> bool:
+        return self.is_ready()
+
     def model_ready(self, name: str, version: int = -1) -> bool:
         model = self.model(name, version)
         return bool(model.ready) if version == -1 else version in model.ready

@@ -30,6 +30,11 @@ class Status(enum.Enum):
 class TritonError(Exception):
     """An error with a Triton status; its message is what clients see."""
 
+    #: True when the backend reported its request a success although the answer is this error:
+    #: Triton's Python backend counts a response that carries an error as a success (only an
+    #: execute that fails the batch is a failure); set per instance, so errors cost nothing more
+    counts_as_success = False
+
     def __init__(self, status: Status, message: str, *, reason: str | None = None) -> None:
         super().__init__(message)
         self.status = status

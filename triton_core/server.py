@@ -362,6 +362,28 @@ class Server:
             return False
         return self.models.all_ready() if self.options.strict_readiness else True
 
+    async def check_ready(self) -> bool:
+        """:meth:`is_ready`, then with strict readiness the instances' own checks of every
+        ready model version (a Python model's ``is_ready()``, its stub's health): the answer
+        of the server-ready endpoints, as Triton 2.7x's. Never on the inference path."""
+        if not self.is_ready():
+            return False
+        if not self.options.strict_readiness:
+            return True
+        for model in self.models.ready_models():
+            try:
+                await model.pool.check_ready()
+            except TritonError as error:
+                logger.debug(
+                    "Model '%s' version %d is in READY lifecycle state but failed runtime "
+                    "readiness check during server readiness evaluation: %s",
+                    model.name,
+                    model.version,
+                    error.message,
+                )
+                return False
+        return True
+
     def model_ready(self, name: str, version: int = -1) -> bool:
         """Whether a model (version) is ready; a model the server does not know is not (as
         Triton answers on both protocols)."""
@@ -630,7 +652,10 @@ class Server:
         if error is None:
             model.statistics.record_success(elapsed)
         elif isinstance(error, TritonError):
-            model.statistics.record_failure(elapsed, error.failure_reason)
+            if error.counts_as_success:
+                model.statistics.record_success(elapsed)
+            else:
+                model.statistics.record_failure(elapsed, error.failure_reason)
         elif isinstance(error, Exception):
             model.statistics.record_failure(elapsed, "OTHER")
             logger.error("inference on model '%s' failed: %r", model.name, error)
@@ -727,7 +752,10 @@ class Server:
                 yield response
             finished = True
         except TritonError as error:
-            statistics.record_failure(monotonic_ns() - received, error.failure_reason)
+            if error.counts_as_success:
+                statistics.record_success(monotonic_ns() - received)
+            else:
+                statistics.record_failure(monotonic_ns() - received, error.failure_reason)
             raise
         finally:
             if trace is not None:

@@ -192,14 +192,20 @@ def _wait_for_answer(
     raise AssertionError(f"{model} did not answer {expected} within 60 s; last: {last}")
 
 
-def test_poll_mode_resolves_ensemble_steps_again_when_a_name_moves(tmp_path: Path) -> None:
-    """Triton's test_dynamic_resolution: take one repository's composing model away, then
-    bring it back."""
-    addsub, identity = tmp_path / "addsub_repo", tmp_path / "identity_repo"
+def _two_repositories(root: Path) -> tuple[Path, Path]:
+    """composing_model in two repositories, each with an ensemble calling it."""
+    addsub, identity = root / "addsub_repo", root / "identity_repo"
     write_numpy_model(addsub, "composing_model", kind="add_sub")
     write_numpy_model(identity, "composing_model", kind="identity")
     _ensemble(addsub, "ensemble_addsub")
     _ensemble(identity, "ensemble_identity")
+    return addsub, identity
+
+
+def test_poll_mode_resolves_ensemble_steps_again_when_a_name_moves(tmp_path: Path) -> None:
+    """Triton's test_dynamic_resolution: take one repository's composing model away, then
+    bring it back."""
+    addsub, identity = _two_repositories(tmp_path)
     a = np.arange(4, dtype=np.int32).reshape(1, 4)
     flags = ("--model-control-mode", "poll", "--repository-poll-secs", "0.5")
     with _namespaced((addsub, identity), *flags) as process:
@@ -217,5 +223,30 @@ def test_poll_mode_resolves_ensemble_steps_again_when_a_name_moves(tmp_path: Pat
             with pytest.raises(InferenceServerException, match="resolve ambiguity"):
                 _infer(client, "composing_model", names=("INPUT0", "INPUT1"))
             np.testing.assert_array_equal(_infer(client, "ensemble_identity"), a)
+        finally:
+            client.close()
+
+
+def test_explicit_loads_resolve_ensemble_steps_again_when_a_name_moves(tmp_path: Path) -> None:
+    """Triton's test_dynamic_resolution in explicit mode: each load looks at the repositories
+    again, as Triton polls them for a load request."""
+    addsub, identity = _two_repositories(tmp_path)
+    a = np.arange(4, dtype=np.int32).reshape(1, 4)
+    with _namespaced((addsub, identity), "--model-control-mode", "explicit") as process:
+        process.wait_ready()
+        client = httpclient.InferenceServerClient(process.http_url)
+        try:
+            shutil.move(addsub / "composing_model", tmp_path / "moved_away")
+            for model in ("ensemble_addsub", "ensemble_identity"):
+                client.load_model(model)
+            # both ensembles call the only composing model left
+            np.testing.assert_array_equal(_infer(client, "ensemble_addsub"), a)
+            np.testing.assert_array_equal(_infer(client, "ensemble_identity"), a)
+            shutil.move(tmp_path / "moved_away", addsub / "composing_model")
+            client.load_model("ensemble_addsub")
+            np.testing.assert_array_equal(_infer(client, "ensemble_addsub"), a + a * 10)
+            np.testing.assert_array_equal(_infer(client, "ensemble_identity"), a)
+            with pytest.raises(InferenceServerException, match="resolve ambiguity"):
+                _infer(client, "composing_model", names=("INPUT0", "INPUT1"))
         finally:
             client.close()

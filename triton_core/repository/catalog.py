@@ -80,21 +80,10 @@ class ModelCatalog:
         and those to load or reload (new, changed on disk, or ensembles whose steps resolve
         anew); None when a repository could not be read (every model then stays as it is).
         """
-        try:
-            found = await asyncio.to_thread(self.discover)
-        except TritonError as error:
-            logger.error("%s", error.message)
+        found = await self._discover_logged()
+        if found is None:
             return None
-        present = {key for key, record in self._models.items() if record.source is not None}
-        removed = [self._models[key] for key in sorted(set(self._models) - set(found))]
-        changed = []
-        if self._namespacing and set(found) != present:
-            # a name gained or lost a repository: ensembles resolve their steps again
-            changed += [
-                record
-                for key, record in found.items()
-                if record.wanted and record.dependencies and key in self._models
-            ]
+        removed, changed = self._key_changes(found)
         for key, record in found.items():
             record = self._models.setdefault(key, record)
             if not record.wanted or (
@@ -104,6 +93,44 @@ class ModelCatalog:
             ):
                 changed.append(record)
         return removed, changed
+
+    async def rekeyed_for_load(self) -> tuple[list[ModelRecord], list[ModelRecord]]:
+        """With namespacing, what a load request finds in the repositories, as Triton polls
+        them for it: the records whose name moved to another key (it gained or lost a
+        repository), and the wanted ensembles that resolve their steps again; new keys get
+        records. A model whose folder is gone altogether stays as it is (explicit mode)."""
+        found = await self._discover_logged()
+        if found is None:
+            return [], []
+        removed, resolving = self._key_changes(found)
+        names = {record.name for record in found.values()}
+        for key, record in found.items():
+            self._models.setdefault(key, record)
+        return [record for record in removed if record.name in names], resolving
+
+    async def _discover_logged(self) -> dict[str, ModelRecord] | None:
+        """:meth:`discover` off the event loop; None (logged) when a repository is unreadable."""
+        try:
+            return await asyncio.to_thread(self.discover)
+        except TritonError as error:
+            logger.error("%s", error.message)
+            return None
+
+    def _key_changes(
+        self, found: dict[str, ModelRecord]
+    ) -> tuple[list[ModelRecord], list[ModelRecord]]:
+        """The records whose key is no longer found, and the wanted ensembles that resolve
+        their steps again because a name gained or lost a repository (namespacing)."""
+        present = {key for key, record in self._models.items() if record.source is not None}
+        removed = [self._models[key] for key in sorted(set(self._models) - set(found))]
+        if not self._namespacing or set(found) == present:
+            return removed, []
+        resolving = [
+            record
+            for key, record in found.items()
+            if record.wanted and record.dependencies and key in self._models
+        ]
+        return removed, resolving
 
     @staticmethod
     async def _changed_on_disk(record: ModelRecord) -> bool:

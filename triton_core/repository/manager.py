@@ -500,6 +500,8 @@ class ModelRepositoryManager(ModelCatalog):
                 name, "Load parameter 'config' must be specified for model file override"
             )
         try:
+            if self._namespacing:
+                await self._rescan_for_load(name)
             for key in await self._keys_for_load(name):
                 await self._load_key(key, config, files, "", frozenset())
         except TritonError as error:
@@ -681,13 +683,28 @@ class ModelRepositoryManager(ModelCatalog):
             return
         removed, changed = changes
         for record in removed:
-            if record.serving or record.wanted:
-                logger.info("model '%s' was removed from the repository: unloading it", record.name)
-                async with record.lock:
-                    await self._unload_record(record)
-            record.source = None
+            await self._drop_removed(record)
         if changed:
             await self._load_many(changed)
+
+    async def _drop_removed(self, record: ModelRecord) -> None:
+        """A model no longer found under its key: unloaded, and no longer in a repository."""
+        if record.serving or record.wanted:
+            logger.info("model '%s' was removed from the repository: unloading it", record.name)
+            async with record.lock:
+                await self._unload_record(record)
+        record.source = None
+
+    async def _rescan_for_load(self, name: str) -> None:
+        """With namespacing, a load request looks at the repositories again (Triton polls
+        them for it): a model that moved to another key is unloaded under the old one, and
+        loaded ensembles other than ``name`` resolve their steps again."""
+        removed, resolving = await self.rekeyed_for_load()
+        for record in removed:
+            await self._drop_removed(record)
+        resolving = [record for record in resolving if record.name != name]
+        if resolving:
+            await self._load_many(resolving)
 
     # -- shutdown --------------------------------------------------------------------------
 

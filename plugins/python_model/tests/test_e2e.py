@@ -48,6 +48,22 @@ output [ { name: "text_output" data_type: TYPE_STRING dims: [ 1 ] } ]
 """
 
 
+#: a decoupled model whose one response carries an error
+SENDS_AN_ERROR = """
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        for request in requests:
+            error = pb_utils.TritonError("sent error from the model")
+            request.get_response_sender().send(
+                pb_utils.InferenceResponse(error=error),
+                flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL,
+            )
+"""
+
+
 def _write_repository(root, sources) -> ModelRepository:
     repository = ModelRepository(root)
     for name, (source, config) in sources.items():
@@ -70,6 +86,10 @@ def server(tmp_path_factory, models, serve):
             "failing": (models.FAILING, models.FAILING_CONFIG),
             "proc": (models.PROCESS, models.PROCESS_CONFIG.replace("{count}", "2")),
             "words": (WORDS, WORDS_CONFIG),
+            "sends_an_error": (
+                SENDS_AN_ERROR,
+                models.FAILING_CONFIG + "model_transaction_policy { decoupled: true }\n",
+            ),
         },
     )
     with serve(root) as process:
@@ -147,16 +167,23 @@ def test_errors_over_http_and_grpc(server):
     assert http_client.infer("failing", mode_input(httpclient, 0)).as_numpy("OUT").tolist() == [0]
 
 
-def backend_failures(server) -> int:
-    """The count of the failing model's BACKEND failures, read as Triton's QA reads it
+def failing_metric(
+    server, name: str = "failure", reason: str = "BACKEND", model: str = "failing"
+) -> int:
+    """A model's ``nv_inference_request_<name>`` count, read as Triton's QA reads it
     (qa/L0_backend_python/lifecycle: the labels in Triton's order)."""
     url = f"http://127.0.0.1:{server.metrics_port}/metrics"
     with urllib.request.urlopen(url) as answer:
         text = answer.read().decode()
-    pattern = r'nv_inference_request_failure\{model="failing",reason="BACKEND",version="1"\} (\d+)'
+    labels = f'model="{model}",' + (f'reason="{reason}",' if name == "failure" else "")
+    pattern = rf'nv_inference_request_{name}\{{{labels}version="1"\}} (\d+)'
     found = re.search(pattern, text)
     assert found is not None, text
     return int(found.group(1))
+
+
+def backend_failures(server) -> int:
+    return failing_metric(server)
 
 
 def test_an_execute_that_raises_is_a_backend_failure_in_the_metrics(server):
@@ -165,6 +192,46 @@ def test_an_execute_that_raises_is_a_backend_failure_in_the_metrics(server):
     with client, pytest.raises(InferenceServerException, match="Failed to process the request"):
         client.infer("failing", mode_input(httpclient, 1))
     assert backend_failures(server) == before + 1
+
+
+def test_a_response_that_carries_an_error_counts_as_a_success(server):
+    # Triton 2.51's Python backend reports the request a success: only a raising execute fails
+    failures = {reason: failing_metric(server, reason=reason) for reason in ("BACKEND", "OTHER")}
+    successes = failing_metric(server, "success")
+    stats_before = failing_statistics(server)
+    client = httpclient.InferenceServerClient(server.http_url)
+    with client, pytest.raises(InferenceServerException, match="bad MODE for this request"):
+        client.infer("failing", mode_input(httpclient, 2))
+    assert failing_metric(server, "success") == successes + 1
+    assert {reason: failing_metric(server, reason=reason) for reason in failures} == failures
+    assert failing_statistics(server) == {
+        "success": stats_before["success"] + 1,
+        "fail": stats_before["fail"],
+    }
+
+
+def test_a_sent_response_that_carries_an_error_counts_as_a_success(server):
+    # Triton 2.51 counts it a success in a decoupled model too
+    before = failing_metric(server, "success", model="sends_an_error")
+    results: queue.Queue = queue.Queue()
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    client.start_stream(callback=lambda result, error: results.put(error))
+    try:
+        client.async_stream_infer("sends_an_error", mode_input(grpcclient, 0))
+        error = results.get(timeout=60)
+    finally:
+        client.stop_stream()
+    assert error is not None and "sent error from the model" in error.message()
+    assert failing_metric(server, "success", model="sends_an_error") == before + 1
+    assert failing_metric(server, model="sends_an_error") == 0
+
+
+def failing_statistics(server) -> dict[str, int]:
+    """The failing model's success and fail counts in the statistics extension."""
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    answer = client.get_inference_statistics("failing", as_json=True)
+    stats = answer["model_stats"][0]["inference_stats"]
+    return {kind: int(stats[kind].get("count", 0)) for kind in ("success", "fail")}
 
 
 def count_input(count: int, delay_ms: int = 0):

@@ -132,6 +132,18 @@ class TritonPythonModel:
         os.kill(os.getpid(), signal.SIGKILL)
 """
 
+#: ready while its folder has no file ``not_ready``
+FLAGGED = identity_model(
+    "import os\n",
+    """
+    def initialize(self, args):
+        self.flag = os.path.join(args["model_repository"], "not_ready")
+
+    def is_ready(self):
+        return not os.path.exists(self.flag)
+""",
+)
+
 MODELS = {
     "ready_true": (READINESS, IDENTITY_CONFIG % ("true", "0.01")),
     "ready_false": (READINESS, IDENTITY_CONFIG % ("false", "0.01")),
@@ -264,3 +276,34 @@ def test_a_model_whose_process_died_is_not_ready(server):
     assert "Model 'dies' version 1 is not ready: Stub process 'dies_0_0' is not healthy." in (
         server.log()
     )
+
+
+def server_ready_over_both(server) -> tuple[bool, bool]:
+    with httpclient.InferenceServerClient(server.http_url) as http_client:
+        over_http = http_client.is_server_ready()
+    with grpcclient.InferenceServerClient(server.grpc_url) as grpc_client:
+        over_grpc = grpc_client.is_server_ready()
+    return over_http, over_grpc
+
+
+def test_without_strict_readiness_the_server_is_ready_beside_unready_models(server):
+    assert ready_over_both(server, "ready_false") == (False, False)
+    assert server_ready_over_both(server) == (True, True)
+
+
+def test_strict_readiness_asks_the_instances_of_every_ready_model(tmp_path, serve):
+    # Triton 2.7x's InferenceServer::IsReady also asks each READY model's instances
+    repository = ModelRepository(tmp_path)
+    config = dedent(IDENTITY_CONFIG % ("true", "0"))
+    repository.add_model("flagged", config, versions={1: {"model.py": dedent(FLAGGED)}})
+    repository.add_model("no_is_ready", config, versions={1: {"model.py": dedent(PLAIN)}})
+    with serve(tmp_path, "--log-verbose=1") as process:
+        assert server_ready_over_both(process) == (True, True)
+        (tmp_path / "flagged" / "not_ready").touch()
+        assert server_ready_over_both(process) == (False, False)
+        assert (
+            "Model 'flagged' version 1 is in READY lifecycle state but failed runtime "
+            "readiness check during server readiness evaluation: " in process.log()
+        )
+        (tmp_path / "flagged" / "not_ready").unlink()
+        assert server_ready_over_both(process) == (True, True)

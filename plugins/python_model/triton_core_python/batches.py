@@ -139,9 +139,7 @@ class BatchCodec:
                 continue
             descriptors, error, parameters, written = item
             if error is not None:
-                responses.append(
-                    InferenceResponse(error=TritonError(status_of(error[0]), error[1]))
-                )
+                responses.append(InferenceResponse(error=_carried_error(error)))
                 continue
             if written:
                 assert requests is not None
@@ -228,6 +226,15 @@ class _Mapped:
             self.regions[region.ident] = region
             return True
         return False
+
+
+def _carried_error(error: tuple[int, str]) -> TritonError:
+    """The error an ``InferenceResponse(error=...)`` carries: its client sees the error, but
+    the request counts as a success, as in Triton's Python backend (only an execute that
+    raises is a failure)."""
+    carried = TritonError(status_of(error[0]), error[1])
+    carried.counts_as_success = True
+    return carried
 
 
 def _input(

@@ -240,7 +240,7 @@ class GRPCInferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         self, request: pb.ServerReadyRequest, context: grpc.aio.ServicerContext
     ) -> pb.ServerReadyResponse:
         """Whether the server is ready."""
-        return pb.ServerReadyResponse(ready=self._server.is_ready())
+        return pb.ServerReadyResponse(ready=await self._server.check_ready())
 
     @_aborts_on_error
     async def ModelReady(
@@ -680,7 +680,7 @@ class HealthServicer(health_pb2_grpc.HealthServicer):
     ) -> health_pb2.HealthCheckResponse:
         """SERVING when ready, NOT_SERVING otherwise (whatever the service name, as Triton)."""
         try:
-            ready = self._server.is_ready()
+            ready = await self._server.check_ready()
         except Exception:
             log.exception("readiness check failed")
             ready = False

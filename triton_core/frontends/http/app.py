@@ -161,7 +161,7 @@ class _HealthResource:
         resp.status = 200 if self._server.is_live() else 400
 
     async def on_get_ready(self, req: falcon.asgi.Request, resp: falcon.asgi.Response) -> None:
-        resp.status = 200 if self._server.is_ready() else 400
+        resp.status = 200 if await self._server.check_ready() else 400
 
 
 class _ServerMetadataResource:

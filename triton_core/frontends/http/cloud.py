@@ -156,7 +156,7 @@ class CloudEndpoint:
         if scope["method"] != "GET":
             await respond(send, 405, METHOD_NOT_ALLOWED)
             return
-        ok = self.server.is_live() if live else self.server.is_ready()
+        ok = self.server.is_live() if live else await self.server.check_ready()
         await respond(send, 200 if ok else 400)
 
     async def infer(
