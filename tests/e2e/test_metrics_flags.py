@@ -63,7 +63,8 @@ def test_latency_summaries_with_tritons_names_and_quantiles(repository: Path) ->
         assert metric(text, f"{name}_count", **labels) == 3
         median = metric(text, name, **labels, quantile="0.5")
         assert 0 <= median <= metric(text, name, **labels, quantile="0.9")
-        assert f'{name}{{model="plain",version="1",quantile="0.95"' not in text  # only the quantiles asked
+        # only the quantiles asked
+        assert f'{name}{{model="plain",version="1",quantile="0.95"' not in text
     assert metric(text, "nv_inference_request_summary_us", **labels, quantile="0.5") > 0
     assert "nv_inference_request_duration_us" not in text  # counters were turned off
 
