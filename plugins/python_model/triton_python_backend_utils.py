@@ -133,6 +133,19 @@ def _require_runtime(what: str) -> Any:
 # -- tensors ----------------------------------------------------------------------------------
 
 
+def _incompatible(function: str, signature: str, *invoked: Any) -> TypeError:
+    """The TypeError Triton's bindings (pybind11) raise for arguments of the wrong type."""
+    kind = "constructor" if function == "__init__" else "function"
+    return TypeError(
+        f"{function}(): incompatible {kind} arguments. The following argument types are "
+        f"supported:\n    1. {signature}\n\nInvoked with: {', '.join(map(repr, invoked))}"
+    )
+
+
+def _is_int(value: Any) -> bool:
+    return hasattr(value, "__index__") and not isinstance(value, float)
+
+
 class _Capsule:
     """Wraps a bare DLPack capsule so that numpy.from_dlpack accepts it (CPU memory)."""
 
@@ -157,8 +170,8 @@ class Tensor:
     __slots__ = ("_array", "_datatype", "_name")
 
     def __init__(self, name: str, tensor: Any, *args: Any, **kwargs: Any) -> None:
-        if not isinstance(name, str):
-            raise TritonModelException(f"Tensor name must be a string, got {type(name).__name__}")
+        if not isinstance(name, str) or tensor is None:
+            raise _incompatible("__init__", "Tensor(arg0: str, arg1: numpy.ndarray)", name, tensor)
         if not name:
             raise TritonModelException("Tensor name cannot be an empty string.")
         datatype = None
@@ -343,6 +356,47 @@ def _parameters_dict(parameters: Any) -> dict[str, Any]:
     return dict(parameters)
 
 
+_REQUEST_SIGNATURE = (
+    "InferenceRequest(request_id: str = '', correlation_id: object = 0, inputs: "
+    "list[Tensor], requested_output_names: list[str], model_name: str, model_version: "
+    "int = -1, flags: int = 0, timeout: int = 0, preferred_memory: PreferredMemory = "
+    "PreferredMemory(DEFAULT, 0), trace: InferenceTrace = InferenceTrace(), "
+    "parameters: object = None)"
+)
+
+
+def _check_request_arguments(
+    request_id: Any, correlation_id: Any, inputs: Any, output_names: Any, model_name: Any,
+    model_version: Any, flags: Any, timeout: Any, preferred_memory: Any, trace: Any,
+) -> None:  # fmt: skip
+    """Refuse, as Triton's bindings do with a TypeError, arguments of the wrong type (None
+    included); None among the inputs is Triton's TritonModelException, raised later."""
+    well_typed = (
+        isinstance(request_id, str)
+        and correlation_id is not None
+        and isinstance(inputs, list | tuple)
+        and all(tensor is None or isinstance(tensor, Tensor) for tensor in inputs)
+        and isinstance(output_names, list | tuple)
+        and all(isinstance(name, str) for name in output_names)
+        and isinstance(model_name, str)
+        and all(_is_int(number) for number in (model_version, flags, timeout))
+        and (preferred_memory is None or isinstance(preferred_memory, PreferredMemory))
+        and (trace is None or isinstance(trace, InferenceTrace))
+    )
+    if not well_typed:
+        raise _incompatible(
+            "__init__", _REQUEST_SIGNATURE, request_id, correlation_id, inputs, output_names,
+            model_name, model_version, flags, timeout, preferred_memory, trace,
+        )  # fmt: skip
+
+
+def _empty_in_request(what: str, request_id: str, model_name: str) -> TritonModelException:
+    return TritonModelException(
+        f"{what} for request with id '{request_id}' and model name '{model_name}' should "
+        "not be empty."
+    )
+
+
 class InferenceRequest:
     """A request: one of those ``execute`` receives, or a BLS request a model builds.
 
@@ -366,25 +420,26 @@ class InferenceRequest:
         trace: InferenceTrace | None = None,
         parameters: Any = None,
     ) -> None:
+        _check_request_arguments(
+            request_id, correlation_id, inputs, requested_output_names, model_name,
+            model_version, flags, timeout, preferred_memory, trace,
+        )  # fmt: skip
         if not isinstance(correlation_id, int | str) or isinstance(correlation_id, bool):
             raise TritonModelException("Correlation ID must be integer or string")
         self._model_name = model_name
         self._model_version = int(model_version)
-        self._output_names = list(requested_output_names or [])
-        self._inputs = list(inputs or [])
-        for tensor in self._inputs:
-            if not isinstance(tensor, Tensor):
-                raise TritonModelException(
-                    f"inputs must be pb_utils.Tensor objects, got {type(tensor).__name__}"
-                )
+        self._output_names = list(requested_output_names or ())
+        self._inputs = list(inputs or ())
+        if None in self._inputs:
+            raise _empty_in_request("Input tensor", request_id, model_name)
+        if "" in self._output_names:
+            raise _empty_in_request("Requested output name", request_id, model_name)
         self._id = str(request_id)
         self._correlation_id = correlation_id
         self._flags = int(flags)
         self._timeout = int(timeout)
         self._parameters = _parameters_dict(parameters)
         self._trace = trace or InferenceTrace()
-        if preferred_memory is not None and not isinstance(preferred_memory, PreferredMemory):
-            raise TritonModelException("preferred_memory must be a pb_utils.PreferredMemory")
         self._preferred_memory = preferred_memory
         self._key = -1  # set for requests received from the server
         self._decoupled = False
@@ -514,16 +569,22 @@ class InferenceResponse:
 
     def __init__(
         self,
-        output_tensors: list[Tensor] | None = None,
+        output_tensors: list[Tensor] | tuple[Tensor, ...] = (),
         error: TritonError | None = None,
         parameters: Any = None,
     ) -> None:
-        tensors = list(output_tensors) if output_tensors is not None else []
-        for tensor in tensors:
-            if not isinstance(tensor, Tensor):
-                raise TritonModelException(
-                    f"output_tensors must be pb_utils.Tensor objects, got {type(tensor).__name__}"
-                )
+        if not isinstance(output_tensors, list | tuple) or not all(
+            tensor is None or isinstance(tensor, Tensor) for tensor in output_tensors
+        ):
+            raise _incompatible(
+                "__init__",
+                "InferenceResponse(output_tensors: list[Tensor] = [], error: TritonError = "
+                "None, parameters: object = None)",
+                output_tensors, error, parameters,
+            )  # fmt: skip
+        tensors = list(output_tensors)
+        if None in tensors:
+            raise TritonModelException("Output tensor for inference response should not be empty.")
         if error is not None and not isinstance(error, TritonError):
             error = TritonError(str(error))
         self._tensors = tensors
@@ -753,6 +814,13 @@ class LogLevel(enum.IntEnum):
     VERBOSE = 3
 
 
+def _log_message(function: str, message: Any) -> str:
+    """A log call's message: a str, as Triton's bindings take it (others are a TypeError)."""
+    if not isinstance(message, str):
+        raise _incompatible(function, "(message: str) -> None", message)
+    return message
+
+
 class Logger:
     """Logs into the server's log, with the caller's file and line as Triton does:
     ``Logger.log_info("...")`` or ``Logger.log("...", Logger.WARNING)``."""
@@ -765,30 +833,33 @@ class Logger:
 
     @staticmethod
     def log(message: str, level: LogLevel = LogLevel.INFO) -> None:
-        Logger._send(str(message), level, 2)
+        if not isinstance(message, str) or not isinstance(level, LogLevel):
+            raise _incompatible(
+                "log",
+                "(message: str, level: LogLevel = <LogLevel.INFO: 0>) -> None",
+                message,
+                level,
+            )
+        Logger._send(message, level, 2)
 
     @staticmethod
     def log_info(message: str) -> None:
-        Logger._send(str(message), LogLevel.INFO, 2)
+        Logger._send(_log_message("log_info", message), LogLevel.INFO, 2)
 
     @staticmethod
     def log_warn(message: str) -> None:
-        Logger._send(str(message), LogLevel.WARNING, 2)
+        Logger._send(_log_message("log_warn", message), LogLevel.WARNING, 2)
 
     @staticmethod
     def log_error(message: str) -> None:
-        Logger._send(str(message), LogLevel.ERROR, 2)
+        Logger._send(_log_message("log_error", message), LogLevel.ERROR, 2)
 
     @staticmethod
     def log_verbose(message: str) -> None:
-        Logger._send(str(message), LogLevel.VERBOSE, 2)
+        Logger._send(_log_message("log_verbose", message), LogLevel.VERBOSE, 2)
 
     @staticmethod
-    def _send(message: str, level: Any, depth: int) -> None:
-        try:
-            level = LogLevel(level)
-        except ValueError:
-            raise TritonModelException(f"unknown log level {level!r}") from None
+    def _send(message: str, level: LogLevel, depth: int) -> None:
         frame = sys._getframe(depth)
         filename, line = frame.f_code.co_filename, frame.f_lineno
         if _runtime is not None:

@@ -41,8 +41,52 @@ def test_tensor_datatypes(array, number):
 def test_tensors_reject_what_triton_cannot_carry():
     with pytest.raises(pb_utils.TritonModelException, match="complex"):
         pb_utils.Tensor("T", np.array([1j]))
-    with pytest.raises(pb_utils.TritonModelException, match="string"):
+    with pytest.raises(TypeError, match="incompatible constructor arguments"):
         pb_utils.Tensor(1, np.array([1]))  # type: ignore[arg-type]
+
+
+def test_wrongly_typed_arguments_raise_the_type_error_tritons_bindings_raise():
+    """qa/L0_backend_python/argument_validation: None (or a wrong type) where Triton's pybind
+    signature wants a value is a TypeError; None among tensors is a TritonModelException."""
+    tensor = pb_utils.Tensor("IN", np.array([1, 2], np.int32))
+    request = {"inputs": [tensor], "model_name": "m", "requested_output_names": ["OUT"]}
+    for name in (
+        "inputs", "model_name", "requested_output_names", "request_id", "correlation_id",
+        "model_version", "flags", "timeout",
+    ):  # fmt: skip
+        with pytest.raises(TypeError, match="incompatible constructor arguments"):
+            pb_utils.InferenceRequest(**{**request, name: None})
+    with pytest.raises(TypeError):
+        pb_utils.InferenceRequest(**{**request, "requested_output_names": [None]})
+    with pytest.raises(pb_utils.TritonModelException, match="Input tensor for request with id "):
+        pb_utils.InferenceRequest(**{**request, "inputs": [None]})
+    with pytest.raises(pb_utils.TritonModelException, match="Requested output name for request"):
+        pb_utils.InferenceRequest(**{**request, "requested_output_names": [""]})
+    pb_utils.InferenceRequest(inputs=[], requested_output_names=[], model_name="m")
+    with pytest.raises(TypeError):
+        pb_utils.InferenceResponse(output_tensors=None)  # type: ignore[arg-type]
+    with pytest.raises(pb_utils.TritonModelException, match="should not be empty"):
+        pb_utils.InferenceResponse(output_tensors=[None])  # type: ignore[list-item]
+    pb_utils.InferenceResponse()
+    for name, array in ((None, np.array([1])), ("OUT", None), ("", None)):
+        with pytest.raises(TypeError):
+            pb_utils.Tensor(name, array)  # type: ignore[arg-type]
+    for name in ("OUT", ""):
+        with pytest.raises(pb_utils.TritonModelException):
+            pb_utils.Tensor.from_dlpack(name, None)
+
+
+def test_log_calls_take_a_str_message_and_a_log_level():
+    for call in (
+        lambda: pb_utils.Logger.log("message", None),  # type: ignore[arg-type]
+        lambda: pb_utils.Logger.log(None),  # type: ignore[arg-type]
+        lambda: pb_utils.Logger.log_info(None),  # type: ignore[arg-type]
+        lambda: pb_utils.Logger.log_warn(None),  # type: ignore[arg-type]
+        lambda: pb_utils.Logger.log_error(None),  # type: ignore[arg-type]
+        lambda: pb_utils.Logger.log_verbose(None),  # type: ignore[arg-type]
+    ):
+        with pytest.raises(TypeError, match="incompatible function arguments"):
+            call()
 
 
 def test_dlpack_round_trip():
@@ -169,8 +213,8 @@ def test_logger_levels_are_tritons():
     logger = pb_utils.Logger
     assert [logger.INFO, logger.WARNING, logger.ERROR, logger.VERBOSE] == [0, 1, 2, 3]
     assert logger.LogLevel is pb_utils.LogLevel and logger.LogLevel.VERBOSE is logger.VERBOSE
-    with pytest.raises(pb_utils.TritonModelException, match="unknown log level"):
-        logger.log("x", 7)
+    with pytest.raises(TypeError, match="incompatible function arguments"):
+        logger.log("x", 7)  # type: ignore[arg-type]
 
 
 def test_bf16_travels_through_dlpack_as_bfloat16():

@@ -268,7 +268,8 @@ class PythonModel(BackendModel):
         config = context.config
         if not context.model_path.is_file():
             raise invalid_arg(
-                f"failed to load model '{context.name}': unable to find '{context.model_path}'"
+                "Failed to preinitialize Python stub: Python model file not found in "
+                f"'{context.model_path}'"
             )
         self.backend = backend
         self.context = context

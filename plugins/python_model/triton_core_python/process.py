@@ -275,7 +275,10 @@ class StubProcess:
             if message is not None and message.kind == ipc.INIT_FAILED:
                 detail = message.body[0]
             else:
-                detail = f"the Python process {self.exit_description(5.0)} during startup"
+                detail = (
+                    f"Stub process '{settings.instance_name}' is not healthy. "
+                    f"(the Python process {self.exit_description(5.0)} during startup)"
+                )
             self.closing = True
             self._shutdown(kill=True)
             raise internal(
@@ -794,7 +797,8 @@ class StubProcess:
             f"'{self.settings.instance_name}' {description}; the instance is restarting"
         )
         self._release_metrics()
-        if self.on_death is not None:
+        # before READY (pid still 0) start() reports the failure: nothing to restart yet
+        if self.on_death is not None and self.pid:
             self.on_death(self)
 
     def _fail_pending(self, reason: str) -> None:

@@ -113,6 +113,8 @@ class Stub:
         self._ids = itertools.count(1)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._finalizing = False
+        #: BLS is refused outside the execute phase (in initialize and finalize), as in Triton
+        self._serving = False
         self.model: Any = None
         self.model_name = ""
         self.model_version = -1
@@ -183,9 +185,11 @@ class Stub:
             raise AttributeError("class 'TritonPythonModel' has no method 'execute'")
         self._execute = execute
         self._async_execute = inspect.iscoroutinefunction(execute)
+        self._serving = True
 
     def _finalize(self) -> None:
         self._finalizing = True
+        self._serving = False
         finalize = getattr(self.model, "finalize", None)
         if finalize is None:
             return
@@ -196,7 +200,8 @@ class Stub:
         except BaseException as exc:
             self.log(
                 int(pb_utils.LogLevel.ERROR),
-                f"finalize() of model '{self.model_name}' failed: {exc}",
+                f"finalize() of model '{self.model_name}' failed: "
+                f"{describe_exception(exc, self.model_dir)}",
             )
 
     def _exit(self, code: int) -> None:
@@ -531,6 +536,10 @@ class Stub:
         return ident
 
     def _bls_body(self, request: pb_utils.InferenceRequest, decoupled: bool) -> tuple[Any, Any]:
+        if not self._serving:
+            raise pb_utils.TritonModelException(
+                "BLS is only supported during the 'execute' function."
+            )
         packer = Packer()
         inputs = tuple(packer.add(t._name, t._datatype, t._array) for t in request._inputs)
         body = (
