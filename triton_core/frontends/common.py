@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import re
 import socket
-from typing import Final
+from collections.abc import Callable, Iterable
+from typing import Final, TypeVar
 
 from triton_core.errors import invalid_arg
 from triton_core.frontends.receive_buffers import LARGE_MESSAGE, BufferPool, join_into
 from triton_core.types import InferenceRequest, ParameterValue, RequestFlag
+
+C = TypeVar("C")
 
 #: request parameters that the server interprets instead of passing to the model
 RESERVED_PARAMETERS = frozenset(
@@ -144,3 +147,15 @@ def listen_socket(address: str, port: int, what: str, reuse_port: bool = False) 
         raise OSError(f"failed to bind the {what} endpoint to {address}:{port}: {exc}") from exc
     sock.setblocking(False)
     return sock
+
+
+def idle_longest(connections: Iterable[C], idle_since: Callable[[C], float | None]) -> C | None:
+    """The connection with the smallest ``idle_since`` (None: busy), or None when all are
+    busy: the one a listener at its connection cap closes to admit a new one. Called only
+    at the cap, so connections keep no ordered registry of idleness on the busy path."""
+    idle = (
+        (since, connection)
+        for connection in connections
+        if (since := idle_since(connection)) is not None
+    )
+    return min(idle, key=lambda pair: pair[0], default=(None, None))[1]

@@ -38,7 +38,7 @@ from google.protobuf import message_factory
 from google.protobuf.descriptor import ServiceDescriptor
 from google.protobuf.message import DecodeError, Message
 
-from triton_core.frontends.common import join_buffers
+from triton_core.frontends.common import idle_longest, join_buffers
 from triton_core.frontends.grpc.fields import (
     COMPRESSORS,
     OK,
@@ -782,16 +782,8 @@ class GrpcServer:
     def _shed_idle(self) -> bool:
         """Send away the connection idle the longest (no call open) to make room for a new
         one, as a flood of idle connections must not lock clients out (they connect again
-        on GOAWAY); False when every connection has a call open.
-
-        Runs only at the cap, so calls keep no ordered registry of idle connections.
-        """
-        oldest: Http2Connection | None = None
-        oldest_since = float("inf")
-        for connection in self._connections:
-            since = connection.idle_since
-            if since is not None and since < oldest_since:
-                oldest, oldest_since = connection, since
+        on GOAWAY); False when every connection has a call open."""
+        oldest = idle_longest(self._connections, lambda connection: connection.idle_since)
         if oldest is None:
             return False
         log.debug("gRPC connection %s idle the longest: sent away for a new one", oldest.peer)

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Final
 import httptools
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
-from triton_core.frontends.common import join_buffers
+from triton_core.frontends.common import idle_longest, join_buffers
 from triton_core.frontends.http.app import (
     check_not_decoupled,
     decode_in_thread,
@@ -518,23 +518,20 @@ class HttpProtocol(HttpToolsProtocol):
     @property
     def idle(self) -> bool:
         """No request begun or unanswered on the connection."""
-        return self._idle_since is not None
+        return self.idle_since is not None
+
+    @property
+    def idle_since(self) -> float | None:
+        """Loop time since which the connection is idle; None while busy or closing."""
+        return None if self._lingering else self._idle_since
 
     def _shed_idle_connection(self) -> bool:
-        """Close the connection idle the longest (no request begun or unanswered) to make
-        room for this one, as a flood of idle connections must not lock clients out; False
-        when every connection is busy.
-
-        Runs only at the cap, so the busy path keeps no ordered registry of idle connections.
-        """
-        oldest: HttpProtocol | None = None
-        oldest_since = float("inf")
-        for connection in self.connections:
-            if not isinstance(connection, HttpProtocol) or connection is self:
-                continue
-            since = connection._idle_since
-            if since is not None and since < oldest_since and not connection._lingering:
-                oldest, oldest_since = connection, since
+        """Close the connection idle the longest to make room for this one, as a flood of
+        idle connections must not lock clients out; False when every connection is busy."""
+        oldest = idle_longest(
+            (c for c in self.connections if isinstance(c, HttpProtocol) and c is not self),
+            lambda connection: connection.idle_since,
+        )
         if oldest is None:
             return False
         logger.debug("HTTP connection %s idle the longest: closed for a new one", oldest.client)
