@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 from textwrap import dedent
 
 import numpy as np
@@ -177,3 +178,38 @@ def test_only_a_class_defined_in_model_py_alone_skips_the_import(source, may):
     from triton_core_python.backend import may_auto_complete
 
     assert may_auto_complete(source) is may
+
+
+def test_models_loading_on_many_threads_decide_auto_complete_without_errors():
+    """CPython 3.11 fails concurrent ``ast.parse`` calls now and then (python/cpython#106905).
+
+    Objects with finalizers collected during the parse make threads switch inside it, as
+    the model-loading threads do when other work allocates meanwhile.
+    """
+    from triton_core_python.backend import may_auto_complete
+
+    source = "class TritonPythonModel:\n    pass\n" + "".join(
+        f"def f{i}(x):\n    return [y for y in range(x) if (y * 2 + {i}) % 3]\n" for i in range(300)
+    )
+
+    class Finalized:
+        def __del__(self):
+            sum(range(100))
+
+    failures: list[BaseException] = []
+
+    def decide() -> None:
+        for _ in range(30):
+            garbage: list = [Finalized() for _ in range(50)]
+            garbage.append(garbage)  # a cycle: only the collector frees it
+            try:
+                assert may_auto_complete(source) is False
+            except BaseException as error:  # collected for the assert below
+                failures.append(error)
+
+    threads = [threading.Thread(target=decide) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert failures == []

@@ -155,6 +155,12 @@ class PythonBackend(Backend):
         return PythonModel(self, context)
 
 
+# CPython 3.11 keeps the AST converter's recursion depth per interpreter: two threads in
+# ast.parse at once (models load on several threads) fail with "AST constructor recursion
+# depth mismatch" (python/cpython#106905). One parse at a time.
+_AST_PARSE = threading.Lock()
+
+
 def may_auto_complete(source: str) -> bool:
     """Whether the ``TritonPythonModel`` of ``source`` may have ``auto_complete_config``.
 
@@ -166,7 +172,8 @@ def may_auto_complete(source: str) -> bool:
     if "auto_complete_config" in source:
         return True
     try:
-        tree = ast.parse(source)
+        with _AST_PARSE:
+            tree = ast.parse(source)
     except SyntaxError:
         return False
     definitions = 0
