@@ -105,14 +105,22 @@ def run_loadgen(
 
 
 def run_perf_analyzer(
-    tool: str, protocol: str, url: str, model: str, concurrency: int, seconds: float
+    tool: str,
+    protocol: str,
+    url: str,
+    model: str,
+    concurrency: int,
+    seconds: float,
+    extra: tuple[str, ...] = (),
 ) -> dict | None:
-    """perf_analyzer at one concurrency; None when it fails (its output is printed)."""
+    """perf_analyzer at one concurrency; None when it fails (its output is printed).
+
+    ``extra``: more perf_analyzer arguments (``--shape``, ``--streaming`` ...)."""
     with tempfile.NamedTemporaryFile(suffix=".csv") as report:
         command = [
             tool, "-m", model, "-u", url, "-i", protocol, "--concurrency-range",
             f"{concurrency}:{concurrency}", "--measurement-interval", str(int(seconds * 1000)),
-            "-f", report.name, "--max-trials", "4", "--stability-percentage", "50",
+            "-f", report.name, "--max-trials", "4", "--stability-percentage", "50", *extra,
         ]  # fmt: skip
         output = subprocess.run(command, capture_output=True, text=True, timeout=seconds * 12 + 120)
         if output.returncode != 0:
@@ -124,6 +132,7 @@ def run_perf_analyzer(
         return None
     row = rows[0]
     return {
+        "row": row,
         "throughput": float(row["Inferences/Second"]),
         "p50_us": float(row["p50 latency"]),
         "p99_us": float(row["p99 latency"]),
