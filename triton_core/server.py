@@ -384,6 +384,11 @@ class Server:
                 return False
         return True
 
+    @property
+    def requests_in_flight(self) -> int:
+        """Inference requests accepted and not answered yet, on every model."""
+        return self._inflight
+
     def model_ready(self, name: str, version: int = -1) -> bool:
         """Whether a model (version) is ready; a model the server does not know is not (as
         Triton answers on both protocols)."""

@@ -39,6 +39,12 @@ class ModelServices(Protocol):
         """Whether the model (version) is ready."""
         ...
 
+    @property
+    def requests_in_flight(self) -> int:
+        """Inference requests accepted and not answered yet, on every model: a backend may
+        wait actively for an answer when it is all the server has to do."""
+        ...
+
     async def load_model(
         self, name: str, config: str | None = None, files: dict[str, bytes] | None = None
     ) -> None:

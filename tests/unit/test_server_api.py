@@ -135,3 +135,8 @@ def test_the_server_offers_every_model_service_with_a_compatible_signature(name)
     assert method is not None, f"Server has no {name}()"
     problems = incompatibilities(getattr(ModelServices, name), method)
     assert not problems, f"Server.{name}: {problems}"
+
+
+def test_the_server_counts_the_requests_in_flight_that_model_services_promise():
+    assert isinstance(ModelServices.requests_in_flight, property)
+    assert isinstance(Server.requests_in_flight, property)

@@ -103,8 +103,17 @@ def describe_exception(exc: BaseException, model_dir: str | None = None) -> str:
 class Stub:
     """One model instance's runtime in the stub process; ``pb_utils._runtime`` is this."""
 
-    def __init__(self, control: socket.socket, events: socket.socket, arena: Arena) -> None:
+    def __init__(
+        self, control: socket.socket, events: socket.socket, arena: Arena, spin_us: int = 0
+    ) -> None:
         self.memory = ipc.Memory(arena)
+        #: how long to poll for the next batch after answering one before sleeping
+        self._spin_ns = spin_us * 1000
+        #: the last batch came within the spin window of the answer before it
+        self._spinning = False
+        #: the server sent the last batch as all it had to do: nothing else keeps it busy
+        self._spin_allowed = False
+        self._answered_at = 0
         self.commands = ipc.Channel(control, self.memory, 0)
         self.events = ipc.Channel(events, self.memory, 1)
         #: clients' system regions the server sent: their tensors are read and written here
@@ -151,7 +160,7 @@ class Stub:
         self._send_control(ipc.READY, 0, (os.getpid(), has_is_ready), None)
         while True:
             try:
-                message = self.commands.recv()
+                message = self._next_command()
             except ipc.PeerClosed:
                 self._exit(0)  # the server is gone
             assert message is not None
@@ -163,6 +172,34 @@ class Stub:
                 self._finalize()
                 self._send_control(ipc.FINALIZED, 0, None, None)
                 self._exit(0)
+
+    def _next_command(self) -> ipc.Message:
+        """The next message on the control socket.
+
+        Waking a sleeping process costs tens of microseconds (more in virtual machines); a
+        client that sends its next request as soon as it has an answer (concurrency 1)
+        pays it twice per request. So while batches keep coming within ``spin_ns`` of the
+        previous answer, the stub polls for the next one that long before it sleeps. A poll
+        that times out stops the polling until a batch again comes that soon, so a stub with
+        sparse traffic sleeps at once; and it polls only after a batch the server sent as
+        all it had to do: with more requests in flight the server is busy, and a polling
+        stub would take CPU from it.
+        """
+        commands = self.commands
+        if self._spinning and self._spin_allowed:
+            deadline = self._answered_at + self._spin_ns
+            while True:
+                message = commands.recv(nonblocking=True)
+                if message is not None:
+                    return message
+                if time.monotonic_ns() > deadline:
+                    self._spinning = False
+                    break
+        message = commands.recv()
+        assert message is not None
+        if self._spin_ns and message.kind == ipc.EXECUTE:
+            self._spinning = time.monotonic_ns() - self._answered_at < self._spin_ns
+        return message
 
     def _initialize(self, settings: dict[str, Any]) -> None:
         self.model_name = settings["model_name"]
@@ -244,6 +281,7 @@ class Stub:
         # answer below can carry the frees of their shared memory.
         del requests
         self._send_control(ipc.EXECUTE_DONE, message.ident, (status, payload, times), block)
+        self._answered_at = time.monotonic_ns()
         self.regions.drop_stale()
 
     def _requests(
@@ -251,7 +289,7 @@ class Stub:
     ) -> tuple[list[pb_utils.InferenceRequest], dict[int, tuple[int, str]]]:
         """The batch's requests, and those whose tensors could not be read from their
         clients' regions (position -> (code, message)): they are answered with that error."""
-        items, announced = message.body
+        items, announced, self._spin_allowed = message.body
         if announced:
             self.regions.add(announced, message.fds)
         owner = self.memory.take_block(message.block)
@@ -839,6 +877,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--auto-complete", metavar="MODEL_PY")
     parser.add_argument("--result-fd", type=int)
     parser.add_argument("--cpus", default="", help="CPU ids to run on (host_policy)")
+    parser.add_argument("--spin-us", type=int, default=0, help="poll for the next batch")
     args = parser.parse_args(argv)
     # Triton's embedded interpreter has no command line: a model that parses sys.argv
     # (unittest.main, argparse) must not see the stub's options
@@ -856,7 +895,7 @@ def main(argv: list[str] | None = None) -> int:
             os.sched_setscheduler(0, os.SCHED_BATCH, os.sched_param(0))
     control = socket.socket(fileno=args.control_fd)
     events = socket.socket(fileno=args.events_fd)
-    Stub(control, events, Arena(args.shm_size, args.shm_directory)).run()
+    Stub(control, events, Arena(args.shm_size, args.shm_directory), args.spin_us).run()
     return 0
 
 
