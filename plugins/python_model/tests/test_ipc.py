@@ -17,7 +17,13 @@ from triton_core_python.shm import (
     SharedMemoryError,
     create_memory_file,
 )
-from triton_core_python.wire import Packer, deserialize_bytes, serialize_bytes, unpack
+from triton_core_python.wire import (
+    INLINE_BYTES,
+    Packer,
+    deserialize_bytes,
+    serialize_bytes,
+    unpack,
+)
 
 
 def test_a_steady_load_reuses_one_segment():
@@ -90,9 +96,10 @@ DATATYPES = {
 def test_tensors_round_trip_through_one_block():
     arena, peers = Arena(1 << 16), PeerSegments()
     packer = Packer()
+    packer.add("FILL", "UINT8", np.zeros(INLINE_BYTES, np.uint8))  # too big to ride inline
     descriptors = [packer.add(name, name, array) for name, array in DATATYPES.items()]
     block = packer.write(arena)
-    assert block is not None
+    assert isinstance(block, tuple)
     segment = arena.segment(block[0])
     peers.add(segment.id, os.dup(segment.fd), segment.size)
     owner = peers.block(*block)
@@ -119,14 +126,13 @@ def test_tensors_round_trip_through_one_block():
     ids=["big-endian", "fortran", "0-d", "strided", "broadcast", "no-buffer-format"],
 )
 def test_any_layout_is_packed_as_its_values(array):
-    arena, peers = Arena(1 << 16), PeerSegments()
+    arena = Arena(1 << 16)
     packer = Packer()
     descriptor = packer.add("x", "INT32", array)  # the datatype name only labels it here
     block = packer.write(arena)
-    segment = arena.segment(block[0])
-    peers.add(segment.id, os.dup(segment.fd), segment.size)
+    assert isinstance(block, bytearray)  # a few bytes: inline, laid out as in a block
     _, _, shape, offset, nbytes = descriptor
-    data = bytes(peers.block(*block)[offset : offset + nbytes])
+    data = bytes(block[offset : offset + nbytes])
     expected = np.ascontiguousarray(array.astype(array.dtype.newbyteorder("<")))
     assert shape == array.shape and data == expected.tobytes()
     arena.close()
@@ -167,7 +173,7 @@ def pair():
 def test_messages_carry_segments_tensors_and_frees(pair):
     a, b = pair
     packer = Packer()
-    descriptor = packer.add("X", "FP32", np.arange(4, dtype=np.float32))
+    descriptor = packer.add("X", "FP32", np.arange(INLINE_BYTES, dtype=np.float32))
     block = packer.write(a.memory.arena)
     a.send(ipc.EXECUTE, 3, [descriptor], block)
     message = b.recv()
@@ -175,7 +181,7 @@ def test_messages_carry_segments_tensors_and_frees(pair):
     owner = b.memory.peers.block(*message.block)
     b.memory.leases.hold(owner, message.block[0])
     values = unpack(owner, message.body[0])
-    assert values.tolist() == [0, 1, 2, 3]
+    assert values[:4].tolist() == [0, 1, 2, 3]
     segment = a.memory.arena.segment(block[0])
     assert segment.live == 1
     del owner, values
@@ -187,6 +193,26 @@ def test_messages_carry_segments_tensors_and_frees(pair):
     block.add("Y", "INT8", np.ones(3, np.int8))
     a.send(ipc.EXECUTE, 4, None, block.write(a.memory.arena))
     assert b.recv().ident == 4
+
+
+def test_a_few_bytes_of_tensors_ride_in_the_message_and_arrive_writable(pair):
+    a, b = pair
+    packer = Packer()
+    descriptors = [packer.add(name, name, array) for name, array in DATATYPES.items()]
+    block = packer.write(a.memory.arena)
+    assert isinstance(block, bytearray) and len(block) <= INLINE_BYTES
+    assert not a.memory.arena._segments  # nothing allocated, announced or to free
+    a.send(ipc.EXECUTE, 5, descriptors, block)
+    message = b.recv()
+    owner = b.memory.take_block(message.block)
+    for descriptor, (name, array) in zip(message.body, DATATYPES.items(), strict=True):
+        received = unpack(owner, descriptor)
+        assert received.shape == array.shape, name
+        assert received.tolist() == array.tolist() or name == "FP64", name
+        if received.dtype != object and received.size:
+            received[...] = received  # a model may write into its inputs
+            assert received.flags.writeable, name
+    assert not b.memory.leases.drain()
 
 
 def test_big_messages_go_through_shared_memory(pair):
@@ -209,12 +235,13 @@ def test_a_closed_peer_is_reported(pair):
         a.send(ipc.LOG, 0, (20, "x"), None)
 
 
-def test_small_blocks_are_copied_and_freed_at_once_big_ones_viewed_until_dropped(pair):
+def test_inline_tensors_are_copies_and_blocks_are_viewed_until_dropped(pair):
     a, b = pair
-    for size, copied in ((ipc.COPY_LIMIT // 4, True), (ipc.COPY_LIMIT, False)):
+    for size, inline in ((INLINE_BYTES // 4, True), (INLINE_BYTES, False)):
         packer = Packer()
         descriptor = packer.add("X", "FP32", np.arange(size, dtype=np.float32))
         block = packer.write(a.memory.arena)
+        assert isinstance(block, bytearray) is inline
         a.send(ipc.EXECUTE, 1, [descriptor], block)
         message = b.recv()
         owner = b.memory.take_block(message.block)
@@ -222,22 +249,18 @@ def test_small_blocks_are_copied_and_freed_at_once_big_ones_viewed_until_dropped
         del owner
         assert values.tolist() == list(range(size))
         values[0] = 7  # received tensors are writable either way
-        segment = a.memory.arena.segment(block[0])
-        if copied:
+        if inline:
             assert b.memory.leases.held == 0
-            b.send(ipc.EXECUTE_DONE, 1, None, None)  # the free rides on the next message
-            a.recv()
-            assert segment.live == 0  # freed while the copy still lives
-            assert values[1] == 1
-        else:
-            assert b.memory.leases.held == 1
-            b.send(ipc.EXECUTE_DONE, 1, None, None)
-            a.recv()
-            assert segment.live == 1  # a view still reads it
-            del values
-            b.send(ipc.EXECUTE_DONE, 1, None, None)
-            a.recv()
-            assert segment.live == 0
+            continue
+        segment = a.memory.arena.segment(block[0])
+        assert b.memory.leases.held == 1
+        b.send(ipc.EXECUTE_DONE, 1, None, None)
+        a.recv()
+        assert segment.live == 1  # a view still reads it
+        del values
+        b.send(ipc.EXECUTE_DONE, 1, None, None)
+        a.recv()
+        assert segment.live == 0
 
 
 def test_extra_descriptors_ride_along_after_the_segments_even_in_a_big_message(pair):

@@ -11,7 +11,8 @@ A message is ``marshal`` of ``(kind, ident, body, block, frees, announced, dropp
 * ``kind``/``ident``: what it is and which call it answers;
 * ``body``: plain data (tuples, lists, dicts, str, int, float, bytes, None);
 * ``block``: ``(segment, offset, length)`` of the sender's shared memory holding the
-  message's tensors, or None;
+  message's tensors, the tensors' bytes themselves when they are few
+  (:data:`~triton_core_python.wire.INLINE_BYTES`), or None;
 * ``frees``: one segment id per block of the *receiver's* arena that the sender is done with;
 * ``announced``: ``(segment, size)`` of sender segments whose descriptors ride along
   (``SCM_RIGHTS``), in order; a segment is announced on each socket before a message on
@@ -34,6 +35,8 @@ import os
 import socket
 import threading
 from typing import Any, NamedTuple
+
+import numpy as np
 
 from triton_core_python.shm import Arena, Leases, PeerSegments
 
@@ -90,14 +93,10 @@ class Message(NamedTuple):
     kind: int
     ident: int
     body: Any
-    block: tuple[int, int, int] | None
+    #: (segment, offset, length) of the sender's shared memory, or the bytes themselves
+    block: tuple[int, int, int] | bytes | None
     #: the extra descriptors the message carried (the receiver owns them)
     fds: tuple[int, ...] = ()
-
-
-#: received blocks up to this size are copied out and freed at once: a copy of a few KiB
-#: costs less than tracking when the last view of the block dies
-COPY_LIMIT = 4096
 
 
 class Memory:
@@ -108,19 +107,18 @@ class Memory:
         self.peers = PeerSegments()
         self.leases = Leases()
 
-    def take_block(self, block: tuple[int, int, int] | None) -> Any:
+    def take_block(self, block: tuple[int, int, int] | bytes | None) -> Any:
         """The uint8 array of a received message's block (None: no block).
 
-        Every tensor of the message is a view of it. A small block is copied and its free
-        queued at once; a bigger one is viewed in place and freed when the array dies.
+        Every tensor of the message is a view of it. A few bytes came in the message itself
+        and are copied into a writable array (a model may write into its inputs); a block in
+        shared memory is viewed in place and freed when the array dies.
         """
         if block is None:
             return None
+        if type(block) is bytes:  # wire.Packer.write put them inline
+            return np.frombuffer(bytearray(block), np.uint8)
         segment_id, offset, length = block
-        if length <= COPY_LIMIT:
-            owner = self.peers.copy(segment_id, offset, length)
-            self.leases.release(segment_id)
-            return owner
         owner = self.peers.block(segment_id, offset, length)
         self.leases.hold(owner, segment_id)
         return owner
@@ -150,7 +148,7 @@ class Channel:
         kind: int,
         ident: int,
         body: Any,
-        block: tuple[int, int, int] | None,
+        block: tuple[int, int, int] | bytearray | bytes | None,
         extra_fds: list[int] | None = None,
     ) -> None:
         """Send one message (with ``extra_fds`` for its body); raises :class:`PeerClosed`
@@ -160,7 +158,7 @@ class Channel:
         with self._send_lock:
             fds: list[int] = []
             announced: list[tuple[int, int]] = []
-            if block is not None:
+            if type(block) is tuple:
                 self._announce(block[0], fds, announced)
             frees = memory.leases.drain()
             dropped = _drain(memory.arena.dropped)

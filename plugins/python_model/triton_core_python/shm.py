@@ -277,10 +277,6 @@ class PeerSegments:
         """A uint8 array over one block of a peer segment (no copy)."""
         return np.frombuffer(self._maps[segment_id], np.uint8, length, offset)
 
-    def copy(self, segment_id: int, offset: int, length: int) -> np.ndarray:
-        """A writable uint8 array holding a copy of one block of a peer segment."""
-        return np.frombuffer(bytearray(self._maps[segment_id][offset : offset + length]), np.uint8)
-
     def clear(self) -> None:
         with self._lock:
             self._maps.clear()

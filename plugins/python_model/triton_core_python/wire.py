@@ -44,6 +44,8 @@ Descriptor = tuple[str, str, tuple[int, ...], int, int]
 BlockRef = tuple[int, int, int]
 
 _LEN = struct.Struct("<I")
+#: a message's tensors up to this many bytes travel in the message, not in shared memory
+INLINE_BYTES = 4096
 
 
 def datatype_of(array: np.ndarray) -> str:
@@ -125,10 +127,22 @@ class Packer:
             self.size = align(offset + nbytes)
         return (name, datatype, shape, offset, nbytes)
 
-    def write(self, arena: Arena) -> BlockRef | None:
-        """Copy the planned tensors into a new block; None when there are no bytes."""
+    def write(self, arena: Arena) -> BlockRef | bytearray | None:
+        """Copy the planned tensors into a new block; None when there are no bytes.
+
+        Up to :data:`INLINE_BYTES` they ride in the message itself instead: the receiver
+        would copy so few bytes out of shared memory anyway, and neither side then allocates,
+        announces or frees a block for them."""
         if not self.size:
             return None
+        if self.size <= INLINE_BYTES:
+            inline = bytearray(self.size)
+            view = memoryview(inline)  # takes any byte buffer, numpy's included
+            for offset, data in self._items:
+                view[offset : offset + len(data)] = data
+            view.release()
+            self._items = []
+            return inline
         segment, base = arena.alloc(self.size)
         view = segment.view
         for offset, data in self._items:
