@@ -92,6 +92,22 @@ async def test_a_stub_sleeps_between_batches_without_a_window_or_with_more_in_fl
         assert switches >= REQUESTS // 4, switches
 
 
+async def test_a_stub_sleeps_between_batches_of_big_tensors(repo, write_model, models, make_server):
+    _write_echo(repo, write_model, models)
+    big = np.arange(64 << 10, dtype=np.int32)  # 256 KiB: a wake-up is little beside it
+    options = {"python": {"stub-spin-us": WIDE_WINDOW_US}}
+    async with make_server(repo, backend_options=options) as server:
+        (instance,) = server.model("echo").pool.instances
+        await _sequential(server, 20)
+        before = context_switches(instance.pid)
+        for _ in range(REQUESTS // 4):
+            request = InferenceRequest("echo", {"INPUT0": Tensor("INPUT0", "INT32", big)})
+            response = await server.infer(request)
+            assert np.array_equal(response.output("OUTPUT0").data, big)
+        switches = context_switches(instance.pid) - before
+    assert switches >= REQUESTS // 4, switches
+
+
 async def test_answers_found_by_polling_reach_their_requests_bls_and_streams_included(
     repo, write_model, models, make_server
 ):

@@ -97,6 +97,8 @@ _EVENTS_PER_CALLBACK = 64
 #: it the copy (about 0.1 ms per MiB) costs the loop less than the hop to a thread and back,
 #: and no more than sending the answer of that size, which the loop does anyway
 _OFFLOAD_BYTES = 4 << 20
+#: batches with more tensor bytes than this are waited for asleep, never by polling
+_SPIN_BYTES = 64 << 10
 #: clients' regions announced in one message at most (their descriptors ride along)
 _REGIONS_PER_MESSAGE = 32
 
@@ -413,12 +415,15 @@ class StubProcess:
         if self.dead:
             raise StubDied(sent=False)
         ident = next(self._ids)
-        if _estimated_bytes(requests, self.regions.can_map) < _OFFLOAD_BYTES:
+        size = _estimated_bytes(requests, self.regions.can_map)
+        if size < _OFFLOAD_BYTES:
             batch = self.codec.encode(requests)
             self._in_flight[ident] = [batch.keys, done, requests]
             # alone: the client waits for this answer before it sends more, so both sides
-            # poll instead of sleeping (see stub.Stub._next_command)
-            alone = self._spin_ns > 0 and self._alone(len(requests))
+            # poll instead of sleeping (see stub.Stub._next_command). Not for big tensors:
+            # a wake-up is little beside their copies, and a client still sending its next
+            # big request (not in flight yet) needs the loop to read it meanwhile.
+            alone = self._spin_ns > 0 and size <= _SPIN_BYTES and self._alone(len(requests))
             try:
                 self._send_batch(ident, batch, alone)
             except BaseException:
