@@ -49,6 +49,25 @@ def test_blocks_in_flight_grow_the_arena_and_it_settles_back():
     arena.close()
 
 
+@pytest.mark.parametrize("held", [1, 2, 4])
+def test_blocks_freed_a_few_late_settle_into_a_few_segments(held):
+    """The answers of a busy frontend free their blocks some messages later. The segments
+    must settle, not be sized for blocks long freed and made anew each time one fills:
+    a new segment costs page faults on every first write into it."""
+    arena = Arena(1 << 20)
+    made = set()
+    live: list[int] = []
+    for _ in range(2000):
+        segment, _ = arena.alloc((1 << 20) + 64)
+        made.add(segment.id)
+        live.append(segment.id)
+        while len(live) > held:
+            arena.free(live.pop(0))
+    assert len(made) <= 4, sorted(made)
+    assert arena.stats()[1] <= 32 << 20
+    arena.close()
+
+
 def test_a_giant_block_gets_its_own_segment_which_goes_away_when_freed():
     arena = Arena(1 << 16)
     segment, offset = arena.alloc(REUSE_LIMIT + 4096)

@@ -118,7 +118,9 @@ def _unnamed_file(directory: str) -> int:
 class Segment:
     """One shared-memory file of an arena, mapped by its owner."""
 
-    __slots__ = ("announced", "fd", "id", "live", "live_bytes", "map", "size", "top", "view")
+    __slots__ = (
+        "announced", "fd", "handed", "id", "live", "live_bytes", "map", "size", "top", "view",
+    )  # fmt: skip
 
     def __init__(self, segment_id: int, size: int, directory: str | None) -> None:
         self.id = segment_id
@@ -132,7 +134,9 @@ class Segment:
         self.view = memoryview(self.map) if self.map is not None else memoryview(b"")
         self.top = 0  # next free offset
         self.live = 0  # blocks handed out and not yet freed
+        #: bytes of the blocks handed out since the segment was last empty (freed or not)
         self.live_bytes = 0
+        self.handed = 0  # blocks handed out since the segment was last empty
         #: channels (by index) on which the peer has been sent this segment's descriptor
         self.announced = 0
 
@@ -141,6 +145,17 @@ class Segment:
         if self.map is not None:
             self.map.close()
         os.close(self.fd)
+
+
+def _still_live_bytes(segment: Segment) -> int:
+    """About how many bytes of a segment's blocks are not freed yet.
+
+    Frees name only the segment, so this prorates the bytes handed out by the blocks still
+    live: a full segment with one block left holds about one block's bytes, not all of
+    them (else each new segment would be sized for what is long gone, and be dropped)."""
+    if not segment.handed:
+        return 0
+    return segment.live_bytes * segment.live // segment.handed
 
 
 class Arena:
@@ -180,13 +195,14 @@ class Arena:
         offset = segment.top
         segment.top = offset + nbytes
         segment.live += 1
+        segment.handed += 1
         segment.live_bytes += nbytes
         return segment, offset
 
     def _grow(self, nbytes: int) -> Segment:
         # Size for the block and for what is still in flight, so that a steady load settles
         # into a segment it fits in instead of making a new one per message.
-        in_flight = sum(segment.live_bytes for segment in self._segments.values())
+        in_flight = sum(_still_live_bytes(segment) for segment in self._segments.values())
         size = self.default_size
         while size < 2 * nbytes or size < 2 * in_flight:
             size *= 2
@@ -210,6 +226,7 @@ class Arena:
                 return
             segment.live = 0
             segment.live_bytes = 0
+            segment.handed = 0
             segment.top = 0
             if segment is self._current and segment.size <= REUSE_LIMIT:
                 return
