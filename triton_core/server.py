@@ -141,6 +141,8 @@ class Server:
         self._live = False
         self._accepting = False
         self._inflight = 0
+        #: of those, the requests models made on behalf of others (BLS, ensemble steps)
+        self._nested = 0
         self._idle: asyncio.Event | None = None
         self._metadata = ServerMetadata(options.id, __version__, _extensions())
         #: the response cache, when ``--cache-config`` names one
@@ -386,8 +388,15 @@ class Server:
 
     @property
     def requests_in_flight(self) -> int:
-        """Inference requests accepted and not answered yet, on every model."""
-        return self._inflight
+        """Clients' inference requests accepted and not answered yet, on every model; the
+        requests models make on their behalf (BLS calls, ensemble steps) are not counted."""
+        return self._inflight - self._nested
+
+    @property
+    def nested_requests_in_flight(self) -> int:
+        """Requests models made on behalf of others (BLS calls, ensemble steps) and not
+        answered yet."""
+        return self._nested
 
     def model_ready(self, name: str, version: int = -1) -> bool:
         """Whether a model (version) is ready; a model the server does not know is not (as
@@ -588,6 +597,7 @@ class Server:
             _trace_start(trace, model, request)
         received = monotonic_ns()
         self._inflight += 1
+        self._nested += nested
         future: asyncio.Future[InferenceResponse]
         try:
             if model.cacheable and self.cache is not None:
@@ -595,7 +605,7 @@ class Server:
             else:
                 future = model.enqueue(request)
         except BaseException as exc:
-            self._infer_done(model, received, exc)
+            self._infer_done(model, received, exc, nested)
             if trace is not None:
                 trace.request_end()
             if isinstance(exc, TritonError | asyncio.CancelledError):
@@ -603,7 +613,7 @@ class Server:
             raise internal(
                 f"inference on model '{model.name}' failed: {exception_text(exc)}"
             ) from exc
-        future.add_done_callback(lambda done: self._infer_done(model, received, done))
+        future.add_done_callback(lambda done: self._infer_done(model, received, done, nested))
         if trace is not None:
             future.add_done_callback(lambda done: _trace_end(trace, done))
         request.answer = future  # the backend's request.is_cancelled() reads it
@@ -642,9 +652,11 @@ class Server:
         model: LoadedModel,
         received: int,
         outcome: asyncio.Future[InferenceResponse] | BaseException,
+        nested: bool = False,
     ) -> None:
         """Statistics and the count in flight, once a request is answered (or failed)."""
         self._inflight -= 1
+        self._nested -= nested
         if self._idle is not None and not self._inflight:
             self._idle.set()
         if isinstance(outcome, asyncio.Future):
@@ -747,6 +759,7 @@ class Server:
         )
         request.response_sender = sender
         self._inflight += 1
+        self._nested += nested
         finished = False
         trace = request.trace
         if trace is not None:
@@ -770,6 +783,7 @@ class Server:
             elif pool is not None:
                 pool.close()  # the final response is out: no sender may wait any more
             self._inflight -= 1
+            self._nested -= nested
             if self._idle is not None and not self._inflight:
                 self._idle.set()
         statistics.record_success(monotonic_ns() - received)

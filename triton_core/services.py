@@ -41,8 +41,15 @@ class ModelServices(Protocol):
 
     @property
     def requests_in_flight(self) -> int:
-        """Inference requests accepted and not answered yet, on every model: a backend may
-        wait actively for an answer when it is all the server has to do."""
+        """Clients' inference requests accepted and not answered yet, on every model (not
+        the requests models make on their behalf: BLS calls, ensemble steps). A backend may
+        wait actively for an answer when its batch is all the server has to do."""
+        ...
+
+    @property
+    def nested_requests_in_flight(self) -> int:
+        """Requests models made on behalf of others (BLS calls, ensemble steps) and not
+        answered yet."""
         ...
 
     async def load_model(

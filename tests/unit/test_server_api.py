@@ -138,5 +138,6 @@ def test_the_server_offers_every_model_service_with_a_compatible_signature(name)
 
 
 def test_the_server_counts_the_requests_in_flight_that_model_services_promise():
-    assert isinstance(ModelServices.requests_in_flight, property)
-    assert isinstance(Server.requests_in_flight, property)
+    for name in ("requests_in_flight", "nested_requests_in_flight"):
+        assert isinstance(getattr(ModelServices, name), property), name
+        assert isinstance(getattr(Server, name), property), name

@@ -13,6 +13,7 @@ import asyncio
 
 import numpy as np
 import pytest
+from triton_core_python.process import StubProcess
 
 from triton_core import InferenceRequest, Tensor
 from triton_core.errors import Status, TritonError
@@ -106,6 +107,34 @@ async def test_a_stub_sleeps_between_batches_of_big_tensors(repo, write_model, m
             assert np.array_equal(response.output("OUTPUT0").data, big)
         switches = context_switches(instance.pid) - before
     assert switches >= REQUESTS // 4, switches
+
+
+async def test_only_the_stub_of_a_clients_batch_may_poll_not_one_called_through_bls(
+    repo, write_model, models, make_server, monkeypatch
+):
+    """A BLS call's caller waits on it, and the caller's process or the server has the next
+    thing to do: a second process polling beside them starves the server on two CPUs (BLS
+    at c=1 ran at half speed). Context switches cannot tell it here (polling processes get
+    preempted), so this reads what the server tells each stub."""
+    _write_echo(repo, write_model, models)
+    write_model(repo, "bls_echo", BLS_ECHO, BLS_ECHO_CONFIG)
+    told: list[tuple[str, bool]] = []
+    send = StubProcess._send_batch
+
+    def recording(self, ident, batch, spin=False):
+        told.append((self.settings.model_name, spin))
+        return send(self, ident, batch, spin)
+
+    monkeypatch.setattr(StubProcess, "_send_batch", recording)
+    options = {"python": {"stub-spin-us": WIDE_WINDOW_US}}
+    async with make_server(repo, backend_options=options) as server:
+        for value in range(10):
+            tensor = Tensor("INPUT0", "INT32", np.array([value]))
+            response = await server.infer(InferenceRequest("bls_echo", {"INPUT0": tensor}))
+            assert response.output("OUTPUT0").data.tolist() == [value]
+        await _sequential(server, 10)
+    assert told[:20] == [("bls_echo", True), ("echo", False)] * 10
+    assert told[20:] == [("echo", True)] * 10
 
 
 async def test_answers_found_by_polling_reach_their_requests_bls_and_streams_included(

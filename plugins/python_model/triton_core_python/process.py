@@ -424,8 +424,12 @@ class StubProcess:
             # a wake-up is little beside their copies, and a client still sending its next
             # big request (not in flight yet) needs the loop to read it meanwhile.
             alone = self._spin_ns > 0 and size <= _SPIN_BYTES and self._alone(len(requests))
+            # The stub polls after a clients' batch only: a nested one (BLS) has its caller
+            # waiting, whose stub or the server has the next thing to do, and two processes
+            # polling at once on two CPUs starve the server.
+            stub_polls = alone and self._server.nested_requests_in_flight == 0
             try:
-                self._send_batch(ident, batch, alone)
+                self._send_batch(ident, batch, stub_polls)
             except BaseException:
                 del self._in_flight[ident]
                 raise

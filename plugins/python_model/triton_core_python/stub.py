@@ -113,6 +113,8 @@ class Stub:
         self._spinning = False
         #: the server sent the last batch as all it had to do: nothing else keeps it busy
         self._spin_allowed = False
+        #: the model asked the server something (a BLS call ...) during the last batch
+        self._called = False
         self._answered_at = 0
         self.commands = ipc.Channel(control, self.memory, 0)
         self.events = ipc.Channel(events, self.memory, 1)
@@ -183,10 +185,11 @@ class Stub:
         that times out stops the polling until a batch again comes that soon, so a stub with
         sparse traffic sleeps at once; and it polls only after a batch the server sent as
         all it had to do: with more requests in flight the server is busy, and a polling
-        stub would take CPU from it.
+        stub would take CPU from it. Nor after a batch whose model called the server (BLS):
+        the models it called may poll too, and two pollers on two CPUs starve the server.
         """
         commands = self.commands
-        if self._spinning and self._spin_allowed:
+        if self._spinning and self._spin_allowed and not self._called:
             deadline = self._answered_at + self._spin_ns
             while True:
                 message = commands.recv(nonblocking=True)
@@ -290,6 +293,7 @@ class Stub:
         """The batch's requests, and those whose tensors could not be read from their
         clients' regions (position -> (code, message)): they are answered with that error."""
         items, announced, self._spin_allowed = message.body
+        self._called = False
         if announced:
             self.regions.add(announced, message.fds)
         owner = self.memory.take_block(message.block)
@@ -564,6 +568,7 @@ class Stub:
         room.get()
 
     def _call(self, kind: int, body: Any, block: Any, deliver: _Deliver) -> int:
+        self._called = True
         ident = next(self._ids)
         self._waiters[ident] = deliver
         try:
