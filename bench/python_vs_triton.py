@@ -363,7 +363,6 @@ def main() -> None:
     if args.no_write:
         return
     content = (
-        "## Python models against Triton 2.51, side by side\n\n"
         f"bench/python_vs_triton.py: both servers up at once on the same `model.py` files, "
         f"perf_analyzer windows of {seconds:.1f} s alternating between them, {rounds} rounds "
         f"({host_description()}). CPU per request from /proc over each window, divided by the "
