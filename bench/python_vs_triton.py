@@ -48,6 +48,8 @@ from bench.common import (
     triton_core_command,
 )
 from bench.python_model import MODEL_PY, PYTHON_CONFIG
+from bench.shm_bandwidth import CONFIG as IDENTITY_CONFIG
+from bench.shm_bandwidth import IDENTITY_PY
 
 #: Triton's stub ignores PYTHONPATH: its numpy comes from the peer tools' site
 PRELUDE = """
@@ -105,26 +107,6 @@ input [ { name: "IN" data_type: TYPE_INT32 dims: [ 1 ] } ]
 output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] } ]
 instance_group [ { count: 1 kind: KIND_CPU } ]
 """
-IDENTITY_PY = """
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def execute(self, requests):
-        responses = []
-        for request in requests:
-            data = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
-            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", data)]))
-        return responses
-"""
-IDENTITY_CONFIG = """
-backend: "python"
-max_batch_size: 0
-input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
-output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
-instance_group [ { count: 1 kind: KIND_CPU } ]
-"""
-
 MIB_FLOATS = (1 << 20) // 4
 
 
@@ -163,7 +145,6 @@ def build_repository(root: Path) -> Path:
         "mlp_py": (MODEL_PY.format(site=str(PEER_TOOLS / "stub-site")), PYTHON_CONFIG),
         "bls_py": (BLS_PY, PYTHON_CONFIG),
         "stream_py": (STREAM_PY.format(count=STREAM_RESPONSES), STREAM_CONFIG),
-        "identity_py": (IDENTITY_PY, IDENTITY_CONFIG),
     }
     prelude = PRELUDE.format(site=str(PEER_TOOLS / "stub-site"))
     for name, (source, config) in models.items():
@@ -171,6 +152,10 @@ def build_repository(root: Path) -> Path:
         text = source if name == "mlp_py" else prelude + source
         (root / name / "1" / "model.py").write_text(text)
         (root / name / "config.pbtxt").write_text(config)
+    identity = root / "identity_py"  # as bench/shm_bandwidth.py serves it
+    (identity / "1").mkdir(parents=True)
+    (identity / "1" / "model.py").write_text(IDENTITY_PY.format(site=str(PEER_TOOLS / "stub-site")))
+    (identity / "config.pbtxt").write_text(IDENTITY_CONFIG.format(engine='backend: "python"'))
     mlp(root / "mlp_py" / "1" / "model.onnx")
     return root
 

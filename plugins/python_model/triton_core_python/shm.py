@@ -119,7 +119,7 @@ class Segment:
     """One shared-memory file of an arena, mapped by its owner."""
 
     __slots__ = (
-        "announced", "fd", "handed", "id", "live", "live_bytes", "map", "size", "top", "view",
+        "announced", "fd", "handed", "handed_bytes", "id", "live", "map", "size", "top", "view",
     )  # fmt: skip
 
     def __init__(self, segment_id: int, size: int, directory: str | None) -> None:
@@ -134,9 +134,9 @@ class Segment:
         self.view = memoryview(self.map) if self.map is not None else memoryview(b"")
         self.top = 0  # next free offset
         self.live = 0  # blocks handed out and not yet freed
-        #: bytes of the blocks handed out since the segment was last empty (freed or not)
-        self.live_bytes = 0
-        self.handed = 0  # blocks handed out since the segment was last empty
+        #: blocks, and their bytes, handed out since the segment was last empty (freed or not)
+        self.handed = 0
+        self.handed_bytes = 0
         #: channels (by index) on which the peer has been sent this segment's descriptor
         self.announced = 0
 
@@ -155,7 +155,7 @@ def _still_live_bytes(segment: Segment) -> int:
     them (else each new segment would be sized for what is long gone, and be dropped)."""
     if not segment.handed:
         return 0
-    return segment.live_bytes * segment.live // segment.handed
+    return segment.handed_bytes * segment.live // segment.handed
 
 
 class Arena:
@@ -196,7 +196,7 @@ class Arena:
         segment.top = offset + nbytes
         segment.live += 1
         segment.handed += 1
-        segment.live_bytes += nbytes
+        segment.handed_bytes += nbytes
         return segment, offset
 
     def _grow(self, nbytes: int) -> Segment:
@@ -225,7 +225,7 @@ class Arena:
             if segment.live > 0:
                 return
             segment.live = 0
-            segment.live_bytes = 0
+            segment.handed_bytes = 0
             segment.handed = 0
             segment.top = 0
             if segment is self._current and segment.size <= REUSE_LIMIT:
@@ -252,7 +252,7 @@ class Arena:
         with self._lock:
             segments = self._segments.values()
             mapped = sum(s.size for s in segments) or self.default_size
-            return mapped - sum(s.live_bytes for s in segments)
+            return mapped - sum(s.handed_bytes for s in segments)
 
     def stats(self) -> tuple[int, int]:
         """(segments, bytes mapped), for tests and logs."""
