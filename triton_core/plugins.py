@@ -25,12 +25,14 @@ from triton_core.registry import (
     BackendRegistry,
     BatchStrategyRegistry,
     CacheRegistry,
+    FrontendRegistry,
     Registry,
     RepositoryAgentRegistry,
     SchedulerRegistry,
 )
 
 if TYPE_CHECKING:
+    import argparse
     from importlib.metadata import Distribution, EntryPoint
 
     from pluggy import HookImpl
@@ -46,6 +48,11 @@ DEFAULT_PLUGINS: tuple[tuple[str, str], ...] = (
     ("sequence_batcher", "triton_core.scheduling.sequence"),
     ("ensemble_scheduler", "triton_core.scheduling.ensemble"),
     ("local_cache", "triton_core.cache.local"),
+    ("http_frontend", "triton_core.frontends.builtin.http"),
+    ("grpc_frontend", "triton_core.frontends.builtin.grpc"),
+    ("metrics_frontend", "triton_core.frontends.builtin.metrics"),
+    ("sagemaker_frontend", "triton_core.frontends.builtin.sagemaker"),
+    ("vertex_ai_frontend", "triton_core.frontends.builtin.vertex_ai"),
 )
 #: built-ins that ``--disable-plugin`` may not block: the server cannot run without them
 ESSENTIAL_PLUGINS: frozenset[str] = frozenset({"default_scheduler"})
@@ -341,6 +348,15 @@ class PluginManager:
         self._fill("triton_register_repository_agents", registry)
         return registry
 
+    def register_frontends(self) -> FrontendRegistry:
+        registry = FrontendRegistry()
+        self._fill("triton_register_frontends", registry)
+        return registry
+
+    def add_serve_arguments(self, parser: argparse._ArgumentGroup) -> None:
+        """Let every plugin add its ``serve`` flags to ``parser``."""
+        self.pm.hook.triton_add_serve_arguments(parser=parser)
+
     async def server_started(self, server: ServerAPI) -> None:
         await _await_all(self.pm.hook.triton_server_started(server=server))
 
@@ -362,6 +378,7 @@ class PluginManager:
             ("batch_strategy", self.register_batch_strategies()),
             ("cache", self.register_caches()),
             ("repository_agent", self.register_repository_agents()),
+            ("frontend", self.register_frontends()),
         ):
             for registration in registry:
                 provides.setdefault(registration.plugin, []).append(f"{kind}:{registration.name}")

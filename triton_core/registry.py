@@ -16,6 +16,7 @@ from triton_core.failures import PluginOrigin
 if TYPE_CHECKING:
     from triton_core.backend import Backend
     from triton_core.cache.base import ResponseCache
+    from triton_core.frontends.base import FrontendFactory
     from triton_core.protos.model_config_pb2 import ModelConfig
     from triton_core.repository.agents import RepositoryAgent
     from triton_core.scheduling.base import Scheduler, SchedulerContext
@@ -174,6 +175,16 @@ class RepositoryAgentRegistry(Registry[AgentFactory]):
     kind = "repository agent"
 
     def add(self, name: str, factory: AgentFactory, *, replace: bool = False) -> None:
+        self._add(name, factory, replace)
+
+
+class FrontendRegistry(Registry["FrontendFactory"]):
+    """Frontend factories by name (``http``, ``grpc`` ...): ``triton-core serve`` runs
+    every frontend whose factory returns one."""
+
+    kind = "frontend"
+
+    def add(self, name: str, factory: FrontendFactory, *, replace: bool = False) -> None:
         self._add(name, factory, replace)
 
 

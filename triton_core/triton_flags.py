@@ -343,6 +343,8 @@ _DIRECTORY_FLAGS: Final = (
     ("--repoagent-directory", DEFAULT_REPOAGENT_DIRECTORY),
     ("--cache-directory", DEFAULT_CACHE_DIRECTORY),
 )
+#: the flags that name plugin folders (read before the rest, to find the plugins' flags)
+PLUGIN_DIRECTORY_FLAGS: Final = tuple(flag for flag, _ in _DIRECTORY_FLAGS)
 
 
 def plugin_directories(args: argparse.Namespace) -> list[tuple[str, Path]]:

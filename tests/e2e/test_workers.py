@@ -174,7 +174,9 @@ def workers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]
     repo = tmp_path_factory.mktemp("workers_models")
     write_pid_model(repo, "pid_model")
     write_pid_model(repo, "count_model")
-    process = ServerProcess([repo], "--workers", "2", "--exit-timeout-secs", "10")
+    # the example frontend plugin too: a plugin's endpoint is shared like the built-ins'
+    ndjson = ("--ndjson-port", "0", "--ndjson-address", "127.0.0.1")
+    process = ServerProcess([repo], "--workers", "2", "--exit-timeout-secs", "10", *ndjson)
     try:
         process.wait_ready(DEADLINE_SECS)
         yield process
@@ -194,6 +196,19 @@ def test_two_workers_serve_http_and_grpc_on_one_port(workers: ServerProcess) -> 
             break
     assert seen_http == pids
     assert seen_grpc == pids
+
+
+def test_a_frontend_plugin_port_is_shared_by_the_workers_too(workers: ServerProcess) -> None:
+    client_module = pytest.importorskip("triton_core_example_ndjson.client")
+    request = client_module.infer_line("pid_model", {"IN": ("INT32", np.zeros(1, np.int32))})
+
+    def pid_over_ndjson() -> int:
+        # a new connection each time: the system spreads connections over the workers
+        with client_module.LineClient(workers.ports["ndjson"]) as client:
+            return int(client.ask(request)["outputs"][0]["data"][0])
+
+    pids = workers_of(workers)
+    assert until(lambda: {pid_over_ndjson() for _ in range(40)} == pids, "both workers")
 
 
 def test_statistics_and_metrics_sum_over_workers(workers: ServerProcess) -> None:

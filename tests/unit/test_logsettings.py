@@ -105,3 +105,32 @@ def test_plugin_logger_names_are_top_level_packages() -> None:
         pass
 
     assert plugin_logger_names([module, Plugin()]) == {"triton_core", __name__.split(".")[0]}
+
+
+def test_held_records_are_replayed_through_the_handlers_configured_later():
+    import logging
+
+    from triton_core.logsettings import HeldRecords
+
+    with HeldRecords() as held:
+        logging.getLogger("triton_core.plugins").info("held info")
+        logging.getLogger("triton_core.plugins").debug("held debug")
+        logging.getLogger("some_library").warning("held warning")
+    assert [r.getMessage() for r in held.records] == ["held info", "held warning"]
+    seen: list[str] = []
+
+    class Collect(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            seen.append(record.getMessage())
+
+    root = logging.getLogger()
+    handler, level = Collect(), root.level
+    root.addHandler(handler)
+    root.setLevel(logging.WARNING)  # configured later: INFO is off now
+    try:
+        held.replay()
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(level)
+    assert seen == ["held warning"]
+    assert held.records == []

@@ -184,3 +184,54 @@ def test_the_testing_kit_names_an_installed_plugin_as_serve_does(monkeypatch):
     from_env = create_plugin_manager(autoload=False)
     assert "example_numpy" in dict(from_env.pm.list_name_plugin())
     assert create_plugin_manager(["example_numpy"], autoload=False).blocked() == ["example_numpy"]
+
+
+def test_the_built_in_frontends_are_plugins_and_run_in_registration_order():
+    from triton_core.frontends.base import FrontendSettings
+    from triton_core.frontends.runner import FrontendOptions, build_frontends
+
+    plugins = create_plugin_manager(autoload=False)
+    names = {info.name: info.provides for info in plugins.describe()}
+    assert names["http_frontend"] == ("frontend:http",)
+    assert names["grpc_frontend"] == ("frontend:grpc",)
+    assert names["metrics_frontend"] == ("frontend:metrics",)
+    options = FrontendOptions()
+    options.sagemaker.allow = options.vertex_ai.allow = True
+    frontends = build_frontends(plugins, FrontendSettings(options))
+    assert [f.name for f in frontends] == ["HTTP", "GRPC", "metrics", "SageMaker", "Vertex AI"]
+    options.allow_grpc = False
+    assert "GRPC" not in [f.name for f in build_frontends(plugins, FrontendSettings(options))]
+
+
+def test_a_disabled_built_in_frontend_is_not_built():
+    from triton_core.frontends.base import FrontendSettings
+    from triton_core.frontends.runner import FrontendOptions, build_frontends
+
+    plugins = create_plugin_manager(["http_frontend"], autoload=False)
+    frontends = build_frontends(plugins, FrontendSettings(FrontendOptions()))
+    assert [f.name for f in frontends] == ["GRPC", "metrics"]
+    assert "http_frontend" in plugins.blocked()
+
+
+def test_plugins_add_serve_flags_that_reach_frontend_settings():
+    import argparse
+
+    from triton_core.cli import build_parser
+    from triton_core.frontends.base import FrontendSettings
+
+    class Flags:
+        @hookimpl
+        def triton_add_serve_arguments(self, parser: argparse._ArgumentGroup) -> None:
+            parser.add_argument("--openai-port", type=int, default=None)
+
+    plugins = create_plugin_manager(autoload=False, extra_plugins=[("flags", Flags())])
+    args = build_parser(plugins).parse_args(
+        ["serve", "--model-repository", "/m", "--openai-port", "9000"]
+    )
+    settings = FrontendSettings(options=None, arguments=args)  # type: ignore[arg-type]
+    assert settings.argument("openai_port") == 9000
+    assert settings.argument("not_a_flag", "default") == "default"
+    with pytest.raises(SystemExit):
+        build_parser(create_plugin_manager(autoload=False)).parse_args(
+            ["serve", "--model-repository", "/m", "--openai-port", "9000"]
+        )

@@ -24,9 +24,10 @@ PLUGIN_PACKAGES = (
     "plugins/redis_cache/triton_core_redis_cache",
     "tests/plugins/batch_strategy/triton_core_test_batch_strategy",
     "examples/plugin_numpy_backend/triton_core_example_numpy",
+    "examples/plugin_ndjson_frontend/triton_core_example_ndjson",
 )
-#: an out-of-tree plugin with its tests, as the guide tells a third party to write one
-EXAMPLE = "examples/plugin_numpy_backend"
+#: out-of-tree plugins with their tests, as the guide tells a third party to write one
+EXAMPLES = ("examples/plugin_numpy_backend", "examples/plugin_ndjson_frontend")
 #: the modules a plugin may import from the core
 PUBLIC_MODULES = frozenset({"triton_core", "triton_core.testing"})
 
@@ -75,9 +76,10 @@ def test_the_plugins_import_only_the_public_api():
     assert not private, "plugins import core internals:\n" + "\n".join(private)
 
 
-def test_the_example_tests_use_triton_core_testing_not_the_core_tests():
-    sources = sorted((ROOT / EXAMPLE / "tests").rglob("*.py"))
-    assert sources, f"{EXAMPLE}/tests moved: update EXAMPLE"
+@pytest.mark.parametrize("example", EXAMPLES)
+def test_the_example_tests_use_triton_core_testing_not_the_core_tests(example):
+    sources = sorted((ROOT / example / "tests").rglob("*.py"))
+    assert sources, f"{example}/tests moved: update EXAMPLES"
     imported = [
         f"{path.relative_to(ROOT)}:{line}: {module}"
         for path in sources

@@ -261,15 +261,21 @@ def options_from(
 # ports
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Endpoint:
-    """An enabled endpoint as tritonserver's port check sees it."""
+    """An enabled endpoint as tritonserver's port check sees it; its frontend listens on
+    ``port`` (which the ``--workers`` supervisor may set to the port the workers share)."""
 
     name: str
     address: str
     port: int
     #: the ports every other endpoint on the same address must use
     allowed: tuple[int, int] | None = None
+
+    @property
+    def key(self) -> str:
+        """Its name in ``--ports-file`` and the workers' logs: ``http``, ``vertex_ai``."""
+        return self.name.lower().replace(" ", "_")
 
 
 _WILDCARDS: Final = frozenset(("0.0.0.0", "::", "[::]", "ipv6:[::]"))

@@ -52,3 +52,8 @@ class HeaderForwarder:
                 raise invalid_arg(f"more than {MAX_FORWARDED} headers match the forward pattern")
             forwarded[name] = value
         return forwarded
+
+
+def forwarder(pattern: re.Pattern[str] | None) -> HeaderForwarder | None:
+    """The forwarder of a ``--*-header-forward-pattern`` flag; None when not given."""
+    return None if pattern is None else HeaderForwarder(pattern)

@@ -1,4 +1,8 @@
-"""Run the server with its HTTP and gRPC frontends on one event loop until a signal arrives."""
+"""Run the server with its frontends on one event loop until a signal arrives.
+
+The frontends are plugins (:mod:`triton_core.frontends.base`); the options here are those of
+the built-in ones and of the run itself (exit timeout, ports file, ``--workers``).
+"""
 
 from __future__ import annotations
 
@@ -8,36 +12,25 @@ import logging
 import os
 import re
 import signal
-import socket
-import ssl
 import threading
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, NoReturn
 
 from triton_core.errors import TritonError
-from triton_core.frontends.cloud import (
-    Endpoint,
-    SageMakerOptions,
-    VertexAiOptions,
-    check_port_collisions,
-    vertex_ai_refused,
-)
-from triton_core.frontends.common import listen_socket
+from triton_core.frontends.base import Frontend, FrontendSettings
+from triton_core.frontends.cloud import SageMakerOptions, VertexAiOptions, check_port_collisions
 from triton_core.frontends.grpc.limits import DEFAULT_LIMITS, GrpcLimits
-from triton_core.frontends.header_forwarding import HeaderForwarder
 from triton_core.frontends.restricted import Restrictions
 from triton_core.frontends.tls import TlsOptions
 from triton_core.metrics import MetricsOptions
 from triton_core.server import Server
-from triton_core.threads import OffloadThreads
 
 if TYPE_CHECKING:
-    import uvicorn
-
     from triton_core.frontends.http.codec import JsonLimits
     from triton_core.frontends.http.fast_path import ASGIApp
     from triton_core.frontends.http.protocol import HttpLimits
+    from triton_core.plugins import PluginManager
 
 logger = logging.getLogger("triton_core")
 
@@ -101,26 +94,6 @@ class FrontendOptions:
     metrics_app_factory: Callable[[Server, MetricsOptions], ASGIApp] | None = None
 
 
-def _check_ports(options: FrontendOptions) -> None:
-    """tritonserver's rule: no two enabled endpoints on one address and port."""
-    endpoints = []
-    if options.allow_http:
-        endpoints.append(Endpoint("HTTP", options.http_address, options.http_port))
-    if options.allow_grpc:
-        endpoints.append(Endpoint("GRPC", options.grpc_address, options.grpc_port))
-    if options.allow_metrics:
-        address = options.metrics_address or options.http_address
-        endpoints.append(Endpoint("metrics", address, options.metrics_port))
-    sagemaker, vertex_ai = options.sagemaker, options.vertex_ai
-    if sagemaker.allow:
-        endpoints.append(
-            Endpoint("SageMaker", sagemaker.address, sagemaker.port, sagemaker.safe_port_range)
-        )
-    if vertex_ai.allow:
-        endpoints.append(Endpoint("Vertex AI", vertex_ai.address, vertex_ai.port))
-    check_port_collisions(endpoints)
-
-
 #: files the server keeps open besides HTTP connections (gRPC, models, logs), a guess
 _OTHER_FILES: Final = 256
 
@@ -152,19 +125,36 @@ def raise_open_files_limit(connections: int = 0) -> int:
     return soft
 
 
-def _http_limits(options: FrontendOptions) -> HttpLimits:
-    # imported here: the HTTP frontend's modules load only when it serves
-    from triton_core.frontends.http.protocol import HttpLimits
+def build_frontends(plugins: PluginManager, settings: FrontendSettings) -> list[Frontend]:
+    """The frontends that the registered factories build from ``settings``, in the order
+    their plugins were registered, the built-ins first (those their flags leave off are
+    absent)."""
+    frontends = []
+    # pluggy calls the last registered plugin first
+    for registration in reversed(list(plugins.register_frontends())):
+        frontend = registration.value(settings)
+        if frontend is not None:
+            frontends.append(frontend)
+    return frontends
 
-    return options.http_limits or HttpLimits()
+
+def check_frontends(frontends: Sequence[Frontend]) -> None:
+    """Refuse two endpoints on one port and each frontend's bad settings (ValueError)."""
+    check_port_collisions([endpoint for frontend in frontends for endpoint in frontend.endpoints()])
+    for frontend in frontends:
+        frontend.check()
 
 
-async def serve(server: Server, options: FrontendOptions) -> int:
-    """Start the server and its frontends; return the exit code once a signal stops them."""
-    _check_ports(options)
-    http_ssl = _check_tls(options)
-    http_limits = _http_limits(options)
-    raise_open_files_limit(http_limits.max_connections if options.allow_http else 0)
+async def serve(
+    server: Server, options: FrontendOptions, frontends: Sequence[Frontend] | None = None
+) -> int:
+    """Start the server and its frontends; return the exit code once a signal stops them.
+
+    ``frontends``: those to run; None: those the server's plugins build from ``options``.
+    """
+    if frontends is None:
+        frontends = build_frontends(server.plugins, FrontendSettings(options))
+    check_frontends(frontends)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
@@ -172,92 +162,29 @@ async def serve(server: Server, options: FrontendOptions) -> int:
     # one process listens before loading models, so that a port in use fails at once; a
     # worker (reuse_port) only once its models are loaded, or it would take connections
     # that wait for them while the other workers are free
-    sockets = {} if options.reuse_port else _listen(options)
+    if not options.reuse_port:
+        await _listen(server, frontends)
     try:
         await server.start()
     except TritonError as error:
         logger.error("%s", error.message)
-        for sock in sockets.values():
-            sock.close()
+        await _stop_frontends(frontends, 0.0)
         return 1
-    if options.reuse_port:
-        sockets = _listen(options)
     try:
-        vertex_ai_model = _vertex_ai_model(server, options.vertex_ai)
-    except ValueError as exc:
+        if options.reuse_port:
+            await _listen(server, frontends)
+        for frontend in frontends:
+            await frontend.start(server)
+    except (OSError, ValueError, RuntimeError) as exc:
         logger.error("%s", exc)
-        for sock in sockets.values():
-            sock.close()
+        await _stop_frontends(frontends, 0.0)
         await server.stop(options.exit_timeout_secs)
         return 1
-    uvicorn_servers = []
-    if "HTTP" in sockets:
-        from triton_core.frontends.http.app import set_decode_threads
-        from triton_core.frontends.http.codec import DEFAULT_JSON_LIMITS
-        from triton_core.frontends.http.fast_path import create_asgi_app
-
-        if options.http_thread_count is not None:
-            set_decode_threads(options.http_thread_count)
-        app = create_asgi_app(
-            server,
-            max_input_size=http_limits.max_body_size,
-            restrictions=options.http_restrictions,
-            json_limits=options.http_json_limits or DEFAULT_JSON_LIMITS,
-            header_forwarder=_forwarder(options.http_header_forward_pattern),
-        )
-        uvicorn_servers.append(_start_uvicorn(app, sockets["HTTP"], options, http_ssl))
-        logger.info(
-            "Started HTTPService at %s:%d%s",
-            options.http_address,
-            _port_of(sockets["HTTP"]),
-            " (TLS)" if http_ssl else "",
-        )
-    metrics_app = None
-    if "metrics" in sockets:
-        from triton_core.metrics import create_metrics_app, create_registry
-
-        if options.metrics_app_factory is not None:
-            metrics_app = options.metrics_app_factory(server, options.metrics)
-        else:
-            metrics_app = create_metrics_app(create_registry(server, options.metrics))
-        uvicorn_servers.append(_start_uvicorn(metrics_app, sockets["metrics"], options))
-        logger.info(
-            "Started Metrics Service at %s:%d",
-            options.metrics_address or options.http_address,
-            _port_of(sockets["metrics"]),
-        )
-    uvicorn_servers += _start_cloud(server, options, sockets, metrics_app, vertex_ai_model)
-    grpc_server = None
-    if options.allow_grpc:
-        from triton_core.frontends.grpc.server import create_grpc_server
-
-        grpc_server = create_grpc_server(
-            server,
-            options.grpc_address,
-            options.grpc_port,
-            reuse_port=options.reuse_port or options.reuse_grpc_port,
-            compression_level=options.grpc_compression_level,
-            header_forwarder=_forwarder(options.grpc_header_forward_pattern),
-            transport=options.grpc_transport,  # type: ignore[arg-type]
-            restrictions=options.grpc_restrictions,
-            tls=options.grpc_tls,
-            limits=options.grpc_limits,
-            infer_threads=options.grpc_infer_thread_count,
-            allocation_pool=options.grpc_allocation_pool_size,
-        )
-        await grpc_server.start()
-        grpc_port: int = grpc_server.port  # type: ignore[union-attr]  # both transports set it
-        logger.info(
-            "Started GRPCInferenceService at %s:%d%s",
-            options.grpc_address,
-            grpc_port,
-            " (TLS)" if options.grpc_tls.enabled else "",
-        )
     logger.info("Started server process [%d]", os.getpid())
     if options.ports_file:
-        ports = {name.lower(): _port_of(sock) for name, sock in sockets.items()}
-        if grpc_server is not None:
-            ports["grpc"] = grpc_port
+        ports: dict[str, int] = {}
+        for frontend in frontends:
+            ports.update(frontend.ports())
         write_ports_file(options.ports_file, ports)
 
     await stop.wait()
@@ -268,23 +195,7 @@ async def serve(server: Server, options: FrontendOptions) -> int:
     def remaining() -> float:
         return max(0.0, deadline - loop.time())
 
-    waits: list[Awaitable[None]] = []
-    if grpc_server is not None:
-        waits.append(grpc_server.stop(remaining()))
-    for uvicorn_server, task in uvicorn_servers:
-        # a float works: uvicorn waits with asyncio (its annotation says int)
-        uvicorn_server.config.timeout_graceful_shutdown = remaining()  # type: ignore[assignment]
-        uvicorn_server.should_exit = True
-        waits.append(task)
-    try:
-        results = await asyncio.wait_for(
-            asyncio.gather(*waits, return_exceptions=True), remaining() + 1.0
-        )
-    except TimeoutError:
-        results = [TimeoutError("the frontends did not stop before the exit timeout")]
-    for result in results:
-        if isinstance(result, BaseException):
-            logger.warning("a frontend did not stop cleanly: %r", result)
+    await _stop_frontends(frontends, remaining())
     if not await server.stop(remaining()):
         _exit_now(1, "Exit timeout expired. Exiting immediately.")
     watchdog.cancel()
@@ -292,118 +203,28 @@ async def serve(server: Server, options: FrontendOptions) -> int:
     return 0
 
 
-def _listen(options: FrontendOptions) -> dict[str, socket.socket]:
-    """The listening sockets of the HTTP, metrics and cloud endpoints, by name."""
-    sockets = {}
-    if options.allow_http:
-        sockets["HTTP"] = listen_socket(
-            options.http_address,
-            options.http_port,
-            "HTTP",
-            options.reuse_port or options.reuse_http_port,
-        )
-    if options.allow_metrics:
-        metrics_address = options.metrics_address or options.http_address
-        sockets["metrics"] = listen_socket(
-            metrics_address, options.metrics_port, "metrics", options.reuse_port
-        )
-    _listen_cloud(options, sockets)
-    return sockets
-
-
-def _listen_cloud(options: FrontendOptions, sockets: dict[str, socket.socket]) -> None:
-    """Bind the SageMaker and Vertex AI ports (their settings checked first)."""
-    sagemaker, vertex_ai = options.sagemaker, options.vertex_ai
-    if vertex_ai.allow:
-        vertex_ai.check_routes()
-    for key, name, endpoint in (
-        ("sagemaker", "SageMaker", sagemaker),
-        ("vertex_ai", "Vertex AI", vertex_ai),
-    ):
-        if not endpoint.allow:
-            continue
-        sockets[key] = listen_socket(endpoint.address, endpoint.port, name, options.reuse_port)
-
-
-def _vertex_ai_model(server: Server, vertex_ai: VertexAiOptions) -> str:
-    """The model Vertex AI's predict route runs, once the models are loaded ("" when off)."""
-    if not vertex_ai.allow:
-        return ""
-    from triton_core.frontends.http.vertex_ai import default_model
-
+async def _listen(server: Server, frontends: Sequence[Frontend]) -> None:
+    """Bind every frontend's ports; on a failure, release those already bound."""
     try:
-        return default_model(server, vertex_ai.default_model)
-    except ValueError as exc:
-        raise vertex_ai_refused(str(exc)) from None
+        for frontend in frontends:
+            await frontend.listen(server)
+    except BaseException:
+        await _stop_frontends(frontends, 0.0)
+        raise
 
 
-def _start_cloud(
-    server: Server,
-    options: FrontendOptions,
-    sockets: dict[str, socket.socket],
-    metrics_app: ASGIApp | None,
-    vertex_ai_model: str,
-) -> list[tuple[uvicorn.Server, asyncio.Task[None]]]:
-    """Serve the SageMaker and Vertex AI listeners, with the HTTP endpoint's limits and
-    restrictions (as tritonserver applies its HTTP flags to them)."""
-    if "sagemaker" not in sockets and "vertex_ai" not in sockets:
-        return []
-    from triton_core.frontends.http.app import create_app
-    from triton_core.frontends.http.codec import DEFAULT_JSON_LIMITS
-    from triton_core.frontends.http.sagemaker import SageMakerApp
-    from triton_core.frontends.http.vertex_ai import VertexAiApp
-
-    limits: dict[str, Any] = {
-        "max_input_size": _http_limits(options).max_body_size,
-        "restrictions": options.http_restrictions,
-        "json_limits": options.http_json_limits or DEFAULT_JSON_LIMITS,
-    }
-    v2_app = create_app(server, **limits)
-    started = []
-    if "sagemaker" in sockets:
-        threads = _cloud_threads(options.sagemaker.thread_count, "sagemaker-infer")
-        app: ASGIApp = SageMakerApp(server, v2_app, options.sagemaker, threads=threads, **limits)
-        started.append(_start_uvicorn(app, sockets["sagemaker"], options))
-        logger.info(
-            "Started Sagemaker HTTPService at %s:%d",
-            options.sagemaker.address,
-            _port_of(sockets["sagemaker"]),
+async def _stop_frontends(frontends: Sequence[Frontend], timeout: float) -> None:
+    """Drain every frontend at once within ``timeout``; one that fails is logged."""
+    waits = [frontend.stop(timeout) for frontend in frontends]
+    try:
+        results = await asyncio.wait_for(
+            asyncio.gather(*waits, return_exceptions=True), timeout + 1.0
         )
-    if "vertex_ai" in sockets:
-        predict, health = options.vertex_ai.check_routes()
-        app = VertexAiApp(
-            server,
-            v2_app,
-            predict_route=predict,
-            health_route=health,
-            model_name=vertex_ai_model,
-            metrics_app=metrics_app,
-            threads=_cloud_threads(options.vertex_ai.thread_count, "vertex-ai-infer"),
-            **limits,
-        )
-        started.append(_start_uvicorn(app, sockets["vertex_ai"], options))
-        logger.info(
-            "Started Vertex AI HTTPService at %s:%d",
-            options.vertex_ai.address,
-            _port_of(sockets["vertex_ai"]),
-        )
-    return started
-
-
-def _cloud_threads(count: int | None, name: str) -> OffloadThreads:
-    """A cloud listener's decoding threads (``--sagemaker-thread-count``, ...)."""
-    from triton_core.frontends.http.app import DEFAULT_DECODE_THREADS
-
-    return OffloadThreads(count or DEFAULT_DECODE_THREADS, name)
-
-
-def _forwarder(pattern: re.Pattern[str] | None) -> HeaderForwarder | None:
-    return None if pattern is None else HeaderForwarder(pattern)
-
-
-def _port_of(sock: socket.socket) -> int:
-    # the port the system chose when the flag asked for port 0
-    return sock.getsockname()[1]
+    except TimeoutError:
+        results = [TimeoutError("the frontends did not stop before the exit timeout")]
+    for result in results:
+        if isinstance(result, BaseException):
+            logger.warning("a frontend did not stop cleanly: %r", result)
 
 
 def write_ports_file(path: str, ports: dict[str, int]) -> None:
@@ -452,28 +273,6 @@ def _exit_now(code: int, message: str) -> NoReturn:
     os._exit(code)
 
 
-def _check_tls(options: FrontendOptions) -> ssl.SSLContext | None:
-    """Refuse bad TLS flags or files before models load; the HTTP endpoint's SSLContext."""
-    options.http_tls.check()
-    options.grpc_tls.check()
-    options.grpc_tls.server_context(["h2"])  # built again by the gRPC frontend
-    return options.http_tls.server_context(["http/1.1"])
-
-
-class _UvicornStartLines(logging.Filter):
-    """Drops the line each uvicorn server logs as it starts: the process has several (HTTP,
-    metrics, cloud endpoints) and the runner says it once for all of them."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not str(record.msg).startswith("Started server process")
-
-
-def _drop_uvicorn_start_lines() -> None:
-    uvicorn_log = logging.getLogger("uvicorn.error")
-    if not any(isinstance(known, _UvicornStartLines) for known in uvicorn_log.filters):
-        uvicorn_log.addFilter(_UvicornStartLines())
-
-
 def run_on_event_loop(coroutine: Coroutine[Any, Any, int]) -> int:
     """Run the serving coroutine to its end on uvloop (asyncio's loop where uvloop is
     missing); its exit code."""
@@ -482,64 +281,3 @@ def run_on_event_loop(coroutine: Coroutine[Any, Any, int]) -> int:
     except ImportError:  # pragma: no cover - uvloop is a dependency on POSIX
         return asyncio.run(coroutine)
     return uvloop.run(coroutine)
-
-
-def _start_uvicorn(
-    app: ASGIApp,
-    sock: socket.socket,
-    options: FrontendOptions,
-    ssl_context: ssl.SSLContext | None = None,
-) -> tuple[uvicorn.Server, asyncio.Task[None]]:
-    import contextlib
-
-    import uvicorn
-
-    from triton_core.frontends.http.protocol import HttpProtocol
-
-    handshake_timeout = options.http_tls.handshake_timeout_secs
-
-    class _QuietSignalsServer(uvicorn.Server):
-        # Signals belong to serve(): it stops the frontends in order.
-        def capture_signals(self) -> contextlib.AbstractContextManager[None]:  # type: ignore[override]
-            return contextlib.nullcontext()
-
-        async def startup(self, sockets: list[socket.socket] | None = None) -> None:
-            if ssl_context is None or not sockets:
-                await super().startup(sockets=sockets)
-                return
-            # uvicorn's create_server passes no TLS handshake timeout: listen here instead
-            await super().startup(sockets=[])
-            config, state = self.config, self.server_state
-            app_state = self.lifespan.state
-            self.servers.append(
-                await asyncio.get_running_loop().create_server(
-                    lambda: config.http_protocol_class(  # type: ignore[call-arg]
-                        config=config, server_state=state, app_state=app_state
-                    ),
-                    sock=sockets[0],
-                    ssl=ssl_context,
-                    ssl_handshake_timeout=handshake_timeout,
-                    backlog=config.backlog,
-                )
-            )
-
-    config = uvicorn.Config(
-        app,
-        loop="none",
-        # uvicorn's httptools protocol: one write per answer, infer by callbacks, limits;
-        # not uvicorn's limit_concurrency, which keeps accepting and holding connections
-        http=HttpProtocol.with_limits(_http_limits(options)),
-        lifespan="off",
-        # no WebSocket, as Triton: an upgrade request is answered as HTTP whatever websocket
-        # library is installed (uvicorn's "auto" would switch protocols when it finds one)
-        ws="none",
-        access_log=False,
-        log_config=None,
-        # uvicorn annotates int but waits with asyncio, so fractions of a second work
-        timeout_graceful_shutdown=options.exit_timeout_secs,  # type: ignore[arg-type]
-        timeout_keep_alive=options.http_keepalive_timeout_secs,  # type: ignore[arg-type]
-    )
-    http_server = _QuietSignalsServer(config)
-    _drop_uvicorn_start_lines()
-    task = asyncio.create_task(http_server.serve(sockets=[sock]))
-    return http_server, task

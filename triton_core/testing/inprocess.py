@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Iterable
 from types import ModuleType
 from typing import Any, TypeVar
 
+from triton_core.frontends.base import Frontend
 from triton_core.plugins import PluginManager, create_plugin_manager, installed_name
 from triton_core.server import Server, ServerOptions
 from triton_core.types import InferenceRequest, InferenceResponse
@@ -56,6 +57,7 @@ class InProcessServer:
             target=self._loop.run_forever, name="triton-core-server", daemon=True
         )
         self._server: Server | None = None
+        self._frontends: list[Frontend] = []
 
     @property
     def server(self) -> Server:
@@ -92,13 +94,30 @@ class InProcessServer:
         future = asyncio.run_coroutine_threadsafe(coroutine, self._loop)
         return await asyncio.wrap_future(future)
 
+    def serve_frontend(self, frontend: Frontend) -> dict[str, int]:
+        """Run ``frontend`` on this server as ``serve`` runs it (check, listen, start) until
+        :meth:`stop`; the ports it listens on, by endpoint key."""
+        frontend.check()
+
+        async def start() -> None:
+            await frontend.listen(self.server)
+            self._frontends.append(frontend)
+            await frontend.start(self.server)
+
+        self.run(start())
+        return frontend.ports()
+
     def stop(self, grace_seconds: float = 30.0) -> bool:
-        """Stop the server and its loop; False when the stop overran ``grace_seconds``."""
+        """Stop the frontends, the server and its loop; False when the stop overran
+        ``grace_seconds``."""
         if not self._thread.is_alive():
             if not self._loop.is_closed() and not self._loop.is_running():
                 self._loop.close()  # never started, or its start failed
             return True
         try:
+            frontends, self._frontends = self._frontends, []
+            for frontend in frontends:
+                self.run(frontend.stop(grace_seconds), grace_seconds + 10.0)
             return self.run(self.server.stop(grace_seconds), grace_seconds + 10.0)
         finally:
             self._close_loop()

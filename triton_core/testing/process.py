@@ -108,7 +108,9 @@ class ServerProcess:
             return False
         return True
 
-    def _port(self, endpoint: str) -> int:
+    def port(self, endpoint: str) -> int:
+        """The port of an endpoint by its key: ``http``, ``grpc``, ``metrics``, or one a
+        frontend plugin reports (``Frontend.ports``)."""
         try:
             return self.ports[endpoint]
         except KeyError:
@@ -116,15 +118,15 @@ class ServerProcess:
 
     @property
     def http_port(self) -> int:
-        return self._port("http")
+        return self.port("http")
 
     @property
     def grpc_port(self) -> int:
-        return self._port("grpc")
+        return self.port("grpc")
 
     @property
     def metrics_port(self) -> int:
-        return self._port("metrics")
+        return self.port("metrics")
 
     @property
     def http_url(self) -> str:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import errno
 import logging
 import math
@@ -44,6 +43,7 @@ from triton_core.workers.control import WorkerError, ask, socket_path
 from triton_core.workers.server import WorkerServer, WorkerSettings
 
 if TYPE_CHECKING:
+    from triton_core.frontends.base import Frontend
     from triton_core.frontends.http.fast_path import ASGIApp
     from triton_core.metrics import MetricsOptions
     from triton_core.server import Server
@@ -64,7 +64,9 @@ class WorkerPlan:
 
     #: builds the worker's server (in the worker, after the fork)
     build_server: Callable[[WorkerSettings], WorkerServer]
-    frontends: FrontendOptions
+    options: FrontendOptions
+    #: built in the master, before the fork: their endpoints hold the reserved ports
+    frontends: list[Frontend]
     workers: int
     #: seconds a peer may take to apply an explicit load or unload
     load_timeout_secs: float = 300.0
@@ -115,38 +117,29 @@ def run_workers(plan: WorkerPlan) -> int:
 # -- ports -------------------------------------------------------------------------------------
 
 
-def _reserve_ports(options: FrontendOptions) -> list[socket.socket]:
-    """Bind (without listening) each endpoint's port with SO_REUSEPORT and write the bound
-    port into ``options``: port 0 becomes the one port every worker binds, and a port that
-    another program holds is refused here, naming the endpoint."""
+def _reserve_ports(frontends: list[Frontend]) -> list[socket.socket]:
+    """Bind (without listening) each frontend endpoint's port with SO_REUSEPORT and write
+    the bound port into the endpoint: port 0 becomes the one port every worker binds, and a
+    port that another program holds is refused here, naming the endpoint."""
     reserved: list[socket.socket] = []
-    sagemaker, vertex_ai = options.sagemaker, options.vertex_ai
-    endpoints: list[tuple[bool, str, str, Any, str]] = [
-        (options.allow_http, "HTTP", options.http_address, options, "http_port"),
-        (options.allow_grpc, "gRPC", options.grpc_address, options, "grpc_port"),
-        (
-            options.allow_metrics,
-            "metrics",
-            options.metrics_address or options.http_address,
-            options,
-            "metrics_port",
-        ),
-        (sagemaker.allow, "SageMaker", sagemaker.address, sagemaker, "port"),
-        (vertex_ai.allow, "Vertex AI", vertex_ai.address, vertex_ai, "port"),
-    ]
-    for allowed, name, address, holder, attribute in endpoints:
-        if not allowed:
-            continue
-        port = getattr(holder, attribute)
+    for endpoint in (endpoint for frontend in frontends for endpoint in frontend.endpoints()):
         try:
-            sock = _reserve(address, port)
+            sock = _reserve(endpoint.address, endpoint.port)
         except OSError as exc:
             for held in reserved:
                 held.close()
-            raise OSError(f"failed to bind the {name} endpoint to {address}:{port}: {exc}") from exc
+            raise OSError(
+                f"failed to bind the {endpoint.name} endpoint to "
+                f"{endpoint.address}:{endpoint.port}: {exc}"
+            ) from exc
         reserved.append(sock)
-        setattr(holder, attribute, sock.getsockname()[1])
-        logger.info("%s endpoint: %s:%d, shared by the workers", name, address, _port(sock))
+        endpoint.port = _port(sock)
+        logger.info(
+            "%s endpoint: %s:%d, shared by the workers",
+            endpoint.name,
+            endpoint.address,
+            _port(sock),
+        )
     return reserved
 
 
@@ -185,7 +178,7 @@ class _Application(BaseApplication):
         super().__init__()
 
     def load_config(self) -> None:
-        exit_timeout = self.plan.frontends.exit_timeout_secs
+        exit_timeout = self.plan.options.exit_timeout_secs
         settings: dict[str, Any] = {
             "bind": [],  # the workers bind their own listeners (SO_REUSEPORT)
             "workers": self.plan.workers,
@@ -369,9 +362,10 @@ def _serve_in_worker(worker: ServeWorker, plan: WorkerPlan, folder: Path) -> int
     except OSError as exc:
         logger.error("worker %d could not start: %s", os.getpid(), exc)
         return _BOOT_ERROR
-    frontends = dataclasses.replace(
-        plan.frontends, reuse_port=True, metrics_app_factory=_metrics_app_factory
-    )
+    # the frontends were built in the master and read these when they listen and serve
+    options = plan.options
+    options.reuse_port = True
+    options.metrics_app_factory = _metrics_app_factory
 
     async def main() -> int:
         loop = asyncio.get_running_loop()
@@ -380,7 +374,7 @@ def _serve_in_worker(worker: ServeWorker, plan: WorkerPlan, folder: Path) -> int
         server.open_control(loop)
         heartbeat = asyncio.create_task(_heartbeat(worker))
         try:
-            return await serve(server, frontends)
+            return await serve(server, options, plan.frontends)
         finally:
             heartbeat.cancel()
             server.close_control()

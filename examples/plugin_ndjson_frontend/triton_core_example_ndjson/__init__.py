@@ -1,0 +1,1 @@
+"""An example triton-core frontend plugin: inference as JSON lines over TCP."""

@@ -1,0 +1,57 @@
+"""Prometheus metrics with Triton's names on ``--metrics-port``, as a built-in plugin."""
+
+from __future__ import annotations
+
+import weakref
+from typing import TYPE_CHECKING
+
+from triton_core.frontends.base import Endpoint, FrontendSettings
+from triton_core.frontends.builtin.http_endpoint import HttpEndpointFrontend
+from triton_core.hookspecs import hookimpl
+
+if TYPE_CHECKING:
+    from triton_core.frontends.http.fast_path import ASGIApp
+    from triton_core.frontends.runner import FrontendOptions
+    from triton_core.frontends.server_api import ServerAPI
+    from triton_core.registry import FrontendRegistry
+
+#: the ``/metrics`` app of each server: the metrics and Vertex AI endpoints share it
+_APPS: weakref.WeakKeyDictionary[ServerAPI, ASGIApp] = weakref.WeakKeyDictionary()
+
+
+def metrics_app(server: ServerAPI, options: FrontendOptions) -> ASGIApp:
+    """The server's ``/metrics`` app, built once (``options.metrics_app_factory`` builds a
+    ``--workers`` process's, which sums every worker's)."""
+    app = _APPS.get(server)
+    if app is None:
+        from triton_core.metrics import create_metrics_app, create_registry
+
+        factory = options.metrics_app_factory
+        if factory is not None:
+            app = factory(server, options.metrics)  # type: ignore[arg-type]
+        else:
+            app = create_metrics_app(create_registry(server, options.metrics))  # type: ignore[arg-type]
+        _APPS[server] = app
+    return app
+
+
+class MetricsFrontend(HttpEndpointFrontend):
+    """``--allow-metrics``: ``GET /metrics`` on ``--metrics-address``:``--metrics-port``."""
+
+    service = "Metrics Service"
+
+    def __init__(self, options: FrontendOptions) -> None:
+        address = options.metrics_address or options.http_address
+        super().__init__(options, Endpoint("metrics", address, options.metrics_port))
+
+    def build_app(self, server: ServerAPI) -> ASGIApp:
+        return metrics_app(server, self.options)
+
+
+def _create(settings: FrontendSettings) -> MetricsFrontend | None:
+    return MetricsFrontend(settings.options) if settings.options.allow_metrics else None
+
+
+@hookimpl
+def triton_register_frontends(registry: FrontendRegistry) -> None:
+    registry.add("metrics", _create)
