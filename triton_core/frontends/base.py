@@ -7,7 +7,8 @@ the same steps (see :func:`triton_core.frontends.runner.serve`):
 1. :meth:`Frontend.endpoints`, then :meth:`Frontend.check`, before anything loads: the
    runner refuses two endpoints on one port, a frontend refuses its own bad settings;
 2. :meth:`Frontend.listen`: bind the ports (before the models load, so that a port in use
-   fails at once; in a ``--workers`` process, once its models are loaded);
+   fails at once; in a ``--workers`` process, once its models are loaded, with
+   SO_REUSEPORT);
 3. :meth:`Frontend.start`, once the models are loaded: accept requests;
 4. :meth:`Frontend.stop` at a stop signal, with the time left to drain.
 
@@ -66,8 +67,11 @@ class Frontend(ABC):
         """Refuse settings that cannot work (files, ranges), before any model loads;
         raises ``ValueError`` naming the flag."""
 
-    async def listen(self, server: ServerAPI) -> None:  # noqa: B027 - optional step
-        """Bind the ports; raises ``OSError`` naming the endpoint when one is taken."""
+    async def listen(self, server: ServerAPI, reuse_port: bool) -> None:  # noqa: B027
+        """Bind the ports; raises ``OSError`` naming the endpoint when one is taken.
+
+        ``reuse_port``: set SO_REUSEPORT on every listening socket, as the ``--workers``
+        processes share each port (a bind without it fails beside the others)."""
 
     @abstractmethod
     async def start(self, server: ServerAPI) -> None:

@@ -163,7 +163,7 @@ async def serve(
     # worker (reuse_port) only once its models are loaded, or it would take connections
     # that wait for them while the other workers are free
     if not options.reuse_port:
-        await _listen(server, frontends)
+        await _listen(server, frontends, reuse_port=False)
     try:
         await server.start()
     except TritonError as error:
@@ -172,7 +172,7 @@ async def serve(
         return 1
     try:
         if options.reuse_port:
-            await _listen(server, frontends)
+            await _listen(server, frontends, reuse_port=True)
         for frontend in frontends:
             await frontend.start(server)
     except (OSError, ValueError, RuntimeError) as exc:
@@ -203,11 +203,11 @@ async def serve(
     return 0
 
 
-async def _listen(server: Server, frontends: Sequence[Frontend]) -> None:
+async def _listen(server: Server, frontends: Sequence[Frontend], *, reuse_port: bool) -> None:
     """Bind every frontend's ports; on a failure, release those already bound."""
     try:
         for frontend in frontends:
-            await frontend.listen(server)
+            await frontend.listen(server, reuse_port)
     except BaseException:
         await _stop_frontends(frontends, 0.0)
         raise

@@ -100,7 +100,7 @@ class InProcessServer:
         frontend.check()
 
         async def start() -> None:
-            await frontend.listen(self.server)
+            await frontend.listen(self.server, reuse_port=False)
             self._frontends.append(frontend)
             await frontend.start(self.server)
 

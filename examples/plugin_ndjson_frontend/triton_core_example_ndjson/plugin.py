@@ -122,13 +122,15 @@ class NdjsonFrontend(Frontend):
         if self.max_line_bytes < 1:
             raise ValueError("--ndjson-max-line-bytes must be at least 1")
 
-    async def listen(self, server: ServerAPI) -> None:
-        # bound now, served once start() says the models are loaded
+    async def listen(self, server: ServerAPI, reuse_port: bool) -> None:
+        # bound now, served once start() says the models are loaded; reuse_port: the
+        # --workers processes share the port
         self._server = await asyncio.start_server(
             lambda reader, writer: self._connection(server, reader, writer),
             self.endpoint.address,
             self.endpoint.port,
             limit=self.max_line_bytes,
+            reuse_port=reuse_port,
             start_serving=False,
         )
 

@@ -27,6 +27,7 @@ class GrpcFrontend(Frontend):
         self.options = options
         self.endpoint = Endpoint("GRPC", options.grpc_address, options.grpc_port)
         self._server: Any = None
+        self._reuse_port = False
 
     def endpoints(self) -> list[Endpoint]:
         return [self.endpoint]
@@ -35,6 +36,9 @@ class GrpcFrontend(Frontend):
         tls = self.options.grpc_tls
         tls.check()
         tls.server_context(["h2"])  # built again when it serves: refuse bad files now
+
+    async def listen(self, server: ServerAPI, reuse_port: bool) -> None:
+        self._reuse_port = reuse_port or self.options.reuse_grpc_port
 
     async def start(self, server: ServerAPI) -> None:
         # bound here, once the models are loaded, as tritonserver binds its gRPC port
@@ -45,7 +49,7 @@ class GrpcFrontend(Frontend):
             server,
             self.endpoint.address,
             self.endpoint.port,
-            reuse_port=options.reuse_port or options.reuse_grpc_port,
+            reuse_port=self._reuse_port,
             compression_level=options.grpc_compression_level,
             header_forwarder=forwarder(options.grpc_header_forward_pattern),
             transport=options.grpc_transport,  # type: ignore[arg-type]

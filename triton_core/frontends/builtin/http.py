@@ -29,18 +29,18 @@ class HttpFrontend(HttpEndpointFrontend):
         self.options.http_tls.check()
         self._tls = self.options.http_tls.server_context(["http/1.1"])
 
-    def reuse_port(self) -> bool:
-        return self.options.reuse_port or self.options.reuse_http_port
+    def reuse_own_port(self) -> bool:
+        return self.options.reuse_http_port
 
     def ssl_context(self) -> ssl.SSLContext | None:
         return self._tls
 
-    async def listen(self, server: ServerAPI) -> None:
+    async def listen(self, server: ServerAPI, reuse_port: bool) -> None:
         from triton_core.frontends.http.listener import http_limits
         from triton_core.frontends.runner import raise_open_files_limit
 
         raise_open_files_limit(http_limits(self.options).max_connections)
-        await super().listen(server)
+        await super().listen(server, reuse_port)
 
     def build_app(self, server: ServerAPI) -> ASGIApp:
         # imported here: the HTTP frontend's modules load only when it serves

@@ -37,9 +37,9 @@ class HttpEndpointFrontend(Frontend):
     def endpoints(self) -> list[Endpoint]:
         return [self.endpoint]
 
-    def reuse_port(self) -> bool:
-        """SO_REUSEPORT on the listening socket: always for ``--workers``."""
-        return self.options.reuse_port
+    def reuse_own_port(self) -> bool:
+        """SO_REUSEPORT on the listening socket asked for by this endpoint's own flag."""
+        return False
 
     def ssl_context(self) -> ssl.SSLContext | None:
         return None
@@ -48,10 +48,10 @@ class HttpEndpointFrontend(Frontend):
     def build_app(self, server: ServerAPI) -> ASGIApp:
         """The ASGI app served on this endpoint (the models are loaded)."""
 
-    async def listen(self, server: ServerAPI) -> None:
+    async def listen(self, server: ServerAPI, reuse_port: bool) -> None:
         endpoint = self.endpoint
         self._sock = listen_socket(
-            endpoint.address, endpoint.port, endpoint.name, self.reuse_port()
+            endpoint.address, endpoint.port, endpoint.name, reuse_port or self.reuse_own_port()
         )
 
     async def start(self, server: ServerAPI) -> None:
