@@ -39,6 +39,10 @@ Transport = Literal["http2", "grpcio"]
 TRANSPORTS: Final = ("http2", "grpcio")
 
 
+#: the unary infer RPC's path: answered by a callback, its request parsed in place
+INFER_METHOD: Final = "/inference.GRPCInferenceService/ModelInfer"
+
+
 def create_grpc_server(
     server: ServerAPI,
     address: str,
@@ -89,10 +93,9 @@ def create_grpc_server(
                 (grpc_service_pb2.DESCRIPTOR.services_by_name["GRPCInferenceService"], inference),
                 (health_pb2.DESCRIPTOR.services_by_name["Health"], health),
             ],
-            # the callback handler does not forward headers: the coroutine one does
-            callbacks={}
-            if header_forwarder is not None
-            else {"/inference.GRPCInferenceService/ModelInfer": inference.model_infer_callback},
+            callbacks={
+                "/inference.GRPCInferenceService/ModelInfer": inference.model_infer_callback
+            },
             parsers={"/inference.GRPCInferenceService/ModelInfer": parse_infer_request},
         )
         level = GRPC_CORE_LEVELS.get(compression_level)

@@ -12,12 +12,11 @@ import dataclasses
 import functools
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from time import monotonic_ns
 from typing import TYPE_CHECKING, Any, Final, NamedTuple, NoReturn, Protocol, TypeVar
 
 import grpc
 
-from triton_core.errors import Status, TritonError, internal, invalid_arg, unsupported
+from triton_core.errors import Status, TritonError, invalid_arg, unsupported
 from triton_core.frontends import logging_extension
 from triton_core.frontends.common import parse_version
 from triton_core.frontends.grpc.codec import (
@@ -31,16 +30,16 @@ from triton_core.frontends.grpc.codec import (
 from triton_core.frontends.grpc.stream_order import InOrder, Place, answered_in_order
 from triton_core.frontends.grpc.wire import EncodedMessage, SplitInferRequest
 from triton_core.frontends.header_forwarding import HeaderForwarder
+from triton_core.frontends.infer import DECOUPLED_MESSAGES, InferPath, Reply, unexpected
 from triton_core.frontends.restricted import Restriction, Restrictions, first_value
 from triton_core.frontends.server_api import ServerAPI
-from triton_core.frontends.tracing import sent, start_trace, trace_setting, tracer_of
+from triton_core.frontends.tracing import trace_setting
 from triton_core.protos import grpc_service_pb2 as pb
 from triton_core.protos import grpc_service_pb2_grpc as pb_grpc
 from triton_core.protos import health_pb2, health_pb2_grpc
 from triton_core.streaming import ResponsePool
 
 if TYPE_CHECKING:
-    from triton_core.tracing import Trace
     from triton_core.types import (
         InferenceRequest,
         InferenceResponse,
@@ -49,7 +48,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 #: Triton's exact message for a decoupled model on the unary RPC (clients test for it)
-DECOUPLED_MESSAGE: Final = "ModelInfer RPC doesn't support models with decoupled transaction policy"
+DECOUPLED_MESSAGE: Final = DECOUPLED_MESSAGES["GRPC"]
 
 #: client metadata that asks for a real gRPC status, ending the stream, on the first error
 STREAM_ERROR_HEADER: Final = "triton_grpc_error"
@@ -64,11 +63,6 @@ _TensorMetadata = pb.ModelMetadataResponse.TensorMetadata
 async def _abort(context: grpc.aio.ServicerContext, error: TritonError) -> NoReturn:
     await context.abort(_STATUS_CODES[error.status], error.message)
     raise AssertionError("unreachable: context.abort raises")  # for type checkers
-
-
-def _unexpected(exc: Exception) -> TritonError:
-    log.exception("unexpected error in the gRPC frontend")
-    return internal(str(exc) or type(exc).__name__)
 
 
 #: what a unary RPC answers
@@ -88,19 +82,47 @@ def _aborts_on_error(
         except TritonError as exc:
             error = exc
         except Exception as exc:
-            error = _unexpected(exc)
+            error = unexpected(exc)
         await _abort(context, error)
 
     return rpc
 
 
-def _forward_headers(
-    forwarder: HeaderForwarder, request: InferenceRequest, context: grpc.aio.ServicerContext
-) -> None:
-    """The call's metadata that matches ``--grpc-header-forward-pattern``, as parameters."""
-    metadata = context.invocation_metadata() or ()
-    pairs = [(key, value) for key, value in metadata if isinstance(value, str)]
-    request.parameters.update(forwarder.parameters(pairs))
+def _text_pairs(metadata: Any) -> list[tuple[str, str]]:
+    """A call's metadata without its binary (``-bin``) values: what headers forward."""
+    return [(key, value) for key, value in metadata or () if isinstance(value, str)]
+
+
+class _CallReply:
+    """Answers a callback handler's call (the built-in transport)."""
+
+    __slots__ = ("_call",)
+
+    def __init__(self, call: CallbackCall) -> None:
+        self._call = call
+
+    def respond(self, response: InferenceResponse, request: InferenceRequest) -> None:
+        self._call.respond(encode_infer_answer(response, request))
+
+    def fail(self, error: TritonError) -> None:
+        self._call.fail(_STATUS_CODES[error.status], error.message)
+
+
+class _FutureReply:
+    """Resolves the future a grpc.aio ModelInfer coroutine awaits."""
+
+    __slots__ = ("_answered",)
+
+    def __init__(self, answered: asyncio.Future[Any]) -> None:
+        self._answered = answered
+
+    def respond(self, response: InferenceResponse, request: InferenceRequest) -> None:
+        if not self._answered.done():
+            self._answered.set_result(encode_infer_answer(response, request))
+
+    def fail(self, error: TritonError) -> None:
+        if not self._answered.done():
+            self._answered.set_exception(error)
 
 
 def _setting_value(value: pb.LogSettingsRequest.SettingValue) -> Any:
@@ -206,13 +228,11 @@ class GRPCInferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         response_pool_size: int | None = None,
     ) -> None:
         self._server = server
-        self._tracer = tracer_of(server)
         #: ``--grpc-max-response-pool-size``: a streamed request's responses produced but
         #: not yet written, at most (None: no bound)
         self.response_pool_size = response_pool_size
-        #: ``--grpc-header-forward-pattern``; with it, ModelInfer runs as a coroutine (the
-        #: transport gets no callback handler), so the callback path never checks for it
-        self.header_forwarder = header_forwarder
+        #: every infer RPC answers through it: forwarding, tracing, submission
+        self._infer = InferPath(server, "GRPC", forwarder=header_forwarder)
         for rpc, group in RPC_GROUPS.items():
             restriction = (restrictions or {}).get(group)
             if restriction is None:
@@ -363,97 +383,42 @@ class GRPCInferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     async def ModelInfer(
         self, request: pb.ModelInferRequest | SplitInferRequest, context: grpc.aio.ServicerContext
     ) -> pb.ModelInferResponse | EncodedMessage:
-        """One request, one response; decoupled models are refused as Triton does."""
-        tracing_since = monotonic_ns() if self._tracer.enabled else 0
-        trace = None
+        """One request, one response; decoupled models are refused as Triton does. grpc.aio
+        runs this coroutine; the built-in transport calls :meth:`model_infer_callback`."""
+        answered: asyncio.Future[pb.ModelInferResponse | EncodedMessage] = (
+            asyncio.get_running_loop().create_future()
+        )
+        submitted = self._answer(request, _FutureReply(answered), context.invocation_metadata)
         try:
-            infer_request = decode_infer_request(request)
-            if self.header_forwarder is not None:
-                _forward_headers(self.header_forwarder, infer_request, context)
-            server = self._server
-            if server.model_is_decoupled(infer_request.model_name, infer_request.model_version):
-                raise unsupported(DECOUPLED_MESSAGE)
-            if tracing_since:
-                trace = infer_request.trace = self._start_trace(
-                    infer_request, context.invocation_metadata(), tracing_since
-                )
-            response = await server.infer(infer_request)
-            if trace is not None:
-                trace.timestamp("INFER_RESPONSE_COMPLETE")
-            if response.error is not None:
-                raise response.error
-            answer = encode_infer_answer(response, infer_request)
-            if trace is not None:  # grpc.aio writes the answer after this returns
-                sent(trace, "GRPC", monotonic_ns())
-            return answer
-        except TritonError as exc:
-            error = exc
-        except Exception as exc:
-            error = _unexpected(exc)
-        if trace is not None:
-            sent(trace, "GRPC", monotonic_ns())
-        await _abort(context, error)
-
-    def _start_trace(self, request: InferenceRequest, metadata: Any, since: int) -> Trace | None:
-        received = (("GRPC_WAITREAD_START", since), ("GRPC_WAITREAD_END", monotonic_ns()))
-        return start_trace(self._tracer, request.model_name, metadata or (), received)
+            return await answered
+        except TritonError as error:
+            await _abort(context, error)
+        finally:
+            if submitted is not None:
+                submitted.cancel()  # the call ended first: the work is not wanted any more
 
     def model_infer_callback(
         self, request: pb.ModelInferRequest | SplitInferRequest, call: CallbackCall
     ) -> None:
-        """ModelInfer for transports that take callback handlers: no task per request.
+        """ModelInfer for transports that take callback handlers: no task per request; the
+        answer is sent from the response future's callback."""
+        submitted = self._answer(request, _CallReply(call), call.invocation_metadata)
+        if submitted is not None:
+            call.cancel_with(submitted)
 
-        Decodes and schedules at once; the answer is encoded and sent from the response
-        future's callback. Same answers as :meth:`ModelInfer`.
-        """
-        tracing_since = monotonic_ns() if self._tracer.enabled else 0
-        trace = None
+    def _answer(
+        self,
+        request: pb.ModelInferRequest | SplitInferRequest,
+        reply: Reply,
+        metadata: Callable[[], Any],
+    ) -> asyncio.Future[InferenceResponse] | None:
+        since = self._infer.received()
         try:
             infer_request = decode_infer_request(request)
-            server = self._server
-            if server.model_is_decoupled(infer_request.model_name, infer_request.model_version):
-                raise unsupported(DECOUPLED_MESSAGE)
-            if tracing_since:
-                trace = infer_request.trace = self._start_trace(
-                    infer_request, call.invocation_metadata(), tracing_since
-                )
-            future = server.submit(infer_request)
         except Exception as exc:
-            error = exc if isinstance(exc, TritonError) else _unexpected(exc)
-            send_start = monotonic_ns() if trace is not None else 0
-            call.fail(_STATUS_CODES[error.status], error.message)
-            if trace is not None:
-                sent(trace, "GRPC", send_start)
-            return
-
-        def answer(done: asyncio.Future[InferenceResponse]) -> None:
-            if done.cancelled():
-                if trace is not None:
-                    trace.end()
-                return  # the call ended first: nothing to answer
-            if trace is not None:
-                trace.timestamp("INFER_RESPONSE_COMPLETE")
-            send_start = monotonic_ns() if trace is not None else 0
-            try:
-                response = done.result()
-                if response.error is not None:
-                    raise response.error
-                message = encode_infer_answer(response, infer_request)
-            except TritonError as exc:
-                error = exc
-            except Exception as exc:
-                error = _unexpected(exc)
-            else:
-                call.respond(message)
-                if trace is not None:
-                    sent(trace, "GRPC", send_start)
-                return
-            call.fail(_STATUS_CODES[error.status], error.message)
-            if trace is not None:
-                sent(trace, "GRPC", send_start)
-
-        call.cancel_with(future)
-        future.add_done_callback(answer)
+            reply.fail(unexpected(exc))
+            return None
+        return self._infer.answer(infer_request, lambda: _text_pairs(metadata()), since, reply)
 
     async def ModelStreamInfer(
         self,
@@ -478,7 +443,11 @@ class GRPCInferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         """
         server = self._server
         raise_errors = _wants_grpc_errors(context)
-        forwarder = self.header_forwarder
+        infer_path = self._infer
+
+        def metadata() -> list[tuple[str, str]]:
+            return _text_pairs(context.invocation_metadata())
+
         pool_size = self.response_pool_size
         # this coroutine is the only writer: grpc.aio allows one write at a time per call
         queue: asyncio.Queue[_StreamItem] = asyncio.Queue()
@@ -496,16 +465,11 @@ class GRPCInferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
 
         async def respond(message: pb.ModelInferRequest, emit: Callable[[Any], None]) -> None:
             request_id = message.id
-            tracing_since = monotonic_ns() if self._tracer.enabled else 0
+            since = infer_path.received()
             trace = None
             try:
                 infer_request, empty_final = decode_stream_request(message)
-                if forwarder is not None:
-                    _forward_headers(forwarder, infer_request, context)
-                if tracing_since:
-                    trace = infer_request.trace = self._start_trace(
-                        infer_request, context.invocation_metadata(), tracing_since
-                    )
+                trace = infer_path.prepare(infer_request, metadata, since, one_answer=False)
                 deliver: Callable[[Any], None]
                 if pool_size is None:
                     pool = None
@@ -528,7 +492,7 @@ class GRPCInferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
             except TritonError as exc:
                 error = exc
             except Exception as exc:
-                error = _unexpected(exc)
+                error = unexpected(exc)
             finally:
                 if trace is not None:  # the stream's writer sends: no send timestamps here
                     trace.timestamp("INFER_RESPONSE_COMPLETE")
@@ -549,7 +513,7 @@ class GRPCInferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
             except grpc.aio.AbortError:
                 pass  # an error status already ended the stream: nothing more to read
             except Exception as exc:
-                put(_unexpected(exc))
+                put(unexpected(exc))
             put(_END)
 
         reader = asyncio.create_task(read())
