@@ -22,6 +22,7 @@ from tests.support import wait_until_async
 from triton_core.errors import Status, TritonError
 from triton_core.frontends.grpc import create_grpc_server
 from triton_core.frontends.grpc.server import TRANSPORTS
+from triton_core.frontends.grpc.limits import GrpcLimits
 from triton_core.frontends.grpc.servicer import DECOUPLED_MESSAGE
 from triton_core.protos import grpc_service_pb2 as pb
 from triton_core.protos import grpc_service_pb2_grpc as pb_grpc
@@ -35,7 +36,7 @@ from triton_core.types import (
     TensorMetadata,
 )
 
-MODELS = ("echo", "slow", "decoupled", "unavailable", "error_response", "crash")
+MODELS = ("echo", "slow", "gated", "decoupled", "unavailable", "error_response", "crash")
 
 
 _TENSORS = ((TensorMetadata("x", "FP32", (-1, 4)),), (TensorMetadata("y", "FP32", (-1, 4)),))
@@ -64,6 +65,8 @@ class StandInServer(FakeServer):
         )
         self.cancelled = 0
         self.started = asyncio.Event()
+        #: the ``gated`` model answers once this is set
+        self.gate = asyncio.Event()
 
     async def _answer(self, request: InferenceRequest) -> InferenceResponse:
         name = request.model_name
@@ -75,6 +78,8 @@ class StandInServer(FakeServer):
             raise RuntimeError("kaboom")
         if name == "slow":
             await self._sleep(float(request.inputs["delay"].data.flat[0]))
+        if name == "gated":
+            await self.gate.wait()
         outputs = list(request.inputs.values())
         if request.outputs is not None:
             wanted = request.output_names() or []
@@ -504,6 +509,35 @@ async def test_stream_errors_stay_in_band_and_the_stream_goes_on(
     np.testing.assert_array_equal(result.as_numpy("x"), np.ones(1))
     response = result.get_response()
     assert response.parameters["triton_final_response"].bool_param is True
+
+
+async def test_a_stream_is_not_read_past_its_requests_in_flight(
+    stand_in: StandInServer, transport: Any
+) -> None:
+    limits = GrpcLimits(max_stream_requests_in_flight=2)
+    server = create_grpc_server(stand_in, "127.0.0.1", 0, transport=transport, limits=limits)
+    await server.start()
+    sent = 5
+
+    async def requests() -> AsyncIterator[pb.ModelInferRequest]:
+        for i in range(sent):
+            message = raw_request("gated")
+            message.id = str(i)
+            yield message
+
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as channel:
+            call = pb_grpc.GRPCInferenceServiceStub(channel).ModelStreamInfer(requests())
+            await wait_until_async(lambda: len(stand_in.requests) == 2, what="two in flight")
+            # a third would be read at once without the bound; with it, never while gated
+            await asyncio.sleep(0.3)
+            assert len(stand_in.requests) == 2
+            stand_in.gate.set()
+            replies = [reply async for reply in call]
+    finally:
+        await server.stop(None)
+    assert [reply.infer_response.id for reply in replies] == [str(i) for i in range(sent)]
+    assert len(stand_in.requests) == sent
 
 
 async def test_stream_error_keeps_request_id(stub: pb_grpc.GRPCInferenceServiceStub) -> None:

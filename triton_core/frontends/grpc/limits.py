@@ -61,6 +61,9 @@ class GrpcLimits:
     #: None: connections live as long as they are used
     max_connection_age: float | None = None
     max_connection_age_grace: float | None = None
+    #: requests of one ModelStreamInfer stream read and not yet answered in full (answers
+    #: waiting to be written included); at the bound the stream is not read further
+    max_stream_requests_in_flight: int = 1024
     #: ``--grpc-max-response-pool-size``: a streamed request's responses produced but not yet
     #: written; its model's sender waits while this many are (None: no bound, Triton's INT_MAX)
     max_response_pool_size: int | None = None
@@ -77,6 +80,8 @@ class _Flag:
     help: str
     #: its grpcio channel argument, None where grpcio has no equivalent
     grpcio_option: str | None = None
+    #: the servicer applies it, on both transports
+    servicer: bool = False
 
 
 _FLAGS: Final = (
@@ -91,6 +96,9 @@ _FLAGS: Final = (
           "grpc.max_receive_message_length"),
     _Flag("--grpc-max-buffered-input", "max_buffered_input", "int",
           "bytes of request messages held while they arrive, over all calls"),
+    _Flag("--grpc-max-stream-requests-in-flight", "max_stream_requests_in_flight", "int",
+          "requests of one ModelStreamInfer stream not yet answered; past it the stream "
+          "is not read", servicer=True),
     _Flag("--grpc-http2-max-frame-size", "max_frame_size", "int",
           "bytes of one frame's payload (16384-16777215)", "grpc.http2.max_frame_size"),
     _Flag("--grpc-http2-stream-window-size", "stream_window_size", "int",
@@ -186,6 +194,7 @@ def checked(limits: GrpcLimits) -> GrpcLimits:
         ("max_header_list_size", 1024),
         ("max_message_size", 1),
         ("max_buffered_input", 1),
+        ("max_stream_requests_in_flight", 1),
         ("stream_window_size", 65_535),
         ("connection_window_size", 65_535),
         ("max_continuation_frames", 1),
@@ -217,6 +226,8 @@ def grpcio_options(limits: GrpcLimits) -> list[tuple[str, int]]:
     options = []
     for flag in _FLAGS:
         value = getattr(limits, flag.field)
+        if flag.servicer:
+            continue
         if flag.grpcio_option is None:
             if value != getattr(DEFAULT_LIMITS, flag.field):
                 raise ValueError(f"{flag.name} applies to --grpc-transport http2 only")

@@ -82,7 +82,11 @@ def create_grpc_server(
     files that cannot be used.
     """
     inference = GRPCInferenceServicer(
-        server, restrictions, header_forwarder, limits.max_response_pool_size
+        server,
+        restrictions,
+        header_forwarder,
+        limits.max_response_pool_size,
+        limits.max_stream_requests_in_flight,
     )
     health = HealthServicer(server, restrictions)
     tls = tls or TlsOptions("--grpc")

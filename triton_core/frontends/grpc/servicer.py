@@ -27,7 +27,14 @@ from triton_core.frontends.grpc.codec import (
     encode_stream_error,
     encode_stream_response,
 )
-from triton_core.frontends.grpc.stream_order import InOrder, Place, answered_in_order
+from triton_core.frontends.grpc.limits import DEFAULT_LIMITS
+from triton_core.frontends.grpc.stream_order import (
+    InOrder,
+    Place,
+    StreamRoom,
+    Ticket,
+    answered_in_order,
+)
 from triton_core.frontends.grpc.wire import EncodedMessage, SplitInferRequest
 from triton_core.frontends.header_forwarding import HeaderForwarder
 from triton_core.frontends.infer import DECOUPLED_MESSAGES, InferPath, Reply, unexpected
@@ -226,11 +233,15 @@ class GRPCInferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         restrictions: Restrictions | None = None,
         header_forwarder: HeaderForwarder | None = None,
         response_pool_size: int | None = None,
+        stream_requests_in_flight: int = DEFAULT_LIMITS.max_stream_requests_in_flight,
     ) -> None:
         self._server = server
         #: ``--grpc-max-response-pool-size``: a streamed request's responses produced but
         #: not yet written, at most (None: no bound)
         self.response_pool_size = response_pool_size
+        #: ``--grpc-max-stream-requests-in-flight``: requests of one stream read and not yet
+        #: answered in full, at most
+        self.stream_requests_in_flight = stream_requests_in_flight
         #: every infer RPC answers through it: forwarding, tracing, submission
         self._infer = InferPath(server, "GRPC", forwarder=header_forwarder)
         for rpc, group in RPC_GROUPS.items():
@@ -449,19 +460,28 @@ class GRPCInferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
             return _text_pairs(context.invocation_metadata())
 
         pool_size = self.response_pool_size
-        # this coroutine is the only writer: grpc.aio allows one write at a time per call
-        queue: asyncio.Queue[_StreamItem] = asyncio.Queue()
-        put = queue.put_nowait
-        in_order = InOrder(put)
+        # this coroutine is the only writer: grpc.aio allows one write at a time per call;
+        # each item goes with the ticket of the request that produced it
+        queue: asyncio.Queue[tuple[_StreamItem, Ticket | None]] = asyncio.Queue()
+        in_order = InOrder(queue.put_nowait)
+        room = StreamRoom(self.stream_requests_in_flight)
         tasks: set[asyncio.Task[None]] = set()
 
-        async def answer(message: pb.ModelInferRequest, place: Place | None) -> None:
-            emit = put if place is None else place.items.append
+        async def answer(
+            message: pb.ModelInferRequest, place: Place | None, ticket: Ticket
+        ) -> None:
+            sink = queue.put_nowait if place is None else place.items.append
+
+            def emit(item: Any) -> None:
+                ticket.unwritten += 1
+                sink((item, ticket))
+
             try:
                 await respond(message, emit)
             finally:
                 if place is not None:
                     in_order.complete(place)
+                ticket.done()
 
         async def respond(message: pb.ModelInferRequest, emit: Callable[[Any], None]) -> None:
             request_id = message.id
@@ -500,11 +520,18 @@ class GRPCInferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
             emit(error if raise_errors else encode_stream_error(error.message, request_id))
 
         async def read() -> None:
+            messages = aiter(request_iterator)
             try:
-                async for message in request_iterator:
+                while True:
+                    # at the bound the stream is not read: flow control holds the client
+                    ticket = await room.take()
+                    try:
+                        message = await anext(messages)
+                    except StopAsyncIteration:
+                        break
                     ordered = answered_in_order(server, message.model_name, message.model_version)
                     place = in_order.reserve() if ordered else None
-                    task = asyncio.create_task(answer(message, place))
+                    task = asyncio.create_task(answer(message, place, ticket))
                     tasks.add(task)
                     task.add_done_callback(tasks.discard)
                 # the client closed its side: finish what is in flight, then end the stream
@@ -513,24 +540,28 @@ class GRPCInferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
             except grpc.aio.AbortError:
                 pass  # an error status already ended the stream: nothing more to read
             except Exception as exc:
-                put(unexpected(exc))
-            put(_END)
+                queue.put_nowait((unexpected(exc), None))
+            queue.put_nowait((_END, None))
 
         reader = asyncio.create_task(read())
         try:
             while True:
-                item = await queue.get()
-                if item is _END:
-                    return
-                if isinstance(item, TritonError):
-                    await _abort(context, item)
-                if item.__class__ is _Pooled:
-                    # its room is free once its write begins, as Triton pops a response
-                    # from the pool when it hands it to gRPC's Write
-                    item.pool.release()
-                    await context.write(item.message)
-                    continue
-                await context.write(item)
+                item, ticket = await queue.get()
+                try:
+                    if item is _END:
+                        return
+                    if isinstance(item, TritonError):
+                        await _abort(context, item)
+                    if item.__class__ is _Pooled:
+                        # its room is free once its write begins, as Triton pops a response
+                        # from the pool when it hands it to gRPC's Write
+                        item.pool.release()
+                        await context.write(item.message)
+                        continue
+                    await context.write(item)
+                finally:
+                    if ticket is not None:
+                        ticket.written()
         finally:
             # the client went away, or an error ended the stream: stop the work in flight
             reader.cancel()
