@@ -21,8 +21,8 @@ from tests.fake_server import FakeModel, FakeServer
 from tests.support import wait_until_async
 from triton_core.errors import Status, TritonError
 from triton_core.frontends.grpc import create_grpc_server
-from triton_core.frontends.grpc.server import TRANSPORTS
 from triton_core.frontends.grpc.limits import GrpcLimits
+from triton_core.frontends.grpc.server import TRANSPORTS
 from triton_core.frontends.grpc.servicer import DECOUPLED_MESSAGE
 from triton_core.protos import grpc_service_pb2 as pb
 from triton_core.protos import grpc_service_pb2_grpc as pb_grpc
