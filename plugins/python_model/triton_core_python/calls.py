@@ -2,7 +2,8 @@
 management (``pb_utils.is_model_ready``, ``load_model``, ``unload_model``).
 
 Each call runs as a task on the server's event loop and answers on the stub's events
-socket; the stub may cancel a BLS call (its response iterator was dropped).
+socket, or a BLS call on the reply channel it names (:mod:`.replies`); the stub may cancel
+a BLS call (its response iterator was dropped).
 """
 
 from __future__ import annotations
@@ -38,6 +39,9 @@ logger = logging.getLogger("triton_core_python")
 
 #: sends one message on the stub's events socket: (kind, ident, body, shared-memory block)
 SendEvent = Callable[[int, int, Any, Any], None]
+#: sends a BLS call's answer on the reply channel it named (0: events): (reply, ident, body,
+#: shared-memory block)
+SendAnswer = Callable[[int, int, Any, Any], None]
 
 
 class ModelCalls:
@@ -49,10 +53,14 @@ class ModelCalls:
         loop: asyncio.AbstractEventLoop | None,
         send_event: SendEvent,
         traces: weakref.WeakValueDictionary[int, Any],
+        send_answer: SendAnswer | None = None,
     ) -> None:
         self._server = server
         self._loop = loop
         self._send_event = send_event
+        self._send_answer: SendAnswer = send_answer or (
+            lambda _, ident, body, block: send_event(ipc.BLS_RESPONSE, ident, body, block)
+        )
         #: the traces of requests sent to the stub, by id: their BLS calls continue them
         self._traces = traces
         #: the process's shared memory, once it started
@@ -63,7 +71,9 @@ class ModelCalls:
 
     def start_infer(self, message: ipc.Message) -> None:
         """A BLS request: run it through the server, answer each response."""
-        self._start(message.ident, self._infer(message.ident, message.body, message.block))
+        reply = message.body[11]
+        coroutine = self._infer(message.ident, reply, message.body, message.block)
+        self._start(message.ident, coroutine, reply)
 
     def start_management(self, message: ipc.Message) -> None:
         """A model-management call (ready, load, unload)."""
@@ -90,11 +100,11 @@ class ModelCalls:
         for task in list(self._tasks.values()):
             loop.call_soon_threadsafe(task.cancel)
 
-    def _start(self, ident: int, coroutine: Any) -> None:
+    def _start(self, ident: int, coroutine: Any, reply: int = 0) -> None:
         if self._loop is None:
             coroutine.close()
-            self._send_event(
-                ipc.BLS_RESPONSE,
+            self._send_answer(
+                reply,
                 ident,
                 (True, ((), (CODES[Status.UNSUPPORTED], "no server to call"), None)),
                 None,
@@ -104,10 +114,10 @@ class ModelCalls:
         self._tasks[ident] = task
         task.add_done_callback(lambda _: self._tasks.pop(ident, None))
 
-    async def _infer(self, ident: int, body: Any, block: Any) -> None:
+    async def _infer(self, ident: int, reply: int, body: Any, block: Any) -> None:
         (
             model_name, version, request_id, correlation_id, flags, timeout, parameters,
-            outputs, descriptors, decoupled, trace_id,
+            outputs, descriptors, decoupled, trace_id, _,
         ) = body  # fmt: skip
         memory = self.memory
         assert memory is not None and self._server is not None
@@ -132,23 +142,23 @@ class ModelCalls:
             if decoupled:
                 self._streams[ident] = request
                 async for response in server.infer_stream(request):
-                    self._answer(ident, response.final, response)
+                    self._answer(ident, reply, response.final, response)
             else:
                 response = await server.infer(request, nested=True)
-                self._answer(ident, True, response)
+                self._answer(ident, reply, True, response)
         except asyncio.CancelledError:
-            self._answer_error(ident, TritonError(Status.CANCELLED, "BLS request cancelled"))
+            self._answer_error(ident, reply, TritonError(Status.CANCELLED, "BLS request cancelled"))
         except TritonError as error:
-            self._answer_error(ident, error)
+            self._answer_error(ident, reply, error)
         except Exception as exc:
             logger.exception("BLS request to model '%s' failed", model_name)
             self._answer_error(
-                ident, internal(f"BLS request to model '{model_name}' failed: {exc}")
+                ident, reply, internal(f"BLS request to model '{model_name}' failed: {exc}")
             )
         finally:
             self._streams.pop(ident, None)
 
-    def _answer(self, ident: int, final: bool, response: InferenceResponse) -> None:
+    def _answer(self, ident: int, reply: int, final: bool, response: InferenceResponse) -> None:
         memory = self.memory
         assert memory is not None
         packer = Packer()
@@ -163,15 +173,13 @@ class ModelCalls:
         try:
             block = packer.write(memory.arena)
         except SharedMemoryError as exc:
-            self._answer_error(ident, unavailable(str(exc)))
+            self._answer_error(ident, reply, unavailable(str(exc)))
             return
-        self._send_event(
-            ipc.BLS_RESPONSE, ident, (final, (descriptors, None, parameters or None)), block
-        )
+        self._send_answer(reply, ident, (final, (descriptors, None, parameters or None)), block)
 
-    def _answer_error(self, ident: int, error: TritonError) -> None:
-        self._send_event(
-            ipc.BLS_RESPONSE,
+    def _answer_error(self, ident: int, reply: int, error: TritonError) -> None:
+        self._send_answer(
+            reply,
             ident,
             (True, ((), (CODES.get(error.status, 1), error.message), None)),
             None,

@@ -2,7 +2,9 @@
 
 Each instance has two sockets: *control* (the server's instance thread sends ``EXECUTE``
 and waits for ``EXECUTE_DONE``; also init and finalize) and *events* (everything that may
-happen at any time: decoupled responses, BLS calls, cancellation queries, logs, frees).
+happen at any time: decoupled responses, BLS calls, cancellation queries, logs, frees),
+and the stub may add reply channels that carry the answers of one BLS call at a time
+(:mod:`.replies`).
 A seqpacket socket keeps message boundaries, so one ``sendmsg`` is one message and one
 ``recvmsg`` reads it whole.
 
@@ -70,6 +72,9 @@ REGIONS = 23  # server -> stub (control): clients' regions announced ahead of a 
 RESPONSE_ROOM = 24
 READINESS_QUERY = 25  # server -> stub (events): call the model's is_ready()
 READINESS_ANSWER = 26  # stub -> server (events): (ready, error message or None)
+#: stub -> server (events): a socket of the stub's own for the answers of the BLS calls that
+#: name it (ident: its id; its descriptor rides along), see :mod:`.replies`
+REPLY_CHANNEL = 27
 
 #: largest message sent inline; bigger ones go through shared memory (seqpacket messages
 #: are bounded by the socket buffer, ~200 KiB by default)
@@ -83,6 +88,11 @@ _ANCILLARY = socket.CMSG_SPACE(_MAX_FDS * 4)
 # plain ints: the socket module's flags are enums, slow to combine on every message
 _DONTWAIT = int(socket.MSG_DONTWAIT)
 _TRUNCATED = int(socket.MSG_TRUNC) | int(socket.MSG_CTRUNC)
+
+
+#: a sent message's block: (segment, offset, length) in the sender's arena, the tensors'
+#: bytes themselves, or None
+OutBlock = tuple[int, int, int] | bytearray | bytes | None
 
 
 class PeerClosed(ConnectionError):
@@ -136,7 +146,8 @@ class Channel:
         self.memory = memory
         #: bit of this channel in Segment.announced
         self._bit = 1 << index
-        self._send_lock = threading.Lock()
+        #: held from :meth:`encode` to :meth:`transmit`
+        self.lock = threading.Lock()
         self._buffer = bytearray(INLINE_LIMIT + 4096)
         self._view = memoryview(self._buffer)
 
@@ -153,39 +164,55 @@ class Channel:
     ) -> None:
         """Send one message (with ``extra_fds`` for its body); raises :class:`PeerClosed`
         when the peer is gone."""
+        with self.lock:
+            message, fds = self.encode(kind, ident, body, block, extra_fds)
+            self.transmit(message, fds)
+
+    def encode(
+        self, kind: int, ident: int, body: Any, block: OutBlock, extra_fds: list[int] | None = None
+    ) -> tuple[bytes, list[int]]:
+        """The bytes and descriptors of one message, to be transmitted next on this channel
+        (it takes the queued frees and marks segments announced): the caller holds
+        :attr:`lock` until it transmitted them."""
         memory = self.memory
         extra = len(extra_fds) if extra_fds else 0
-        with self._send_lock:
-            fds: list[int] = []
-            announced: list[tuple[int, int]] = []
-            if type(block) is tuple:
-                self._announce(block[0], fds, announced)
-            frees = memory.leases.drain()
-            dropped = _drain(memory.arena.dropped)
+        fds: list[int] = []
+        announced: list[tuple[int, int]] = []
+        if type(block) is tuple:
+            self._announce(block[0], fds, announced)
+        frees = memory.leases.drain()
+        dropped = _drain(memory.arena.dropped)
+        message = marshal.dumps((kind, ident, body, block, frees, tuple(announced), dropped, extra))
+        if len(message) > INLINE_LIMIT:
+            inner = marshal.dumps((kind, ident, body, block))
+            segment, offset = memory.arena.alloc(len(inner))
+            segment.view[offset : offset + len(inner)] = inner
+            spill = (segment.id, offset, len(inner))
+            self._announce(segment.id, fds, announced)
             message = marshal.dumps(
-                (kind, ident, body, block, frees, tuple(announced), dropped, extra)
+                (INDIRECT, 0, None, spill, frees, tuple(announced), dropped, extra)
             )
-            if len(message) > INLINE_LIMIT:
-                inner = marshal.dumps((kind, ident, body, block))
-                segment, offset = memory.arena.alloc(len(inner))
-                segment.view[offset : offset + len(inner)] = inner
-                spill = (segment.id, offset, len(inner))
-                self._announce(segment.id, fds, announced)
-                message = marshal.dumps(
-                    (INDIRECT, 0, None, spill, frees, tuple(announced), dropped, extra)
+        if extra_fds:
+            fds += extra_fds
+        return message, fds
+
+    def transmit(self, message: bytes, fds: list[int], nonblocking: bool = False) -> None:
+        """Send what :meth:`encode` made; raises :class:`PeerClosed` when the peer is gone
+        and, ``nonblocking``, BlockingIOError when the socket is full (nothing was sent)."""
+        flags = _DONTWAIT if nonblocking else 0
+        try:
+            if fds:
+                self.sock.sendmsg(
+                    [message],
+                    [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))],
+                    flags,
                 )
-            if extra_fds:
-                fds += extra_fds
-            try:
-                if fds:
-                    self.sock.sendmsg(
-                        [message],
-                        [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))],
-                    )
-                else:
-                    self.sock.send(message)
-            except OSError as exc:  # EPIPE, ECONNRESET ...: the frees are lost with the peer
-                raise PeerClosed(str(exc)) from None
+            else:
+                self.sock.send(message, flags)
+        except BlockingIOError:
+            raise
+        except OSError as exc:  # EPIPE, ECONNRESET ...: the frees are lost with the peer
+            raise PeerClosed(str(exc)) from None
 
     def _announce(self, segment_id: int, fds: list[int], announced: list[tuple[int, int]]) -> None:
         segment = self.memory.arena.segment(segment_id)

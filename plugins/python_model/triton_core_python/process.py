@@ -5,7 +5,8 @@ tensors into shared memory, sends ``EXECUTE`` and blocks until ``EXECUTE_DONE``,
 output tensors it hands on as numpy views of the stub's shared memory (no copy; the block
 is freed when the last view dies). The *events* socket is read on the server's event loop:
 decoupled responses go to their requests' response senders, BLS calls run through
-``Server.infer``/``Server.infer_stream`` as tasks, cancellation queries read the senders.
+``Server.infer``/``Server.infer_stream`` as tasks (answered on the reply channel the call
+names, see :mod:`.replies`), cancellation queries read the senders.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import logging
 import os
 import select
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -41,6 +43,7 @@ from triton_core_python.calls import ModelCalls
 from triton_core_python.codes import status_of
 from triton_core_python.metrics import ModelMetricBudget, StubMetrics
 from triton_core_python.regions import RegionAnnouncer
+from triton_core_python.replies import ReplyOutbox
 from triton_core_python.shm import Arena, SharedMemoryError
 
 if TYPE_CHECKING:
@@ -176,7 +179,9 @@ class StubProcess:
         #: the traces of traced requests sent to the stub, by id: their BLS calls continue them
         self._traces: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
         #: BLS and model-management calls the model makes
-        self.calls = ModelCalls(server, loop, self._send_event, self._traces)
+        self.calls = ModelCalls(server, loop, self._send_event, self._traces, self._send_answer)
+        #: the stub's reply channels, by id (see :mod:`.replies`)
+        self._replies: dict[int, ReplyOutbox] = {}
         #: batches to the stub's wire form and back; its decoupled requests by key
         self.codec = BatchCodec(settings, self._traces)
         #: the clients' system regions this process maps
@@ -356,6 +361,7 @@ class StubProcess:
         for channel in (self.control, self.events):
             if channel is not None:
                 channel.close()
+        self._close_replies()
         self._fail_pending("the model instance was unloaded")
         self._release_metrics()
         if self.memory is not None:
@@ -712,6 +718,23 @@ class StubProcess:
             answered = self._readiness_waiters.pop(message.ident, None)
             if answered is not None:
                 answered(message.body)
+        elif kind == ipc.REPLY_CHANNEL:
+            self._open_reply(message.ident, message.fds)
+
+    def _open_reply(self, ident: int, fds: tuple[int, ...]) -> None:
+        """The stub made a reply channel: its BLS calls that name it are answered there."""
+        memory = self.memory
+        if len(fds) != 1 or memory is None or self.dead or self.closing:
+            for fd in fds:
+                os.close(fd)
+            return
+        channel = ipc.Channel(socket.socket(fileno=fds[0]), memory, 1 + ident)
+        self._replies[ident] = ReplyOutbox(channel, self._loop)
+
+    def _close_replies(self) -> None:
+        replies, self._replies = self._replies, {}
+        for outbox in replies.values():
+            outbox.close()
 
     def ask_readiness(self, answered: Callable[[tuple[bool, str | None]], None]) -> None:
         """Call the model's ``is_ready()``; ``answered((ready, error or None))`` follows on
@@ -818,6 +841,17 @@ class StubProcess:
         else:
             pool.when_room(lambda: self._send_event(ipc.RESPONSE_ROOM, room, None, None))
 
+    def _send_answer(self, reply: int, ident: int, body: Any, block: Any) -> None:
+        """A BLS call's answer, on the reply channel the call named (0: events)."""
+        outbox = self._replies.get(reply) if reply else None
+        if outbox is None:
+            self._send_event(ipc.BLS_RESPONSE, ident, body, block)
+            return
+        if self.dead:
+            return
+        with contextlib.suppress(ipc.PeerClosed):  # the end of the stream reports the death
+            outbox.send(ipc.BLS_RESPONSE, ident, body, block)
+
     def _send_event(self, kind: int, ident: int, body: Any, block: Any) -> None:
         events = self.events
         if events is None or self.dead:
@@ -873,6 +907,7 @@ class StubProcess:
             f"the Python process of model '{self.settings.model_name}' instance "
             f"'{self.settings.instance_name}' {description}; the instance is restarting"
         )
+        self._close_replies()
         self._release_metrics()
         # before READY (pid still 0) start() reports the failure: nothing to restart yet
         if self.on_death is not None and self.pid:

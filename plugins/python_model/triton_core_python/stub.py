@@ -5,8 +5,10 @@ with two seqpacket sockets (see :mod:`triton_core_python.ipc`):
 
 * the main thread reads *control*: ``INIT`` (import the model, ``initialize(args)``),
   ``EXECUTE`` (run ``execute(requests)``, answer ``EXECUTE_DONE``), ``FINALIZE``;
-* a reader thread reads *events*: answers to BLS calls, cancellation queries and model
-  management calls the model made, and frees of shared memory.
+* a reader thread reads *events*: answers to cancellation queries, model management
+  calls and ``async_exec`` BLS calls the model made, and frees of shared memory;
+* a thread that waits for its own BLS call (``exec()``, iterating ``exec(decoupled=True)``)
+  reads the answers itself, from a reply channel (:mod:`triton_core_python.replies`).
 
 The model's own threads may send responses (decoupled models), make BLS calls and log at
 any time; those go out on *events*. When the server goes away, both sockets end and the
@@ -49,6 +51,7 @@ import triton_python_backend_utils as pb_utils
 
 from triton_core_python import ipc
 from triton_core_python.regions import INVALID_ARG, MappedRegions, RegionError
+from triton_core_python.replies import Reply, ReplyPool
 from triton_core_python.shm import Arena
 from triton_core_python.wire import NUMPY_DTYPES, Packer, deserialize_bytes, unpack
 
@@ -118,6 +121,8 @@ class Stub:
         self._answered_at = 0
         self.commands = ipc.Channel(control, self.memory, 0)
         self.events = ipc.Channel(events, self.memory, 1)
+        #: sockets on which a waiting thread reads its BLS call's answers itself
+        self.replies = ReplyPool(self.memory, self.events)
         #: clients' system regions the server sent: their tensors are read and written here
         self.regions = MappedRegions()
         self._waiters: dict[int, _Deliver] = {}
@@ -567,10 +572,13 @@ class Stub:
             raise pb_utils.TritonModelException("the server is gone") from None
         room.get()
 
-    def _call(self, kind: int, body: Any, block: Any, deliver: _Deliver) -> int:
+    def _call(self, kind: int, body: Any, block: Any, deliver: _Deliver | None) -> int:
+        """Send a call; its answers go to ``deliver`` on the events thread (None: they
+        come on a reply channel the caller reads)."""
         self._called = True
         ident = next(self._ids)
-        self._waiters[ident] = deliver
+        if deliver is not None:
+            self._waiters[ident] = deliver
         try:
             self.events.send(kind, ident, body, block)
         except ipc.PeerClosed:
@@ -578,7 +586,11 @@ class Stub:
             raise pb_utils.TritonModelException("the server is gone") from None
         return ident
 
-    def _bls_body(self, request: pb_utils.InferenceRequest, decoupled: bool) -> tuple[Any, Any]:
+    def _bls_body(
+        self, request: pb_utils.InferenceRequest, decoupled: bool, reply: int = 0
+    ) -> tuple[Any, Any]:
+        """A BLS_REQUEST's body and block; ``reply``: the reply channel of its answers
+        (0: *events*)."""
         if not self._serving:
             raise pb_utils.TritonModelException(
                 "BLS is only supported during the 'execute' function."
@@ -597,11 +609,35 @@ class Stub:
             inputs,
             decoupled,
             request._trace._trace_id,
+            reply,
         )
         return body, packer.write(self.memory.arena)
 
     def infer(self, request: pb_utils.InferenceRequest, decoupled: bool) -> Any:
-        """BLS ``exec``: the response, or an iterator over a decoupled model's responses."""
+        """BLS ``exec``: the response, or an iterator over a decoupled model's responses.
+
+        The calling thread reads the answers from a reply channel itself, so that an
+        answer wakes it alone rather than the events thread first (see :mod:`.replies`)."""
+        try:
+            reply = self.replies.take()
+        except ipc.PeerClosed:
+            raise pb_utils.TritonModelException("the server is gone") from None
+        if reply is None:  # as many calls wait as the pool holds: answers come on events
+            return self._infer_relayed(request, decoupled)
+        try:
+            body, block = self._bls_body(request, decoupled, reply.ident)
+            ident = self._call(ipc.BLS_REQUEST, body, block, None)
+        except BaseException:
+            self.replies.give(reply)  # nothing was sent: no answer will come
+            raise
+        source = _ReplySource(self, reply)
+        if decoupled:
+            return pb_utils.ResponseIterator(source, lambda: self._cancel_bls(ident))
+        response, _ = source()
+        return response
+
+    def _infer_relayed(self, request: pb_utils.InferenceRequest, decoupled: bool) -> Any:
+        """:meth:`infer` with the answers relayed by the events thread."""
         if decoupled:
             return self._stream(request, lambda iterator: None)
         answers: queue.SimpleQueue[tuple[Any, bool]] = queue.SimpleQueue()
@@ -613,8 +649,9 @@ class Stub:
     def _stream(
         self, request: pb_utils.InferenceRequest, on_first: Callable[[Any], None]
     ) -> pb_utils.ResponseIterator:
-        """A decoupled BLS call: the iterator over its responses; ``on_first(iterator)``
-        runs (on the events thread) once the first response or the final flag is in."""
+        """A decoupled BLS call answered on events: the iterator over its responses;
+        ``on_first(iterator)`` runs (on the events thread) once the first response or the
+        final flag is in."""
         answers: queue.SimpleQueue[tuple[Any, bool]] = queue.SimpleQueue()
         idents: list[int] = []
         iterator = pb_utils.ResponseIterator(answers.get, lambda: self._cancel_bls(idents[0]))
@@ -787,6 +824,40 @@ class Stub:
             None if error is None else pb_utils.TritonError(error[1], error[0]),
             parameters,
         )
+
+
+class _ReplySource:
+    """What a BLS call's caller reads its answers with, from its reply channel; a
+    decoupled call's response iterator holds it. Dropped before the final answer, it
+    leaves the rest to be drained."""
+
+    __slots__ = ("_reply", "_stub")
+
+    def __init__(self, stub: Stub, reply: Reply) -> None:
+        self._stub = stub
+        self._reply: Reply | None = reply
+
+    def __call__(self) -> tuple[Any, bool]:
+        """The next answer: (response, final). The channel goes back to the pool after the
+        final one."""
+        reply = self._reply
+        assert reply is not None, "read after the final answer"
+        try:
+            message = reply.recv()
+        except ipc.PeerClosed:
+            self._reply = None
+            raise pb_utils.TritonModelException("the server is gone") from None
+        assert message is not None and message.kind == ipc.BLS_RESPONSE
+        final, item = message.body
+        if final:
+            self._reply = None
+            self._stub.replies.give(reply)
+        return self._stub._response(message.block, item), final
+
+    def __del__(self) -> None:
+        if self._reply is not None:
+            with contextlib.suppress(RuntimeError):  # the interpreter is exiting
+                self._stub.replies.abandon(self._reply)
 
 
 def _rescheduled(requests: list[pb_utils.InferenceRequest]) -> list[int]:
