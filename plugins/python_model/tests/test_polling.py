@@ -217,3 +217,46 @@ max_batch_size: 0
 input [ { name: "INPUT0" data_type: TYPE_INT32 dims: [ 1 ] } ]
 output [ { name: "OUTPUT0" data_type: TYPE_INT32 dims: [ 1 ] } ]
 """
+
+
+async def test_after_answering_a_bls_call_the_server_polls_for_the_callers_batch_answer(
+    repo, write_model, models, make_server, monkeypatch
+):
+    """Once a BLS call's answer is written and the caller's batch is all the server has to
+    do, the caller's answer (or its next call) is the next thing to come: the loop polls
+    for it instead of sleeping. Read from the polls the server makes, as above."""
+    _write_echo(repo, write_model, models)
+    write_model(repo, "bls_echo", BLS_ECHO, BLS_ECHO_CONFIG)
+    polls: list[tuple[str, bool]] = []
+    wait = StubProcess._wait_for_answer
+
+    def recording(self, deadline, after_reply=False):
+        polls.append((self.settings.model_name, after_reply))
+        return wait(self, deadline, after_reply)
+
+    monkeypatch.setattr(StubProcess, "_wait_for_answer", recording)
+    options = {"python": {"stub-spin-us": WIDE_WINDOW_US}}
+    async with make_server(repo, backend_options=options) as server:
+        for value in range(10):
+            tensor = Tensor("INPUT0", "INT32", np.array([value]))
+            response = await server.infer(InferenceRequest("bls_echo", {"INPUT0": tensor}))
+            assert response.output("OUTPUT0").data.tolist() == [value]
+    after_replies = [model for model, after_reply in polls if after_reply]
+    # only the caller is polled for; with a 10 ms window nearly every call's answer is
+    # followed by a poll (one that ran out stops them until an answer comes in time again)
+    assert set(after_replies) == {"bls_echo"}, polls
+    assert len(after_replies) >= 5, polls
+
+
+async def test_no_poll_after_a_bls_answer_without_a_window(
+    repo, write_model, models, make_server, monkeypatch
+):
+    _write_echo(repo, write_model, models)
+    write_model(repo, "bls_echo", BLS_ECHO, BLS_ECHO_CONFIG)
+    polled: list[object] = []
+    monkeypatch.setattr(StubProcess, "_wait_for_answer", lambda *args: polled.append(args))
+    async with make_server(repo, backend_options={"python": {"stub-spin-us": "0"}}) as server:
+        tensor = Tensor("INPUT0", "INT32", np.array([1]))
+        response = await server.infer(InferenceRequest("bls_echo", {"INPUT0": tensor}))
+        assert response.output("OUTPUT0").data.tolist() == [1]
+    assert polled == []

@@ -202,6 +202,11 @@ class StubProcess:
         self._answers_quickly = bool(self._spin_ns)
         self._sent_ns = 0
         self._sent_ident = 0
+        #: when the last answer of a BLS call went to this process while its batch was all
+        #: the server had to do (0: none since its last batch answer), and whether the batch
+        #: answer came within the spin window after such a call's answer
+        self._replied_ns = 0
+        self._finishes_quickly = bool(self._spin_ns)
         self._poller: Any = None
         #: (ident, requests) of the batch a worker thread waits for (worker-thread mode)
         self._running: tuple[int, list[InferenceRequest]] | None = None
@@ -441,8 +446,9 @@ class StubProcess:
                 raise
             self._sent_ns = time.monotonic_ns()
             self._sent_ident = ident
+            self._replied_ns = 0
             if alone and self._answers_quickly:
-                self._wait_for_answer()
+                self._wait_for_answer(self._sent_ns + self._spin_ns)
             return
         # serializing and copying big tensors would stall the loop: do it on a thread
         assert self._loop is not None
@@ -547,7 +553,11 @@ class StubProcess:
     def _answered(self, message: ipc.Message) -> None:
         """Hand a batch's answer to its ``done`` (event-loop mode)."""
         if message.ident == self._sent_ident and self._spin_ns:
-            self._answers_quickly = time.monotonic_ns() - self._sent_ns < self._spin_ns
+            now = time.monotonic_ns()
+            self._answers_quickly = now - self._sent_ns < self._spin_ns
+            if self._replied_ns:
+                self._finishes_quickly = now - self._replied_ns < self._spin_ns
+                self._replied_ns = 0
         entry = self._in_flight.pop(message.ident, None)
         if entry is None:
             return
@@ -565,8 +575,22 @@ class StubProcess:
         server = self._server
         return server is not None and server.requests_in_flight <= count
 
-    def _wait_for_answer(self) -> None:
-        """Poll for the answer of the batch just sent, for at most the spin window.
+    def _poll_after_reply(self) -> None:
+        """The last answer of a BLS call went to this process: when its batch is all the
+        server has to do, the batch's answer (or its next call) is the next thing to come,
+        so poll for it as for a batch just sent, unless the model took longer than the
+        window after its last call."""
+        if not self._spin_ns or len(self._in_flight) != 1:
+            return
+        batch = next(iter(self._in_flight.values()))[2]
+        if not self._alone(len(batch)) or self._server.nested_requests_in_flight:
+            return
+        self._replied_ns = time.monotonic_ns()
+        if self._finishes_quickly:
+            self._wait_for_answer(self._replied_ns + self._spin_ns, after_reply=True)
+
+    def _wait_for_answer(self, deadline: int, after_reply: bool = False) -> None:
+        """Poll for the answer of the batch in flight until ``deadline``.
 
         Called on the event loop only when the batch is all the server has in flight and
         this process's last answer came within the window: the loop would otherwise sleep
@@ -582,7 +606,6 @@ class StubProcess:
             poller.register(control.fileno(), select.POLLIN)
             poller.register(events.fileno(), select.POLLIN)
         control_fd = control.fileno()
-        deadline = self._sent_ns + self._spin_ns
         while True:
             ready = poller.poll(0)
             if ready:
@@ -596,7 +619,10 @@ class StubProcess:
                     loop.call_soon(self._answered, message)
                 return
             if time.monotonic_ns() > deadline:
-                self._answers_quickly = False
+                if after_reply:
+                    self._finishes_quickly = False
+                else:
+                    self._answers_quickly = False
                 return
 
     def _control_ended(self) -> None:
@@ -851,6 +877,8 @@ class StubProcess:
             return
         with contextlib.suppress(ipc.PeerClosed):  # the end of the stream reports the death
             outbox.send(ipc.BLS_RESPONSE, ident, body, block)
+        if body[0]:  # the call's last answer: the model goes on with its batch
+            self._poll_after_reply()
 
     def _send_event(self, kind: int, ident: int, body: Any, block: Any) -> None:
         events = self.events
