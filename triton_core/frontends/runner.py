@@ -33,11 +33,10 @@ from triton_core.server import Server
 from triton_core.threads import OffloadThreads
 
 if TYPE_CHECKING:
-    import uvicorn
-
     from triton_core.frontends.http.codec import JsonLimits
     from triton_core.frontends.http.fast_path import ASGIApp
     from triton_core.frontends.http.protocol import HttpLimits
+    from triton_core.frontends.http.server import HttpServer
 
 logger = logging.getLogger("triton_core")
 
@@ -190,7 +189,7 @@ async def serve(server: Server, options: FrontendOptions) -> int:
             sock.close()
         await server.stop(options.exit_timeout_secs)
         return 1
-    uvicorn_servers = []
+    http_servers = []
     if "HTTP" in sockets:
         from triton_core.frontends.http.app import set_decode_threads
         from triton_core.frontends.http.codec import DEFAULT_JSON_LIMITS
@@ -205,7 +204,7 @@ async def serve(server: Server, options: FrontendOptions) -> int:
             json_limits=options.http_json_limits or DEFAULT_JSON_LIMITS,
             header_forwarder=_forwarder(options.http_header_forward_pattern),
         )
-        uvicorn_servers.append(_start_uvicorn(app, sockets["HTTP"], options, http_ssl))
+        http_servers.append(_start_http_server(app, sockets["HTTP"], options, http_ssl))
         logger.info(
             "Started HTTPService at %s:%d%s",
             options.http_address,
@@ -220,13 +219,13 @@ async def serve(server: Server, options: FrontendOptions) -> int:
             metrics_app = options.metrics_app_factory(server, options.metrics)
         else:
             metrics_app = create_metrics_app(create_registry(server, options.metrics))
-        uvicorn_servers.append(_start_uvicorn(metrics_app, sockets["metrics"], options))
+        http_servers.append(_start_http_server(metrics_app, sockets["metrics"], options))
         logger.info(
             "Started Metrics Service at %s:%d",
             options.metrics_address or options.http_address,
             _port_of(sockets["metrics"]),
         )
-    uvicorn_servers += _start_cloud(server, options, sockets, metrics_app, vertex_ai_model)
+    http_servers += _start_cloud(server, options, sockets, metrics_app, vertex_ai_model)
     grpc_server = None
     if options.allow_grpc:
         from triton_core.frontends.grpc.server import create_grpc_server
@@ -271,11 +270,8 @@ async def serve(server: Server, options: FrontendOptions) -> int:
     waits: list[Awaitable[None]] = []
     if grpc_server is not None:
         waits.append(grpc_server.stop(remaining()))
-    for uvicorn_server, task in uvicorn_servers:
-        # a float works: uvicorn waits with asyncio (its annotation says int)
-        uvicorn_server.config.timeout_graceful_shutdown = remaining()  # type: ignore[assignment]
-        uvicorn_server.should_exit = True
-        waits.append(task)
+    for http_server in http_servers:
+        waits.append(http_server.stop(remaining()))
     try:
         results = await asyncio.wait_for(
             asyncio.gather(*waits, return_exceptions=True), remaining() + 1.0
@@ -343,7 +339,7 @@ def _start_cloud(
     sockets: dict[str, socket.socket],
     metrics_app: ASGIApp | None,
     vertex_ai_model: str,
-) -> list[tuple[uvicorn.Server, asyncio.Task[None]]]:
+) -> list[HttpServer]:
     """Serve the SageMaker and Vertex AI listeners, with the HTTP endpoint's limits and
     restrictions (as tritonserver applies its HTTP flags to them)."""
     if "sagemaker" not in sockets and "vertex_ai" not in sockets:
@@ -363,7 +359,7 @@ def _start_cloud(
     if "sagemaker" in sockets:
         threads = _cloud_threads(options.sagemaker.thread_count, "sagemaker-infer")
         app: ASGIApp = SageMakerApp(server, v2_app, options.sagemaker, threads=threads, **limits)
-        started.append(_start_uvicorn(app, sockets["sagemaker"], options))
+        started.append(_start_http_server(app, sockets["sagemaker"], options))
         logger.info(
             "Started Sagemaker HTTPService at %s:%d",
             options.sagemaker.address,
@@ -381,7 +377,7 @@ def _start_cloud(
             threads=_cloud_threads(options.vertex_ai.thread_count, "vertex-ai-infer"),
             **limits,
         )
-        started.append(_start_uvicorn(app, sockets["vertex_ai"], options))
+        started.append(_start_http_server(app, sockets["vertex_ai"], options))
         logger.info(
             "Started Vertex AI HTTPService at %s:%d",
             options.vertex_ai.address,
@@ -460,20 +456,6 @@ def _check_tls(options: FrontendOptions) -> ssl.SSLContext | None:
     return options.http_tls.server_context(["http/1.1"])
 
 
-class _UvicornStartLines(logging.Filter):
-    """Drops the line each uvicorn server logs as it starts: the process has several (HTTP,
-    metrics, cloud endpoints) and the runner says it once for all of them."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not str(record.msg).startswith("Started server process")
-
-
-def _drop_uvicorn_start_lines() -> None:
-    uvicorn_log = logging.getLogger("uvicorn.error")
-    if not any(isinstance(known, _UvicornStartLines) for known in uvicorn_log.filters):
-        uvicorn_log.addFilter(_UvicornStartLines())
-
-
 def run_on_event_loop(coroutine: Coroutine[Any, Any, int]) -> int:
     """Run the serving coroutine to its end on uvloop (asyncio's loop where uvloop is
     missing); its exit code."""
@@ -484,62 +466,15 @@ def run_on_event_loop(coroutine: Coroutine[Any, Any, int]) -> int:
     return uvloop.run(coroutine)
 
 
-def _start_uvicorn(
+def _start_http_server(
     app: ASGIApp,
     sock: socket.socket,
     options: FrontendOptions,
     ssl_context: ssl.SSLContext | None = None,
-) -> tuple[uvicorn.Server, asyncio.Task[None]]:
-    import contextlib
+) -> HttpServer:
+    """Serve ``app`` on ``sock`` with the HTTP limits; ``await server.stop(seconds)`` drains it."""
+    from triton_core.frontends.http.server import HttpServer
 
-    import uvicorn
-
-    from triton_core.frontends.http.protocol import HttpProtocol
-
-    handshake_timeout = options.http_tls.handshake_timeout_secs
-
-    class _QuietSignalsServer(uvicorn.Server):
-        # Signals belong to serve(): it stops the frontends in order.
-        def capture_signals(self) -> contextlib.AbstractContextManager[None]:  # type: ignore[override]
-            return contextlib.nullcontext()
-
-        async def startup(self, sockets: list[socket.socket] | None = None) -> None:
-            if ssl_context is None or not sockets:
-                await super().startup(sockets=sockets)
-                return
-            # uvicorn's create_server passes no TLS handshake timeout: listen here instead
-            await super().startup(sockets=[])
-            config, state = self.config, self.server_state
-            app_state = self.lifespan.state
-            self.servers.append(
-                await asyncio.get_running_loop().create_server(
-                    lambda: config.http_protocol_class(  # type: ignore[call-arg]
-                        config=config, server_state=state, app_state=app_state
-                    ),
-                    sock=sockets[0],
-                    ssl=ssl_context,
-                    ssl_handshake_timeout=handshake_timeout,
-                    backlog=config.backlog,
-                )
-            )
-
-    config = uvicorn.Config(
-        app,
-        loop="none",
-        # uvicorn's httptools protocol: one write per answer, infer by callbacks, limits;
-        # not uvicorn's limit_concurrency, which keeps accepting and holding connections
-        http=HttpProtocol.with_limits(_http_limits(options)),
-        lifespan="off",
-        # no WebSocket, as Triton: an upgrade request is answered as HTTP whatever websocket
-        # library is installed (uvicorn's "auto" would switch protocols when it finds one)
-        ws="none",
-        access_log=False,
-        log_config=None,
-        # uvicorn annotates int but waits with asyncio, so fractions of a second work
-        timeout_graceful_shutdown=options.exit_timeout_secs,  # type: ignore[arg-type]
-        timeout_keep_alive=options.http_keepalive_timeout_secs,  # type: ignore[arg-type]
-    )
-    http_server = _QuietSignalsServer(config)
-    _drop_uvicorn_start_lines()
-    task = asyncio.create_task(http_server.serve(sockets=[sock]))
-    return http_server, task
+    server = HttpServer(app, _http_limits(options), options.http_keepalive_timeout_secs)
+    server.start(sock, ssl_context, options.http_tls.handshake_timeout_secs)
+    return server
