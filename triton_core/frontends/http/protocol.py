@@ -760,6 +760,8 @@ class HttpProtocol(asyncio.Protocol):
         cycle = self.cycle
         assert cycle is not None
         cycle.body_complete()
+        if cycle.response_complete:  # answered before its body was read: idle now
+            self._go_idle()
 
     # answers
 
@@ -778,15 +780,19 @@ class HttpProtocol(asyncio.Protocol):
             flow.resume_reading()
         if self.pipeline:
             self._begin(self.pipeline.pop())
-            return
+        else:
+            self._go_idle()
+
+    def _go_idle(self) -> None:
+        """Every request read is answered: wait for the next within the keep-alive timeout."""
         if self._phase == _BUSY:  # not already reading the next request
             self._phase = _IDLE
         self._idle_since = self.loop.time()
-        if listener.stopping:
+        if self.listener.stopping:
             self.transport.close()  # the last answer before the server stops
         elif self._keep_alive_timer is None:
             self._keep_alive_timer = self.loop.call_later(
-                listener.keep_alive_timeout, self._keep_alive_expired
+                self.listener.keep_alive_timeout, self._keep_alive_expired
             )
 
     def _keep_alive_expired(self) -> None:
