@@ -278,7 +278,7 @@ async def test_a_body_in_pieces_and_expect_100_continue() -> None:
 
 async def test_requests_that_need_falcon_reach_it_with_their_headers() -> None:
     """Compressed and chunked bodies, compressed answers, other routes: the ASGI app answers,
-    and the scope it gets carries every header as uvicorn would give it."""
+    and the scope it gets carries every header, names in lowercase."""
     import gzip
 
     payload = json_infer([1, 2], id="z")
