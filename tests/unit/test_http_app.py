@@ -462,7 +462,7 @@ def test_oversized_after_decompression(server: StubServer, app_factory: Any) -> 
 def asgi_scope(
     method: str, path: str, headers: list[tuple[bytes, bytes]], raw_path: bytes | None = None
 ) -> dict[str, Any]:
-    """An ASGI HTTP scope as uvicorn builds it."""
+    """An ASGI HTTP scope as the HTTP server builds it."""
     return {
         "type": "http",
         "asgi": {"version": "3.0", "spec_version": "2.3"},

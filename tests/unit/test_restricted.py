@@ -241,7 +241,7 @@ async def test_infer_fast_path_enforces_the_inference_group() -> None:
 
 
 async def test_protocol_fast_path_enforces_the_inference_group() -> None:
-    """The plain infer that the HTTP protocol answers itself, on a real uvicorn server."""
+    """The plain infer that the HTTP protocol answers itself, on a real HTTP server."""
     restrictions = parse_restrictions(["inference:infer-key=v1"], "--http-restricted-api")
     async with Served(restrictions=restrictions) as served:
         reader, writer = await served.connect()

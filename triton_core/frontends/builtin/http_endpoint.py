@@ -14,7 +14,7 @@ from triton_core.frontends.common import listen_socket
 
 if TYPE_CHECKING:
     from triton_core.frontends.http.fast_path import ASGIApp
-    from triton_core.frontends.http.listener import HttpListener
+    from triton_core.frontends.http.server import HttpServer
     from triton_core.frontends.runner import FrontendOptions
     from triton_core.frontends.server_api import ServerAPI
 
@@ -32,7 +32,7 @@ class HttpEndpointFrontend(Frontend):
         self.endpoint = endpoint
         self.name = endpoint.name
         self._sock: socket.socket | None = None
-        self._listener: HttpListener | None = None
+        self._listener: HttpServer | None = None
 
     def endpoints(self) -> list[Endpoint]:
         return [self.endpoint]
