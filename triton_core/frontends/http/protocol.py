@@ -3,7 +3,7 @@ connection handling.
 
 - The writes of one loop turn leave in one system call (:class:`~.wire.CorkedTransport`):
   an answer's status line, headers and body reach the client in one write.
-- A plain ``POST .../infer`` (what :class:`~.fast_path.InferFastPath` answers) is decoded,
+- A plain ``POST .../infer`` (what :class:`~.fast_path.InferRoute` answers) is decoded,
   scheduled and answered from the parser's and the response future's callbacks
   (:class:`_InferCycle`), without a task or ASGI messages per request. Everything else goes
   to the ASGI app (:class:`~.asgi_cycle.AsgiCycle`).
@@ -21,30 +21,15 @@ import asyncio
 import logging
 from collections import deque
 from dataclasses import dataclass
-from time import monotonic_ns
 from typing import TYPE_CHECKING, Any, Final, cast
 
 import httptools
 
 from triton_core.frontends.common import idle_longest, join_buffers
-from triton_core.frontends.http.app import (
-    check_not_decoupled,
-    decode_in_thread,
-    decode_infer_body,
-    decodes_off_loop,
-    encode_infer_answer_parts,
-    error_body,
-)
 from triton_core.frontends.http.asgi_cycle import AsgiCycle, http_scope
-from triton_core.frontends.http.fast_path import (
-    DECIDING_HEADERS,
-    JSON_HEADER_BLOCK,
-    InferFastPath,
-    header_block,
-    infer_failure,
-    infer_target,
-    plain_infer_request,
-)
+from triton_core.frontends.http.decoding import error_body
+from triton_core.frontends.http.fast_path import JSON_HEADER_BLOCK, InferRoute, header_block
+from triton_core.frontends.http.infer import DECIDING_HEADERS, InferExchange, infer_target
 from triton_core.frontends.http.wire import (
     CONTINUE,
     JOIN_LIMIT,
@@ -53,15 +38,11 @@ from triton_core.frontends.http.wire import (
     FlowControl,
     nbytes,
 )
-from triton_core.frontends.tracing import sent, start_http_trace
 
 if TYPE_CHECKING:
     from collections.abc import Coroutine
 
-    from triton_core.frontends.http.codec import DecodedRequest
     from triton_core.frontends.http.fast_path import ASGIApp
-    from triton_core.tracing import Trace
-    from triton_core.types import InferenceResponse
 
 logger = logging.getLogger(__name__)
 
@@ -111,21 +92,21 @@ _BUSY: Final = 3  # the request is read: the server owes the answer, no client d
 
 
 #: request targets by the URL up to its query (a client sends the same few again and again)
-_TARGETS: dict[bytes, tuple[str, int] | None] = {}
+_TARGETS: dict[bytes, tuple[str, str] | None] = {}
 _TARGETS_MAX: Final = 1024
 #: longer keys are not kept: the cache holds at most _TARGETS_MAX * _TARGET_KEY_MAX bytes
 _TARGET_KEY_MAX: Final = 256
 
 
-def _url_target(url: bytes) -> tuple[str, int] | None:
-    """(model, version) of a plain infer URL, or None: from a small cache by path."""
+def _url_target(url: bytes) -> tuple[str, str] | None:
+    """(model, version text) of an infer URL, or None: from a small cache by path."""
     key = url.partition(b"?")[0] if b"?" in url else url
     try:
         return _TARGETS[key]
     except KeyError:
         pass
     path = httptools.parse_url(url).path
-    target = None if b"%" in path else infer_target(path.decode("ascii", "replace"))
+    target = infer_target(path.decode("latin-1"))
     if len(key) <= _TARGET_KEY_MAX:
         if len(_TARGETS) >= _TARGETS_MAX:
             _TARGETS.clear()
@@ -134,26 +115,25 @@ def _url_target(url: bytes) -> tuple[str, int] | None:
 
 
 class _InferCycle:
-    """One plain ``POST .../infer`` answered by :class:`HttpProtocol` itself.
+    """One ``POST .../infer`` answered by :class:`HttpProtocol` itself, through the
+    endpoint's :class:`~.infer.HttpInfer` (the one infer path).
 
     Scheduled from the parser's callbacks and answered from the response future's
     callback: no task, no ASGI messages, no falcon. It stands where an :class:`AsgiCycle`
     would, so keep-alive, pipelining and shutdown work as for every other request.
-    A large body is decoded in a thread (:func:`~.app.decodes_off_loop`).
     """
 
     __slots__ = (
         "_body",
         "_body_complete",
+        "_deciding",
+        "_exchange",
         "_expect_100_continue",
-        "_future",
-        "_header_length",
+        "_headers",
         "_protocol",
+        "_since",
         "_started",
         "_target",
-        "_trace",
-        "_traced_headers",
-        "_tracing_since",
         "disconnected",
         "keep_alive",
         "response_complete",
@@ -162,28 +142,25 @@ class _InferCycle:
     def __init__(
         self,
         protocol: HttpProtocol,
-        target: tuple[str, int],
-        header_length: str | None,
+        target: tuple[str, str],
         expect_100_continue: bool,
         keep_alive: bool,
     ) -> None:
         self._protocol = protocol
         self._target = target
-        self._header_length = header_length
         self._expect_100_continue = expect_100_continue
         self.keep_alive = keep_alive
         self._body: list[bytes] = []
         self._body_complete = False
         self._started = False
-        self._future: asyncio.Future[Any] | None = None
+        self._exchange: InferExchange | None = None
         self.disconnected = False
         self.response_complete = False
-        self._trace: Trace | None = None
-        #: while tracing is on: when the request began, and its headers (for traceparent)
-        self._tracing_since = 0
-        if protocol.fast_path.tracer.enabled:  # type: ignore[union-attr]
-            self._tracing_since = monotonic_ns()
-            self._traced_headers = protocol.headers
+        #: the request's headers (header forwarding, traceparent), and those that decide
+        #: its answer (encodings, sizes)
+        self._headers = protocol.headers
+        self._deciding = protocol.deciding
+        self._since = cast(InferRoute, protocol.fast_path).infer.received()
 
     @property
     def response_started(self) -> bool:
@@ -208,99 +185,43 @@ class _InferCycle:
     def lost(self) -> None:
         """The connection closed before the answer: the work is not wanted any more."""
         self.disconnected = True
-        if self._future is not None:
-            self._future.cancel()
+        if self._exchange is not None:
+            self._exchange.cancel()
 
     def _submit(self) -> None:
         parts = self._body
         body = parts[0] if len(parts) == 1 else join_buffers(parts, sum(map(len, parts)))
         self._body = []
-        fast_path = self._protocol.fast_path
-        assert fast_path is not None
-        model_name, model_version = self._target
-        args = (
-            fast_path.server,
-            model_name,
-            model_version,
+        infer = cast(InferRoute, self._protocol.fast_path).infer
+        self._exchange = infer.answer(
+            self._target,
+            self._headers,
             body,
-            self._header_length,
-            fast_path.json_limits,
+            self._since,
+            self._respond,
+            deciding=self._deciding,
         )
-        try:
-            check_not_decoupled(fast_path.server, model_name, model_version)
-            if decodes_off_loop(body, self._header_length):
-                self._future = decoding = decode_in_thread(*args)
-                decoding.add_done_callback(self._decoded)
-                return
-            decoded = decode_infer_body(*args)
-        except Exception as exc:
-            self._fail(exc)
+
+    def _respond(
+        self, status: int, headers: dict[str, str], body: list[bytes | memoryview]
+    ) -> None:
+        self._exchange = None  # it holds this method: no reference cycle left for the GC
+        if self.disconnected:
             return
-        self._schedule(decoded)
-
-    def _decoded(self, done: asyncio.Future[DecodedRequest]) -> None:
-        if done.cancelled() or self.disconnected:
-            return
-        try:
-            decoded = done.result()
-        except Exception as exc:
-            self._fail(exc)
-            return
-        self._schedule(decoded)
-
-    def _schedule(self, decoded: DecodedRequest) -> None:
-        fast_path = self._protocol.fast_path
-        assert fast_path is not None
-        server = fast_path.server
-        if self._tracing_since:
-            self._trace = decoded.request.trace = start_http_trace(
-                fast_path.tracer, self._target[0], self._traced_headers, self._tracing_since
-            )
-        try:
-            future = server.submit(decoded.request)
-        except Exception as exc:
-            self._fail(exc)
-            return
-        self._future = future
-
-        def answer(done: asyncio.Future[InferenceResponse]) -> None:
-            if done.cancelled() or self.disconnected:
-                if self._trace is not None:
-                    self._trace.end()  # written as far as it got
-                return
-            if self._trace is not None:
-                self._trace.timestamp("INFER_RESPONSE_COMPLETE")
-            try:
-                parts, headers = encode_infer_answer_parts(done.result(), decoded)
-            except Exception as exc:
-                self._fail(exc)
-                return
-            self._respond(200, header_block(headers), parts)
-
-        future.add_done_callback(answer)
-
-    def _fail(self, exc: BaseException) -> None:
-        status, data = infer_failure(exc, self._target[0])
-        self._respond(status, JSON_HEADER_BLOCK, [data])
-
-    def _respond(self, status: int, headers: bytes, body: list[bytes | memoryview]) -> None:
         protocol = self._protocol
         size = len(body[0]) if len(body) == 1 else sum(map(nbytes, body))
         answer = [
             STATUS_LINE[status],
             protocol.listener.default_lines,
-            headers,
+            header_block(headers),
             b"content-length: %d\r\n" % size,
             b"\r\n" if self.keep_alive else b"connection: close\r\n\r\n",
             *body,
         ]
-        send_start = monotonic_ns() if self._trace is not None else 0
         if size < JOIN_LIMIT:
             protocol.transport.write_whole(b"".join(answer))
         else:  # large outputs go out as they are, not copied into one buffer first
             protocol.transport.write_parts(answer)
-        if self._trace is not None:
-            sent(self._trace, "HTTP", send_start)
         self.response_complete = True
         if not self.keep_alive:
             protocol.transport.close()
@@ -362,7 +283,7 @@ class Listener:
 
     def __init__(self, app: ASGIApp, limits: HttpLimits, keep_alive_timeout: float) -> None:
         self.app = app
-        self.fast_path = app if isinstance(app, InferFastPath) else None
+        self.fast_path = app if isinstance(app, InferRoute) else None
         self.limits = limits
         self.keep_alive_timeout = keep_alive_timeout
         #: digits of the body size limit: a Content-Length with fewer is within it
@@ -422,7 +343,7 @@ Cycle = _InferCycle | AsgiCycle
 class HttpProtocol(asyncio.Protocol):
     """One HTTP/1.1 connection: httptools' parser, corked writes, and the request cycles.
 
-    When the app it serves is an :class:`~.fast_path.InferFastPath`, the requests that path
+    When the app it serves is an :class:`~.fast_path.InferRoute`, the requests that path
     would answer are answered here from the parser's callbacks (:class:`_InferCycle`); the
     rest go to the app through an :class:`~.asgi_cycle.AsgiCycle`. The headers that decide
     between the two are noted as they are parsed, and the ASGI scope is made only for the
@@ -469,7 +390,7 @@ class HttpProtocol(asyncio.Protocol):
         #: the request being read: its URL, headers, :data:`~.fast_path.DECIDING_HEADERS`
         self.url = b""
         self.headers: list[tuple[bytes, bytes]] = []
-        self._deciding: dict[bytes, bytes] = {}
+        self.deciding: dict[bytes, bytes] = {}
         self.expect_100_continue = False
         #: body bytes held for each request read and not yet answered, oldest first
         #: (answers complete in request order)
@@ -617,7 +538,7 @@ class HttpProtocol(asyncio.Protocol):
         self.url = b""
         self.expect_100_continue = False
         self.headers = []
-        self._deciding = {}
+        self.deciding = {}
         self._phase = _HEADERS
         self._phase_since = self.loop.time()
         self._begun += 1
@@ -645,7 +566,7 @@ class HttpProtocol(asyncio.Protocol):
         name = name.lower()
         self.headers.append((name, value))
         if name in DECIDING_HEADERS:
-            self._deciding[name] = value
+            self.deciding[name] = value
         elif name == b"expect" and value.lower() == b"100-continue":
             self.expect_100_continue = True
 
@@ -656,7 +577,7 @@ class HttpProtocol(asyncio.Protocol):
         )
 
     def on_headers_complete(self) -> None:
-        length = self._deciding.get(b"content-length")
+        length = self.deciding.get(b"content-length")
         if length is not None and len(length) >= self.listener.body_size_digits:
             self._check_body_size(int(length) if length.isdigit() else 0)
         cycle: Cycle | None = self._infer_cycle()
@@ -685,28 +606,21 @@ class HttpProtocol(asyncio.Protocol):
     def _keep_alive(self) -> bool:
         """Whether the connection serves another request after this one's answer."""
         keep_alive = self.parser.should_keep_alive() and not self.listener.stopping
-        if keep_alive and b"connection" in self._deciding:
+        if keep_alive and b"connection" in self.deciding:
             # HTTP/1.0 keeps a connection only when asked to: it closes here all the same
             keep_alive = self.parser.get_http_version() != "1.0"
         return keep_alive
 
     def _infer_cycle(self) -> _InferCycle | None:
-        """The cycle for a request the fast path answers; None for everything else."""
-        fast_path = self.fast_path
-        if fast_path is None or self.parser.get_method() != b"POST":
+        """The cycle of an infer request (the endpoint serves the v2 app); None for others."""
+        if self.fast_path is None or self.parser.get_method() != b"POST":
             return None
         if self.parser.should_upgrade():
             return None
         target = _url_target(self.url)
         if target is None:
             return None
-        plain = plain_infer_request(self._deciding, fast_path.max_input_size)
-        if plain is None:
-            return None
-        check = fast_path.inference_check
-        if check is not None and not check.allows(self.headers):
-            return None  # the ASGI path answers 403
-        return _InferCycle(self, target, plain[1], self.expect_100_continue, self._keep_alive())
+        return _InferCycle(self, target, self.expect_100_continue, self._keep_alive())
 
     def _asgi_cycle(self) -> AsgiCycle:
         parser = self.parser
