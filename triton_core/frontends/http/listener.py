@@ -12,6 +12,8 @@ import ssl
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     import uvicorn
 
     from triton_core.frontends.http.fast_path import ASGIApp
@@ -61,8 +63,11 @@ def start_http_listener(
     sock: socket.socket,
     options: FrontendOptions,
     ssl_context: ssl.SSLContext | None = None,
+    error_body: Callable[[int, str], bytes] | None = None,
 ) -> HttpListener:
-    """Serve ``app`` on the listening ``sock``, with the HTTP limits of ``options``."""
+    """Serve ``app`` on the listening ``sock``, with the HTTP limits of ``options``;
+    ``error_body`` shapes the refusals the protocol answers itself (default: Triton's
+    ``{"error": message}``)."""
     import uvicorn
 
     from triton_core.frontends.http.protocol import HttpProtocol
@@ -99,7 +104,7 @@ def start_http_listener(
         loop="none",
         # uvicorn's httptools protocol: one write per answer, infer by callbacks, limits;
         # not uvicorn's limit_concurrency, which keeps accepting and holding connections
-        http=HttpProtocol.with_limits(http_limits(options)),
+        http=HttpProtocol.with_limits(http_limits(options), error_body),
         lifespan="off",
         # no WebSocket, as Triton: an upgrade request is answered as HTTP whatever websocket
         # library is installed (uvicorn's "auto" would switch protocols when it finds one)

@@ -49,6 +49,8 @@ from triton_core.frontends.http.fast_path import (
 from triton_core.frontends.tracing import sent, start_http_trace
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from uvicorn.server import ServerState
 
     from triton_core.frontends.http.codec import DecodedRequest
@@ -426,9 +428,20 @@ class _Deadlines:
 _DEADLINES: weakref.WeakKeyDictionary[ServerState, _Deadlines] = weakref.WeakKeyDictionary()
 
 
-def _refusal(status: int, message: str, default_headers: bytes) -> bytes:
-    """A whole error answer in Triton's shape that closes the connection."""
-    body = error_body(message)
+def triton_error_body(status: int, message: str) -> bytes:
+    """Triton's error document for a refusal: ``{"error": message}``."""
+    return error_body(message)
+
+
+def _refusal(
+    status: int,
+    message: str,
+    default_headers: bytes,
+    body_of: Callable[[int, str], bytes] = triton_error_body,
+) -> bytes:
+    """A whole error answer (JSON, in Triton's shape unless ``body_of`` says otherwise)
+    that closes the connection."""
+    body = body_of(status, message)
     return b"".join(
         (
             STATUS_LINE[status],
@@ -476,6 +489,13 @@ class HttpProtocol(HttpToolsProtocol):
     _write_paused_since: float = 0.0
     #: the listener's body bytes held (one per protocol class, see :meth:`with_limits`)
     buffered_input: ClassVar[_BufferedInput] = _BufferedInput()
+
+    @staticmethod
+    def error_body(status: int, message: str) -> bytes:
+        """The body of the refusals answered here (413, 431, 408 ...): Triton's, or the
+        endpoint's own error document (see :meth:`with_limits`)."""
+        return triton_error_body(status, message)
+
     #: body bytes held for each request read and not yet answered, oldest first (answers
     #: complete in request order)
     _held: deque[int]
@@ -484,13 +504,18 @@ class HttpProtocol(HttpToolsProtocol):
     _body_size_digits: ClassVar[int] = len(str(limits.max_body_size))
 
     @classmethod
-    def with_limits(cls, limits: HttpLimits) -> type[HttpProtocol]:
-        """This protocol holding its clients to ``limits`` (uvicorn makes the instances)."""
-        attributes = {
+    def with_limits(
+        cls, limits: HttpLimits, error_body: Callable[[int, str], bytes] | None = None
+    ) -> type[HttpProtocol]:
+        """This protocol holding its clients to ``limits`` (uvicorn makes the instances);
+        ``error_body`` shapes the refusals it answers itself (default: Triton's)."""
+        attributes: dict[str, Any] = {
             "limits": limits,
             "_body_size_digits": len(str(limits.max_body_size)),
             "buffered_input": _BufferedInput(),
         }
+        if error_body is not None:
+            attributes["error_body"] = staticmethod(error_body)
         return type(cls.__name__, (cls,), attributes)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -812,7 +837,7 @@ class HttpProtocol(HttpToolsProtocol):
         answered = self._can_answer(cycle, phase)
         if answered:
             lines = default_header_lines(self.server_state.default_headers)
-            self.transport.write_whole(_refusal(status, message, lines))
+            self.transport.write_whole(_refusal(status, message, lines, self.error_body))
         if answered and linger:
             self._linger()
         else:
