@@ -264,6 +264,13 @@ def _sse(
     resp.stream = events_until_disconnect(events, req.scope.get(_RECEIVE))
 
 
+def _named(model: str) -> str:
+    """A route's model name: an empty path segment matches no route (as in FastAPI)."""
+    if not model:
+        raise OpenAIError(404, "Not Found")
+    return model
+
+
 class _Models:
     def __init__(self, service: OpenAIService) -> None:
         self.service = service
@@ -274,17 +281,19 @@ class _Models:
     async def on_get_one(
         self, req: falcon.asgi.Request, resp: falcon.asgi.Response, model: str
     ) -> None:
-        _json(resp, self.service.model(model))
+        _json(resp, self.service.model(_named(model)))
 
     async def on_post_load(
         self, req: falcon.asgi.Request, resp: falcon.asgi.Response, model: str
     ) -> None:
-        _json(resp, await self.service.load_model(model))
+        await req.stream.exhaust()  # a body is not used, but held to the size limit
+        _json(resp, await self.service.load_model(_named(model)))
 
     async def on_post_unload(
         self, req: falcon.asgi.Request, resp: falcon.asgi.Response, model: str
     ) -> None:
-        _json(resp, await self.service.unload_model(model))
+        await req.stream.exhaust()  # a body is not used, but held to the size limit
+        _json(resp, await self.service.unload_model(_named(model)))
 
 
 class _Generate:

@@ -148,17 +148,19 @@ def listing(item: Check, *, min_items: int = 0, max_items: int, noun: str = "Lis
 
 
 def either(*checks: Check) -> Check:
-    """The first of ``checks`` the value passes; the first one's problems otherwise."""
+    """The first of ``checks`` the value passes; otherwise the problems of the first one
+    whose type it has (a list's, for a list), or of the first one."""
 
     def check(value: Any, loc: tuple[Any, ...], problems: Problems) -> Any:
-        first: Problems | None = None
+        failures: list[Problems] = []
         for one in checks:
             found: Problems = []
             checked = one(value, loc, found)
             if not found:
                 return checked
-            first = found if first is None else first
-        problems.extend(first or ())
+            failures.append(found)
+        typed = [found for found in failures if not found[0]["type"].endswith("_type")]
+        problems.extend((typed or failures)[0])
         return value
 
     return check
