@@ -44,6 +44,22 @@ class HttpEndpointFrontend(Frontend):
     def ssl_context(self) -> ssl.SSLContext | None:
         return None
 
+    def error_body(self, status: int, message: str) -> bytes:
+        """The JSON body of the refusals that the HTTP protocol answers before the app sees
+        the request (413 body too large, 431 headers, 408 deadlines, 503 connections):
+        Triton's ``{"error": message}``; an endpoint with an error document of its own
+        overrides it."""
+        from triton_core.frontends.http.protocol import triton_error_body
+
+        return triton_error_body(status, message)
+
+    def metrics_app(self, server: ServerAPI) -> ASGIApp:
+        """The server's ``/metrics`` app, the one ``--metrics-port`` serves, for an endpoint
+        that answers ``GET /metrics`` too."""
+        from triton_core.frontends.builtin.metrics import metrics_app
+
+        return metrics_app(server, self.options)
+
     @abstractmethod
     def build_app(self, server: ServerAPI) -> ASGIApp:
         """The ASGI app served on this endpoint (the models are loaded)."""
@@ -60,7 +76,7 @@ class HttpEndpointFrontend(Frontend):
         assert self._sock is not None, "listen() comes before start()"
         app = self.build_app(server)
         tls = self.ssl_context()
-        self._listener = start_http_listener(app, self._sock, self.options, tls)
+        self._listener = start_http_listener(app, self._sock, self.options, tls, self.error_body)
         logger.info(
             "Started %s at %s:%d%s",
             self.service,

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from triton_core.frontends.http.fast_path import ASGIApp
-    from triton_core.frontends.http.protocol import HttpLimits
+    from triton_core.frontends.http.protocol import ErrorBody, HttpLimits
     from triton_core.frontends.http.server import HttpServer
     from triton_core.frontends.runner import FrontendOptions
 
@@ -28,11 +28,14 @@ def start_http_listener(
     sock: socket.socket,
     options: FrontendOptions,
     ssl_context: ssl.SSLContext | None = None,
+    error_body: ErrorBody | None = None,
 ) -> HttpServer:
     """Serve ``app`` on the listening ``sock`` with the HTTP limits of ``options``;
-    ``await server.stop(seconds)`` drains it."""
+    ``await server.stop(seconds)`` drains it. ``error_body`` shapes the refusals the
+    protocol answers itself (default: Triton's ``{"error": message}``)."""
     from triton_core.frontends.http.server import HttpServer
 
-    server = HttpServer(app, http_limits(options), options.http_keepalive_timeout_secs)
+    keep_alive = options.http_keepalive_timeout_secs
+    server = HttpServer(app, http_limits(options), keep_alive, error_body)
     server.start(sock, ssl_context, options.http_tls.handshake_timeout_secs)
     return server

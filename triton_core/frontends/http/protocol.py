@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, cast
 
@@ -260,9 +261,21 @@ class _Deadlines:
             self.start(loop)
 
 
-def _refusal(status: int, message: str, default_lines: bytes) -> bytes:
-    """A whole error answer in Triton's shape that closes the connection."""
-    body = error_body(message)
+def triton_error_body(status: int, message: str) -> bytes:
+    """Triton's error document for a refusal: ``{"error": message}``."""
+    return error_body(message)
+
+
+#: the JSON body of a refusal the protocol answers itself, from its status and message
+ErrorBody = Callable[[int, str], bytes]
+
+
+def _refusal(
+    status: int, message: str, default_lines: bytes, body_of: ErrorBody = triton_error_body
+) -> bytes:
+    """A whole error answer (JSON, in Triton's shape unless ``body_of`` says otherwise)
+    that closes the connection."""
+    body = body_of(status, message)
     return b"".join(
         (
             STATUS_LINE[status],
@@ -281,8 +294,17 @@ class Listener:
     """What the connections of one listening socket share: the app they serve, their
     limits, the connections themselves, the ASGI tasks, and the body bytes they hold."""
 
-    def __init__(self, app: ASGIApp, limits: HttpLimits, keep_alive_timeout: float) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        limits: HttpLimits,
+        keep_alive_timeout: float,
+        error_body: ErrorBody = triton_error_body,
+    ) -> None:
         self.app = app
+        #: shapes the refusals the protocol answers itself (413, 431, 408, 503): an
+        #: endpoint with an error document of its own (OpenAI's) passes its own
+        self.error_body = error_body
         self.fast_path = app if isinstance(app, InferRoute) else None
         self.limits = limits
         self.keep_alive_timeout = keep_alive_timeout
@@ -768,7 +790,9 @@ class HttpProtocol(asyncio.Protocol):
         cycle = self.cycle
         answered = self._can_answer(cycle, phase)
         if answered:
-            self.transport.write_whole(_refusal(status, message, self.listener.default_lines))
+            listener = self.listener
+            refusal = _refusal(status, message, listener.default_lines, listener.error_body)
+            self.transport.write_whole(refusal)
         if answered and linger:
             self._linger()
         else:

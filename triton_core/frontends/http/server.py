@@ -12,7 +12,7 @@ import time
 from email.utils import formatdate
 from typing import TYPE_CHECKING, Final
 
-from triton_core.frontends.http.protocol import HttpLimits, HttpProtocol, Listener
+from triton_core.frontends.http.protocol import ErrorBody, HttpLimits, HttpProtocol, Listener
 
 if TYPE_CHECKING:
     from triton_core.frontends.http.fast_path import ASGIApp
@@ -33,9 +33,18 @@ class HttpServer:
     """
 
     def __init__(
-        self, app: ASGIApp, limits: HttpLimits | None = None, keep_alive_timeout: float = 75.0
+        self,
+        app: ASGIApp,
+        limits: HttpLimits | None = None,
+        keep_alive_timeout: float = 75.0,
+        error_body: ErrorBody | None = None,
     ) -> None:
-        self.listener = Listener(app, limits or HttpLimits(), keep_alive_timeout)
+        """``error_body`` shapes the refusals the protocol answers itself (default:
+        Triton's ``{"error": message}``)."""
+        listener_options = {} if error_body is None else {"error_body": error_body}
+        self.listener = Listener(
+            app, limits or HttpLimits(), keep_alive_timeout, **listener_options
+        )
         self._server: asyncio.AbstractServer | None = None
         self._starting: asyncio.Task[None] | None = None
         self._clock: asyncio.TimerHandle | None = None
