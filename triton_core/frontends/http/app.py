@@ -89,7 +89,11 @@ def create_app(
     model = _ModelResource(server, max_input_size, json_limits, header_forwarder)
     generate_routes = {
         kind: GenerateResource(
-            server, max_input_size, streaming=kind.endswith("stream"), json_limits=json_limits
+            server,
+            max_input_size,
+            streaming=kind.endswith("stream"),
+            json_limits=json_limits,
+            header_forwarder=header_forwarder,
         )
         for kind in ("generate", "generate_stream")
     }
