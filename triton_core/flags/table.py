@@ -78,6 +78,7 @@ _REPOSITORY: Final = _section(
          help="none: load all at start; poll: follow repository changes; explicit: "
          "load/unload API"),
     Flag("--repository-poll-secs", "server.repository_poll_secs", type=float, default=15.0,
+         metavar="SECONDS",
          triton=WORKS, help="seconds between two looks at the repositories in poll mode"),
     Flag("--load-model", "server.load_models", form="repeat", default=(), metavar="NAME",
          triton=works("an ensemble loads the models its steps call, as Triton"),
@@ -87,6 +88,7 @@ _REPOSITORY: Final = _section(
          triton=works("configs/<name>.pbtxt where a model has it, else config.pbtxt"),
          help="load <model>/configs/NAME.pbtxt when it exists, else config.pbtxt"),
     Flag("--model-load-thread-count", "server.model_load_thread_count", type=int, default=4,
+         metavar="N",
          triton=WORKS, help="models loaded at once"),
     Flag("--model-load-retry-count", "server.model_load_retry_count",
          type=parsers.integer(0), default=0, metavar="N", triton=WORKS,
@@ -116,14 +118,14 @@ _REPOSITORY: Final = _section(
     Flag("--cache-config", to.CACHE, form="repeat", default=(), type=parsers.backend_config,
          metavar="CACHE,KEY=VALUE", triton=WORKS,
          help="response cache setting, e.g. local,size=1048576 (repeatable)"),
-    Flag("--response-cache-byte-size", to.CACHE, type=int,
+    Flag("--response-cache-byte-size", to.CACHE, metavar="BYTES", type=int,
          triton=works("deprecated, as in Triton"),
          help="deprecated: same as --cache-config local,size=BYTES"),
 )  # fmt: skip
 
 _SERVER: Final = _section(
     "server",
-    Flag("--id", "server.id", default="triton", triton=WORKS,
+    Flag("--id", "server.id", metavar="NAME", default="triton", triton=WORKS,
          help="server name in server metadata"),
     Flag("--strict-readiness", "server.strict_readiness", form="bool", default=True,
          help="ready only when every model is ready",
@@ -135,6 +137,7 @@ _SERVER: Final = _section(
     Flag("--exit-on-error", "server.exit_on_error", form="bool", default=True, triton=WORKS,
          help="exit when a model fails to load at start-up"),
     Flag("--exit-timeout-secs", "frontends.exit_timeout_secs", type=float, default=30.0,
+         metavar="SECONDS",
          triton=WORKS,
          help="seconds the stop may take after a stop signal; then the process exits"),
     Flag("--workers", "run.workers", default="1", metavar="N|auto",
@@ -191,10 +194,10 @@ _SERVER: Final = _section(
          "(backends that allow it: onnxruntime on CPU); 0: always on instance threads"),
     Flag("--allow-client-shm", to.SHARED_MEMORY, form="bool", default=False, triton=WORKS,
          help="let clients register shared-memory regions and use them in requests"),
-    Flag("--shm-max-regions", to.SHARED_MEMORY, type=int,
+    Flag("--shm-max-regions", to.SHARED_MEMORY, metavar="N", type=int,
          default=shm_registry.DEFAULT_MAX_REGIONS,
          help="most shared-memory regions registered at once"),
-    Flag("--shm-max-total-byte-size", to.SHARED_MEMORY, type=int,
+    Flag("--shm-max-total-byte-size", to.SHARED_MEMORY, metavar="BYTES", type=int,
          default=shm_registry.DEFAULT_MAX_TOTAL_BYTE_SIZE,
          help="most bytes of all registered shared-memory regions together"),
 )  # fmt: skip
@@ -229,8 +232,10 @@ def _listener(kind: str, what: str, port: int) -> tuple[Flag, ...]:
     return (
         Flag(f"--allow-{kind}", f"frontends.allow_{kind}", form="bool",
              default=FromEnv(cloud.serves_by_default), triton=WORKS, help=f"serve {what}"),
-        Flag(f"--{kind}-address", f"frontends.{kind}_address", default="0.0.0.0", triton=WORKS),
-        Flag(f"--{kind}-port", f"frontends.{kind}_port", type=int, default=port, triton=WORKS),
+        Flag(f"--{kind}-address", f"frontends.{kind}_address", default="0.0.0.0",
+             metavar="ADDRESS", triton=WORKS),
+        Flag(f"--{kind}-port", f"frontends.{kind}_port", type=int, default=port, metavar="PORT",
+             triton=WORKS),
         Flag(f"--reuse-{kind}-port", f"frontends.reuse_{kind}_port", form="bool", default=False,
              triton=works("SO_REUSEPORT"),
              help="listen with SO_REUSEPORT, so several servers share the port"),
@@ -259,7 +264,8 @@ def _tls(prefix: str, name: str, triton: Triton | None) -> tuple[Flag, ...]:
 
 def _http_limit(flag: str, kind: parsers.Parser, default: int | float, help: str) -> Flag:
     """What one HTTP client may make the server hold or wait for (docs/security.md)."""
-    return Flag(flag, to.HTTP_LIMITS, type=kind, default=default, help=help)
+    metavar = "SECONDS" if flag.endswith("-secs") else "BYTES" if "size" in flag else "N"
+    return Flag(flag, to.HTTP_LIMITS, type=kind, default=default, metavar=metavar, help=help)
 
 
 _SECONDS: Final = parsers.positive(float)
@@ -285,14 +291,14 @@ _HTTP: Final = _section(
          help="answer these APIs only with header KEY: VALUE (repeatable; APIs: "
          f"{_API_GROUPS})"),
     *_tls("http", "HTTP", None),
-    Flag("--http-max-input-size", to.HTTP_LIMITS, type=int, default=1 << 26,
+    Flag("--http-max-input-size", to.HTTP_LIMITS, metavar="BYTES", type=int, default=1 << 26,
          help="bytes of one request body, after decompression (413 beyond)"),
     _http_limit("--http-header-timeout-secs", _SECONDS, 10.0,
                 "408 when a request's headers take longer"),
     _http_limit("--http-body-timeout-secs", _SECONDS, 30.0,
                 "408 when a body owed stalls this long"),
     Flag("--http-keepalive-timeout-secs", "frontends.http_keepalive_timeout_secs",
-         type=_SECONDS, default=75.0, help="close connections idle this long"),
+         type=_SECONDS, metavar="SECONDS", default=75.0, help="close connections idle this long"),
     _http_limit("--http-max-header-size", _COUNT, 16384,
                 "bytes of URL and headers (414/431 beyond)"),
     _http_limit("--http-max-header-count", _COUNT, 100, "headers in one request (431 beyond)"),
@@ -348,6 +354,7 @@ _GRPC: Final = _section(
              "request messages, 1 GiB in all, each handed out again once nothing refers to it "
              "(default 8, as Triton; 0 keeps none); `--grpc-transport http2` only")),
     Flag("--grpc-infer-response-compression-level", "frontends.grpc_compression_level",
+         metavar="LEVEL",
          type=parsers.choice(
              "--grpc-infer-response-compression-level", COMPRESSION_LEVELS, lower=True),
          default="none", help="gzip inference responses: none, low, medium or high",
@@ -388,9 +395,10 @@ _METRICS: Final = _section(
          help="report GPU metrics through NVML"),
     Flag("--allow-cpu-metrics", to.METRICS, form="bool", default=True, triton=WORKS,
          help="report CPU utilisation and memory"),
-    Flag("--metrics-address", "frontends.metrics_address", triton=WORKS,
+    Flag("--metrics-address", "frontends.metrics_address", metavar="ADDRESS", triton=WORKS,
          help="default: --http-address"),
-    Flag("--metrics-port", "frontends.metrics_port", type=int, default=8002, triton=WORKS),
+    Flag("--metrics-port", "frontends.metrics_port", type=int, default=8002, metavar="PORT",
+         triton=WORKS),
     Flag("--metrics-interval-ms", to.METRICS, type=parsers.finite_positive, default=2000.0,
          metavar="MS", triton=works("how often the CPU and memory gauges refresh"),
          help="how often the gauges (CPU, memory, pending requests) refresh"),
@@ -405,13 +413,14 @@ _CLOUD: Final = _section(
     "SageMaker and Vertex AI",
     Flag("--allow-sagemaker", to.CLOUD, form="bool", default=False, triton=WORKS,
          help="serve SageMaker's /ping and /invocations"),
-    Flag("--sagemaker-port", to.CLOUD, type=parsers.parse_port, default=8080, triton=WORKS),
-    Flag("--sagemaker-address", to.CLOUD, default="0.0.0.0",
+    Flag("--sagemaker-port", to.CLOUD, type=parsers.parse_port, default=8080, metavar="PORT",
+         triton=WORKS),
+    Flag("--sagemaker-address", to.CLOUD, metavar="ADDRESS", default="0.0.0.0",
          help="beyond tritonserver (always 0.0.0.0)"),
     Flag("--sagemaker-safe-port-range", to.CLOUD, type=parsers.port_range,
          metavar="LOW-HIGH", triton=WORKS,
          help="the ports every other endpoint must listen on"),
-    Flag("--sagemaker-thread-count", to.CLOUD, type=parsers.thread_count,
+    Flag("--sagemaker-thread-count", to.CLOUD, metavar="N", type=parsers.thread_count,
          help="the SageMaker listener's decoding threads (2)",
          triton=works(
              "the SageMaker listener's own decoding threads, as `--http-thread-count` "
@@ -420,12 +429,12 @@ _CLOUD: Final = _section(
          triton=WORKS,
          help="serve Vertex AI's predict and health routes (default: true if "
          "AIP_MODE=PREDICTION)"),
-    Flag("--vertex-ai-port", to.CLOUD, type=parsers.parse_port,
+    Flag("--vertex-ai-port", to.CLOUD, metavar="PORT", type=parsers.parse_port,
          default=FromEnv(cloud.vertex_ai_port), triton=WORKS,
          help="default: AIP_HTTP_PORT if set, 8080 otherwise"),
-    Flag("--vertex-ai-address", to.CLOUD, default="0.0.0.0",
+    Flag("--vertex-ai-address", to.CLOUD, metavar="ADDRESS", default="0.0.0.0",
          help="beyond tritonserver (always 0.0.0.0)"),
-    Flag("--vertex-ai-thread-count", to.CLOUD, type=parsers.thread_count,
+    Flag("--vertex-ai-thread-count", to.CLOUD, metavar="N", type=parsers.thread_count,
          help="the Vertex AI listener's decoding threads (2)",
          triton=works(
              "the Vertex AI listener's own decoding threads, as `--http-thread-count` "
@@ -437,8 +446,9 @@ _CLOUD: Final = _section(
 
 def _deprecated_trace(setting: str, form: Form = "value", default: Any = None) -> Flag:
     flag = "--trace-" + setting.replace("_", "-")
+    metavar = {"file": "PATH", "level": "LEVEL"}.get(setting, "N")
     return Flag(
-        flag, to.TRACE, form=form, default=default, triton=_DEPRECATED_TRACE,
+        flag, to.TRACE, form=form, default=default, metavar=metavar, triton=_DEPRECATED_TRACE,
         help=f"DEPRECATED: {TRACE_DEPRECATED[setting]}",
     )  # fmt: skip
 
