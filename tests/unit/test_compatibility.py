@@ -132,7 +132,7 @@ def test_flags_accepted_without_effect_say_so_at_start() -> None:
 
 
 def test_the_flag_rows_are_those_the_flag_table_makes() -> None:
-    written = docs.between_markers((ROOT / "docs" / "compatibility.md").read_text())
+    written = docs.between_markers((ROOT / "docs" / "compatibility.md").read_text(), "flags")
     assert written == docs.compatibility_rows(), (
         "docs/compatibility.md differs from the flag table (triton_core/flags/table.py): "
         "run python -m triton_core.flags --update-docs"

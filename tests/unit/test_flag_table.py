@@ -6,10 +6,13 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import logging
+from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
 from triton_core.cli import build_parser
+from triton_core.flags import docs
 from triton_core.flags.build import (
     RunOptions,
     ServeOptions,
@@ -134,3 +137,21 @@ def test_the_environment_sets_defaults() -> None:
     args = build_parser(environ=environ).parse_args(["serve", "--model-repository", "/m"])
     assert (args.allow_http, args.allow_grpc, args.allow_vertex_ai) == (False, False, True)
     assert args.vertex_ai_port == 7070
+
+
+@pytest.mark.parametrize(
+    ("doc", "name", "make"), docs.GENERATED, ids=[name for _, name, _ in docs.GENERATED]
+)
+def test_each_table_made_from_the_flags_is_in_its_doc(
+    doc: Path, name: str, make: Callable[[], list[str]]
+) -> None:
+    assert docs.between_markers(doc.read_text(), name) == make(), (
+        f"{doc.name} differs from the flag table (triton_core/flags/table.py): "
+        "run python -m triton_core.flags --update-docs"
+    )
+
+
+def test_update_docs_writes_the_rows_between_the_markers() -> None:
+    begin, end = docs.markers("t")
+    text = f"before\n{begin}\nold\n{end}\nafter\n"
+    assert docs.with_rows(text, "t", ["a", "b"]) == f"before\n{begin}\na\nb\n{end}\nafter\n"

@@ -38,6 +38,20 @@ class Triton:
 
 
 @dataclass(frozen=True, slots=True)
+class Limit:
+    """A flag that bounds what a client may make the server do: its row in a limit table of
+    docs/security.md."""
+
+    #: the table: "http", "grpc" or "shared-memory"
+    table: str
+    meaning: str
+    #: the last column: what a client beyond the limit gets, or (gRPC) what grpcio does
+    beyond: str
+    #: the default as the table shows it; "": the flag's own
+    default: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class FromEnv:
     """A default read from the environment when the parser is built; ``read`` raises
     ValueError for a value the variable may not have."""
@@ -97,6 +111,8 @@ class Flag:
     triton: Triton | None = None
     #: its section of ``--help``
     group: str = ""
+    #: a limit of docs/security.md
+    limit: Limit | None = None
 
     @property
     def names(self) -> tuple[str, ...]:

@@ -20,6 +20,7 @@ from triton_core.flags.model import (
     Flag,
     Form,
     FromEnv,
+    Limit,
     Triton,
 )
 from triton_core.flags.plugin_folders import (
@@ -193,13 +194,19 @@ _SERVER: Final = _section(
          "runs on the event loop when its instances are idle, saving two thread hand-offs "
          "(backends that allow it: onnxruntime on CPU); 0: always on instance threads"),
     Flag("--allow-client-shm", to.SHARED_MEMORY, form="bool", default=False, triton=WORKS,
-         help="let clients register shared-memory regions and use them in requests"),
+         help="let clients register shared-memory regions and use them in requests",
+         limit=Limit("shared-memory", "clients may register and unregister regions and name "
+                     "them in tensors", "501 / UNIMPLEMENTED, Triton's message")),
     Flag("--shm-max-regions", to.SHARED_MEMORY, metavar="N", type=int,
          default=shm_registry.DEFAULT_MAX_REGIONS,
-         help="most shared-memory regions registered at once"),
+         help="most shared-memory regions registered at once",
+         limit=Limit("shared-memory", "regions registered at once, all kinds together",
+                     "400 naming the flag")),
     Flag("--shm-max-total-byte-size", to.SHARED_MEMORY, metavar="BYTES", type=int,
          default=shm_registry.DEFAULT_MAX_TOTAL_BYTE_SIZE,
-         help="most bytes of all registered shared-memory regions together"),
+         help="most bytes of all registered shared-memory regions together",
+         limit=Limit("shared-memory", "bytes of all registered regions together",
+                     "400 naming the flag")),
 )  # fmt: skip
 
 _LOGGING: Final = _section(
@@ -262,10 +269,11 @@ def _tls(prefix: str, name: str, triton: Triton | None) -> tuple[Flag, ...]:
     )  # fmt: skip
 
 
-def _http_limit(flag: str, kind: parsers.Parser, default: int | float, help: str) -> Flag:
+def _http_limit(flag: str, kind: parsers.Parser, default: float, help: str, limit: Limit) -> Flag:
     """What one HTTP client may make the server hold or wait for (docs/security.md)."""
     metavar = "SECONDS" if flag.endswith("-secs") else "BYTES" if "size" in flag else "N"
-    return Flag(flag, to.HTTP_LIMITS, type=kind, default=default, metavar=metavar, help=help)
+    into = "frontends.http_keepalive_timeout_secs" if "keepalive" in flag else to.HTTP_LIMITS
+    return Flag(flag, into, type=kind, default=default, metavar=metavar, help=help, limit=limit)
 
 
 _SECONDS: Final = parsers.positive(float)
@@ -291,38 +299,96 @@ _HTTP: Final = _section(
          help="answer these APIs only with header KEY: VALUE (repeatable; APIs: "
          f"{_API_GROUPS})"),
     *_tls("http", "HTTP", None),
-    Flag("--http-max-input-size", to.HTTP_LIMITS, metavar="BYTES", type=int, default=1 << 26,
-         help="bytes of one request body, after decompression (413 beyond)"),
     _http_limit("--http-header-timeout-secs", _SECONDS, 10.0,
-                "408 when a request's headers take longer"),
+                "408 when a request's headers take longer",
+                Limit("http", "the request line and headers must be complete this long after "
+                      "the connection opens or the request's first byte (any byte on an idle "
+                      "keep-alive connection counts)", "408, close")),
     _http_limit("--http-body-timeout-secs", _SECONDS, 30.0,
-                "408 when a body owed stalls this long"),
-    Flag("--http-keepalive-timeout-secs", "frontends.http_keepalive_timeout_secs",
-         type=_SECONDS, metavar="SECONDS", default=75.0, help="close connections idle this long"),
+                "408 when a body owed stalls this long",
+                Limit("http", "the longest gap between body bytes while a body is owed; also "
+                      "how long answers may wait for a client that does not read them",
+                      "408 (or close, with answers owed)")),
+    _http_limit("--http-keepalive-timeout-secs", _SECONDS, 75.0,
+                "close connections idle this long",
+                Limit("http", "an idle keep-alive connection is closed", "close")),
     _http_limit("--http-max-header-size", _COUNT, 16384,
-                "bytes of URL and headers (414/431 beyond)"),
-    _http_limit("--http-max-header-count", _COUNT, 100, "headers in one request (431 beyond)"),
+                "bytes of URL and headers (414/431 beyond)",
+                Limit("http", "bytes of the URL and the header names and values (+4 per "
+                      "header)", "414 (URL), 431, close")),
+    _http_limit("--http-max-header-count", _COUNT, 100, "headers in one request (431 beyond)",
+                Limit("http", "headers in one request", "431, close")),
     _http_limit("--http-max-connections", _COUNT, 1024,
-                "open connections (503 and close beyond)"),
+                "open connections (503 and close beyond)",
+                Limit("http", "connections open at once per listener; a new one beyond closes "
+                      "the connection idle the longest (between requests, or silent since it "
+                      "connected), and only when every connection has a request under way is "
+                      "it refused; the open-files limit is raised from soft to hard at start "
+                      "(a warning when it is below this plus 256)",
+                      "503 and close when none is idle")),
+    _http_limit("--http-max-input-size", int, 1 << 26,
+                "bytes of one request body, after decompression (413 beyond)",
+                Limit("http", "bytes of a request body, from Content-Length before any byte "
+                      "is read (no `100 Continue` for it), while a chunked body arrives, and "
+                      "after decompression", "413, close")),
     _http_limit("--http-max-buffered-input", _COUNT, 1 << 30,
-                "bytes of request bodies held at once, over all connections (503 beyond)"),
+                "bytes of request bodies held at once, over all connections (503 beyond)",
+                Limit("http", "bytes of request bodies held at once over all the listener's "
+                      "connections, from a body's first byte until its answer is sent",
+                      "503, close")),
     _http_limit("--http-max-json-elements", _COUNT, 1 << 18,
-                "JSON values, BYTES elements (400 beyond)"),
+                "JSON values, BYTES elements (400 beyond)",
+                Limit("http", "JSON elements of a request (counted as `,` `[` `{` before "
+                      "parsing, so an upper bound) and elements of binary BYTES inputs",
+                      "400 naming the flag")),
     # orjson refuses more than 1024 levels; the decoder's recursion stays far below that
     _http_limit("--http-max-json-depth", parsers.positive(int, 256), 32,
-                "JSON nesting depth (400 beyond)"),
+                "JSON nesting depth (400 beyond)",
+                Limit("http", "nesting of JSON arrays and objects (1-256)",
+                      "400 naming the flag")),
 )  # fmt: skip
+
+
+#: the gRPC limits whose row in docs/security.md says more than their help: (meaning, grpcio)
+_GRPC_LIMIT_DOCS: Final = {
+    "--grpc-max-connections": (
+        "connections open at once; a new one beyond sends away (GOAWAY NO_ERROR) the "
+        "connection with no call open for the longest, and only when every connection has a "
+        "call open is it refused (raise with ulimit -n)",
+        "GOAWAY ENHANCE_YOUR_CALM when none is idle",
+    ),
+    "--grpc-max-stream-requests-in-flight": (
+        "requests of one `ModelStreamInfer` stream read and not yet answered in full, answers "
+        "waiting to be written included; at the bound the stream is not read further, and flow "
+        "control holds the client",
+        "honoured (the same servicer)",
+    ),
+}
+
+
+def _with_grpcio(limit: grpc_limits.LimitFlag) -> str:
+    """What ``--grpc-transport grpcio`` does with the limit."""
+    if limit.grpcio_option:
+        return f"`{limit.grpcio_option}`"
+    return "honoured (the same servicer)" if limit.servicer else "refused"
 
 
 def _grpc_limit(limit: grpc_limits.LimitFlag) -> Flag:
     """A flag of :data:`grpc_limits.FLAGS`: None when not given, so the limits' default
     holds."""
-    help = f"{limit.help} (default: {limit.default_text()})"
+    default = limit.default_text()
+    help = f"{limit.help} (default: {default})"
     triton = WORKS if limit.triton else None
+    meaning, grpcio = _GRPC_LIMIT_DOCS.get(limit.name, (limit.help, _with_grpcio(limit)))
     if limit.kind == "bool":
-        return Flag(limit.name, to.GRPC_LIMITS, form="bool", triton=triton, help=help)
+        row = Limit("grpc", meaning, grpcio, f"`{default}`")
+        return Flag(limit.name, to.GRPC_LIMITS, form="bool", triton=triton, help=help, limit=row)
     metavar = "MS" if limit.kind == "ms" else "N"
-    return Flag(limit.name, to.GRPC_LIMITS, type=int, metavar=metavar, triton=triton, help=help)
+    row = Limit("grpc", meaning, grpcio, default)
+    return Flag(
+        limit.name, to.GRPC_LIMITS, type=int, metavar=metavar, triton=triton, help=help,
+        limit=row,
+    )  # fmt: skip
 
 
 _GRPC: Final = _section(
@@ -348,6 +414,9 @@ _GRPC: Final = _section(
     Flag("--grpc-infer-allocation-pool-size", to.HTTP2_TRANSPORT_ONLY,
          type=parsers.integer(0), metavar="N",
          help="buffers of large request messages kept for reuse (8)",
+         limit=Limit("grpc", "buffers of large (4 MiB and more) request messages kept for "
+                     "reuse once nothing refers to them, 1 GiB in all whatever the count; one "
+                     "idle for a minute is let go (Triton's flag)", "refused", "8"),
          triton=works(
              "Triton keeps up to N freed gRPC call states, with their request messages, for "
              "reuse; here the gRPC endpoint keeps up to N buffers of large (4 MiB and more) "
@@ -366,8 +435,13 @@ _GRPC: Final = _section(
          help="answer these RPCs only with metadata triton-grpc-protocol-KEY: VALUE "
          f"(repeatable; APIs: {_API_GROUPS})"),
     *_tls("grpc", "gRPC", WORKS),
+    *(_grpc_limit(limit) for limit in grpc_limits.FLAGS),
     Flag("--grpc-max-response-pool-size", to.GRPC_LIMITS, type=parsers.response_pool_size,
          metavar="N",
+         limit=Limit("grpc", "a streamed request's responses produced but not yet being "
+                     "written; its decoupled model's sender waits while this many are "
+                     "(Triton's flag)", "honoured (the same servicer)",
+                     "none (Triton's INT_MAX)"),
          help="a streamed request's responses produced but not yet written, at most: its "
          "decoupled model's sender waits while N are (default: no limit)",
          triton=works(
@@ -383,7 +457,6 @@ _GRPC: Final = _section(
              "model sees `is_cancelled()`). Unary calls (one response), HTTP and the "
              "in-process API are not bound; both gRPC transports. A value of 0 or less is "
              "refused with Triton's message")),
-    *(_grpc_limit(limit) for limit in grpc_limits.FLAGS),
 )  # fmt: skip
 
 _METRICS: Final = _section(
