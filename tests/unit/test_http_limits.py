@@ -388,9 +388,9 @@ def test_the_flags_reach_the_limits_and_bad_values_are_refused(
     assert (args.http_max_connections, args.http_max_json_elements) == (3, 50)
     assert args.http_max_json_depth == 5
     assert args.http_max_buffered_input == 5000
-    from triton_core.cli import _http_limits
+    from triton_core.flags.converters import HTTP_LIMITS
 
-    limits, _ = _http_limits(args)
+    limits = HTTP_LIMITS.build(args)["frontends.http_limits"]
     assert (limits.max_buffered_input, limits.max_connections) == (5000, 3)
     for flag, value in [
         ("--http-header-timeout-secs", "0"),
