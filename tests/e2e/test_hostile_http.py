@@ -515,7 +515,7 @@ def test_the_metrics_endpoint_has_the_same_deadlines(server: ServerProcess) -> N
 
 
 def test_a_websocket_upgrade_is_answered_as_plain_http(server: ServerProcess) -> None:
-    # Triton speaks no WebSocket: whatever uvicorn finds installed, the request is answered
+    # Triton speaks no WebSocket: whatever WebSocket library is installed, the request is answered
     # as HTTP, never switched to another protocol (101)
     with connect(server) as sock:
         sock.sendall(

@@ -16,14 +16,9 @@ from triton_core.frontends.http.sagemaker_mme import is_out_of_memory
 
 
 def parse(argv: list[str], environ: dict[str, str]) -> argparse.Namespace:
-    from triton_core.cli import _bool
+    from triton_core.cli import build_parser
 
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--model-repository", action="append", required=True)
-    parser.add_argument("--allow-http", type=_bool, default=True)
-    parser.add_argument("--allow-grpc", type=_bool, default=True)
-    cloud.add_arguments(parser, _bool, environ)
-    return parser.parse_args(argv)
+    return build_parser(environ=environ).parse_args(["serve", *argv])
 
 
 def test_the_defaults_are_tritonservers() -> None:

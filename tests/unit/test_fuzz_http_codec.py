@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 
 from tests.unit.test_http_app import StubServer
 from triton_core.errors import TritonError
-from triton_core.frontends.http.app import decode_infer_body
 from triton_core.frontends.http.codec import JsonLimits
+from triton_core.frontends.http.decoding import decode_infer_body
 
 FUZZ = settings(
     max_examples=300,

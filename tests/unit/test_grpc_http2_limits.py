@@ -758,8 +758,8 @@ def test_flags_parse_to_limits_and_grpcio_refuses_what_it_lacks() -> None:
 
 def test_every_limit_flag_is_documented() -> None:
     from tests.support import ROOT
-    from triton_core.frontends.grpc.limits import _FLAGS
+    from triton_core.frontends.grpc.limits import FLAGS
 
     guide = (ROOT / "docs" / "security.md").read_text()
-    for flag in _FLAGS:
+    for flag in FLAGS:
         assert f"| `{flag.name}` |" in guide, flag.name

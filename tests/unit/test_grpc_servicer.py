@@ -613,7 +613,7 @@ async def test_client_cancel_stops_work_in_flight(
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
 def test_runs_on_uvloop(transport: Any) -> None:
-    """The CLI runs grpc.aio on the uvicorn loop: uvloop. One round of everything on it."""
+    """The CLI runs grpc.aio on the server's loop: uvloop. One round of everything on it."""
 
     async def scenario() -> None:
         loop = asyncio.get_running_loop()

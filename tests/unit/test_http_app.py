@@ -462,7 +462,7 @@ def test_oversized_after_decompression(server: StubServer, app_factory: Any) -> 
 def asgi_scope(
     method: str, path: str, headers: list[tuple[bytes, bytes]], raw_path: bytes | None = None
 ) -> dict[str, Any]:
-    """An ASGI HTTP scope as uvicorn builds it."""
+    """An ASGI HTTP scope as the HTTP server builds it."""
     return {
         "type": "http",
         "asgi": {"version": "3.0", "spec_version": "2.3"},
@@ -551,7 +551,7 @@ def _binary_body(header: dict[str, Any], binary_size: int) -> tuple[bytes, str]:
 def test_which_large_bodies_are_decoded_in_a_thread(
     datatype: str, binary_size: int, off_loop: bool
 ) -> None:
-    from triton_core.frontends.http.app import decodes_off_loop
+    from triton_core.frontends.http.decoding import decodes_off_loop
 
     header = {"inputs": [{"name": "x", "datatype": "@", "shape": [binary_size],
                           "parameters": {"binary_data_size": binary_size}}]}  # fmt: skip
@@ -562,7 +562,7 @@ def test_which_large_bodies_are_decoded_in_a_thread(
 
 
 def test_large_json_raw_or_unframed_bodies_are_decoded_in_a_thread() -> None:
-    from triton_core.frontends.http.app import decodes_off_loop
+    from triton_core.frontends.http.decoding import decodes_off_loop
 
     big_json = orjson.dumps({"inputs": [{"data": list(range(20_000))}]})
     assert decodes_off_loop(big_json, None)  # all JSON, larger than 64 kB

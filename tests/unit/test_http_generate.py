@@ -324,3 +324,20 @@ def test_generate_stream_with_no_response_is_an_empty_stream(client, server):
     server.script = lambda request: [empty_final(request)]
     result = post(client, "/v2/models/llm/generate_stream", {"text_input": "hi"})
     assert result.status_code == 200 and result.content == b""
+
+
+@pytest.mark.parametrize("route", ["generate", "generate_stream"])
+def test_forwarded_headers_reach_generate_requests_as_on_infer(server: StandIn, route: str):
+    import re
+
+    from triton_core.frontends.header_forwarding import HeaderForwarder
+
+    app = create_app(server, header_forwarder=HeaderForwarder(re.compile("^x-")))  # type: ignore[arg-type]
+    client = falcon.testing.TestClient(app)
+    result = client.simulate_post(
+        f"/v2/models/llm/{route}",
+        body=orjson.dumps({"text_input": "hi"}),
+        headers={"X-Tenant": "a", "Other": "b"},
+    )
+    assert result.status_code == 200, result.text
+    assert server.requests[0].parameters == {"x-tenant": "a"}

@@ -1,4 +1,5 @@
-"""The corked transport under uvicorn's protocol: one write per loop turn, nothing lost."""
+"""The HTTP/1.1 protocol: corked writes (one per loop turn, nothing lost), the infer cycle
+answered from the parser's callbacks, keep-alive, pipelining and stop."""
 
 from __future__ import annotations
 
@@ -10,8 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.support import wait_until_async
-from triton_core.frontends.http.protocol import CorkedTransport, default_header_lines
+from triton_core.frontends.http.wire import CorkedTransport
 
 
 class FakeTransport:
@@ -83,9 +83,7 @@ async def test_everything_else_is_the_transport_s() -> None:
 @pytest.mark.parametrize("pipelined", [1, 3])
 def test_served_answers_arrive_whole(pipelined: int) -> None:
     """The real server stack: keep-alive and pipelined requests get complete answers."""
-    import uvicorn
-
-    from triton_core.frontends.http.protocol import HttpProtocol
+    from triton_core.frontends.http.server import HttpServer
 
     async def app(scope, receive, send):  # type: ignore[no-untyped-def]
         if scope["type"] != "http":
@@ -97,17 +95,10 @@ def test_served_answers_arrive_whole(pipelined: int) -> None:
         await send({"type": "http.response.body", "body": body})
 
     async def scenario() -> None:
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            port = probe.getsockname()[1]
-        config = uvicorn.Config(
-            app, host="127.0.0.1", port=port, http=HttpProtocol, lifespan="off",
-            log_level="error", loop="none",
-        )  # fmt: skip
-        server = uvicorn.Server(config)
-        task = asyncio.create_task(server.serve())
-        await wait_until_async(lambda: server.started, what="uvicorn to start")
-        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        server = HttpServer(app)
+        sock = listening_socket()
+        await server.start(sock)
+        reader, writer = await asyncio.open_connection(*sock.getsockname())
         for round_ in range(3):
             paths = [f"/r{round_}/{i}" for i in range(pipelined)]
             writer.write(b"".join(f"GET {p} HTTP/1.1\r\nHost: x\r\n\r\n".encode() for p in paths))
@@ -116,10 +107,18 @@ def test_served_answers_arrive_whole(pipelined: int) -> None:
                 assert head.startswith(b"HTTP/1.1 200 OK")
                 assert await asyncio.wait_for(reader.readexactly(len(path)), 5) == path.encode()
         writer.close()
-        server.should_exit = True
-        await task
+        await server.stop(10)
 
     asyncio.run(scenario())
+
+
+def listening_socket() -> socket.socket:
+    """A listening socket on 127.0.0.1, its port chosen by the system."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(128)
+    sock.setblocking(False)
+    return sock
 
 
 # ------------------------------------------------------------------------------------------
@@ -127,7 +126,8 @@ def test_served_answers_arrive_whole(pipelined: int) -> None:
 
 
 class Served:
-    """uvicorn with :class:`HttpProtocol` serving the frontend app over a StubServer."""
+    """:class:`~triton_core.frontends.http.server.HttpServer` serving the frontend app over a
+    StubServer, on a port the system chooses."""
 
     def __init__(
         self,
@@ -146,10 +146,8 @@ class Served:
         self.app_options = app_options
 
     async def __aenter__(self) -> Served:
-        import uvicorn
-
         from triton_core.frontends.http.fast_path import create_asgi_app
-        from triton_core.frontends.http.protocol import HttpProtocol
+        from triton_core.frontends.http.server import HttpServer
 
         app = create_asgi_app(  # type: ignore[arg-type]
             self.stub, restrictions=self.restrictions, **self.app_options
@@ -161,29 +159,21 @@ class Served:
             await inner(scope, receive, send)
 
         app.app = counting  # type: ignore[assignment]
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            self.port = probe.getsockname()[1]
-        protocol = HttpProtocol if self.limits is None else HttpProtocol.with_limits(self.limits)
-        config = uvicorn.Config(
-            app, host="127.0.0.1", port=self.port, http=protocol, lifespan="off",
-            log_level="error", loop="none", timeout_keep_alive=self.keep_alive,
-        )  # fmt: skip
-        self.server = uvicorn.Server(config)
-        self.task = asyncio.create_task(self.server.serve())
-        await wait_until_async(lambda: self.server.started, what="uvicorn to start")
+        sock = listening_socket()
+        self.port = sock.getsockname()[1]
+        self.server = HttpServer(app, self.limits, keep_alive_timeout=self.keep_alive)
+        await self.server.start(sock)
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        self.server.should_exit = True
-        await asyncio.wait_for(self.task, 10)
+        await asyncio.wait_for(self.server.stop(5), 10)
 
     async def connect(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         return await asyncio.open_connection("127.0.0.1", self.port)
 
     def connections(self) -> set[Any]:
         """The protocols of the connections the server holds."""
-        return self.server.server_state.connections
+        return self.server.connections
 
 
 def infer_request(body: bytes, path: str = "/v2/models/simple/infer", **headers: str) -> bytes:
@@ -286,9 +276,9 @@ async def test_a_body_in_pieces_and_expect_100_continue() -> None:
         assert served.asgi_calls == 0
 
 
-async def test_requests_that_need_falcon_reach_it_with_their_headers() -> None:
-    """Compressed and chunked bodies, compressed answers, other routes: the ASGI app answers,
-    and the scope it gets carries every header as uvicorn would give it."""
+async def test_every_infer_is_answered_by_the_protocol_other_routes_by_the_app() -> None:
+    """Compressed and chunked bodies and compressed answers take the one infer path like
+    any infer; other routes reach the ASGI app."""
     import gzip
 
     payload = json_infer([1, 2], id="z")
@@ -309,7 +299,7 @@ async def test_requests_that_need_falcon_reach_it_with_their_headers() -> None:
             writer.write(request)
             answers.append(await read_answer(reader))
         writer.close()
-        assert served.asgi_calls == len(requests)
+        assert served.asgi_calls == 1
     for status, headers, body in answers[:3]:
         if headers.get("content-encoding") == "gzip":
             body = gzip.decompress(body)
@@ -318,14 +308,17 @@ async def test_requests_that_need_falcon_reach_it_with_their_headers() -> None:
     assert answers[3][0] == 200 and json.loads(answers[3][2])["name"] == "simple"
 
 
-def test_default_header_lines_follow_uvicorn_s_list() -> None:
-    first = [(b"date", b"Tue, 01 Dec 2026 10:00:00 GMT"), (b"server", b"triton-core")]
-    lines = default_header_lines(first)
-    assert lines == b"date: Tue, 01 Dec 2026 10:00:00 GMT\r\nserver: triton-core\r\n"
-    assert default_header_lines(first) is lines  # joined once per list
-    second = [(b"date", b"Tue, 01 Dec 2026 10:00:01 GMT")]  # the next second's list
-    assert default_header_lines(second) == b"date: Tue, 01 Dec 2026 10:00:01 GMT\r\n"
-    assert default_header_lines([]) == b""
+async def test_every_answer_has_a_date_and_the_server_s_name() -> None:
+    from email.utils import parsedate_to_datetime
+
+    async with Served() as served:
+        reader, writer = await served.connect()
+        for request in (infer_request(json_infer([1])), b"GET /v2/health/live HTTP/1.1\r\n\r\n"):
+            writer.write(request)
+            _, headers, _ = await read_answer(reader)
+            assert headers["server"] == "triton-core"
+            assert parsedate_to_datetime(headers["date"]).tzname() == "UTC"
+        writer.close()
 
 
 async def test_header_names_are_matched_in_any_case() -> None:
@@ -346,7 +339,7 @@ async def test_http_1_0_and_connection_close_end_the_connection_after_the_answer
     async with Served() as served:
         for request in (
             infer_request(json_infer([1])).replace(b"HTTP/1.1", b"HTTP/1.0", 1),
-            # as uvicorn does: an HTTP/1.0 connection ends even when the client asks to keep it
+            # an HTTP/1.0 connection ends even when the client asks to keep it
             infer_request(json_infer([1]), Connection="keep-alive").replace(
                 b"HTTP/1.1", b"HTTP/1.0", 1
             ),

@@ -22,6 +22,7 @@ PLUGIN_PACKAGES = (
     "plugins/python_model/triton_python_backend_utils.py",
     "plugins/repo_agents/triton_core_repo_agents",
     "plugins/redis_cache/triton_core_redis_cache",
+    "plugins/openai/triton_core_openai",
     "tests/plugins/batch_strategy/triton_core_test_batch_strategy",
     "examples/plugin_numpy_backend/triton_core_example_numpy",
     "examples/plugin_ndjson_frontend/triton_core_example_ndjson",

@@ -11,12 +11,13 @@ import orjson
 import pytest
 
 from tests.unit.test_http_app import StubServer, asgi_exchange, asgi_scope, binary_infer_body
-from tests.unit.test_http_fast_path import Spy
+from tests.unit.test_http_infer_route import Spy
 from tests.unit.test_http_protocol import Served, infer_request, json_infer, read_answer
 from triton_core.frontends.grpc.servicer import HEALTH_CHECK_GROUP, RPC_GROUPS
 from triton_core.frontends.http import create_app
-from triton_core.frontends.http.fast_path import InferFastPath, create_asgi_app
-from triton_core.frontends.http.restricted import HeaderCheck, api_group
+from triton_core.frontends.http.fast_path import InferRoute, create_asgi_app
+from triton_core.frontends.http.infer import HttpInfer
+from triton_core.frontends.http.restricted import api_group
 from triton_core.frontends.restricted import (
     API_GROUPS,
     GRPC_HEADER_PREFIX,
@@ -220,11 +221,11 @@ async def test_restriction_comes_before_the_method_check() -> None:
     assert (await request(app, "DELETE", "/v2/health/live", {"k": "v"}))[0] == 405
 
 
-async def test_infer_fast_path_enforces_the_inference_group() -> None:
+async def test_the_infer_route_enforces_the_inference_group() -> None:
     server = StubServer()
     restrictions = parse_restrictions(["inference:infer-key=v1"], "--http-restricted-api")
     falcon_app = Spy(create_app(server, restrictions=restrictions))
-    app = InferFastPath(falcon_app, server, 1 << 20, HeaderCheck(restrictions["inference"]))
+    app = InferRoute(falcon_app, HttpInfer(server, restrictions=restrictions))
     body, headers = binary_infer_body(np.ones((1, 4), np.float32))
 
     status, answer = await request(app, "POST", "/v2/models/simple/infer", headers, body)
@@ -232,16 +233,16 @@ async def test_infer_fast_path_enforces_the_inference_group() -> None:
         403,
         {"error": "This API is restricted, expecting header 'infer-key'"},
     )
-    assert falcon_app.calls == 1 and server.requests == []  # falcon refused it
+    assert falcon_app.calls == 0 and server.requests == []  # refused on the infer path
 
     allowed = {**headers, "infer-key": "v1"}
     status, _ = await request(app, "POST", "/v2/models/simple/infer", allowed, body)
     assert status == 200 and len(server.requests) == 1
-    assert falcon_app.calls == 1  # answered by the fast path itself
+    assert falcon_app.calls == 0
 
 
 async def test_protocol_fast_path_enforces_the_inference_group() -> None:
-    """The plain infer that the HTTP protocol answers itself, on a real uvicorn server."""
+    """The plain infer that the HTTP protocol answers itself, on a real HTTP server."""
     restrictions = parse_restrictions(["inference:infer-key=v1"], "--http-restricted-api")
     async with Served(restrictions=restrictions) as served:
         reader, writer = await served.connect()
@@ -251,18 +252,19 @@ async def test_protocol_fast_path_enforces_the_inference_group() -> None:
             403,
             {"error": "This API is restricted, expecting header 'infer-key'"},
         )
-        assert served.asgi_calls == 1 and served.stub.requests == []  # refused by falcon
+        assert served.asgi_calls == 0 and served.stub.requests == []  # refused on the path
         writer.write(infer_request(json_infer([1, 2], id="r2"), infer_key="v1"))
         status, _, body = await read_answer(reader)
         assert status == 200 and orjson.loads(body)["id"] == "r2"
-        assert served.asgi_calls == 1  # answered by the protocol itself
+        assert served.asgi_calls == 0  # answered by the protocol itself
         writer.close()
 
 
 def test_nothing_restricted_adds_nothing_to_the_hot_path() -> None:
     app = create_asgi_app(StubServer())
-    assert app.inference_check is None
+    assert app.infer.inference_check is None
     restricted = create_asgi_app(
         StubServer(), restrictions=parse_restrictions(["health:k=v"], "--http-restricted-api")
     )
-    assert restricted.inference_check is None  # only the inference group costs infer a look
+    # only the inference group costs infer a look
+    assert restricted.infer.inference_check is None

@@ -10,10 +10,12 @@ from __future__ import annotations
 import argparse
 import os
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
+
+from triton_core.flags.parsers import parse_port
 
 #: SageMaker's single-model endpoint infers on this model (Triton's default when unset)
 SAGEMAKER_DEFAULT_MODEL_ENV: Final = "SAGEMAKER_TRITON_DEFAULT_MODEL_NAME"
@@ -113,110 +115,30 @@ def vertex_ai_refused(reason: str) -> ValueError:
 
 
 # ------------------------------------------------------------------------------------------
-# flags
+# flags: the defaults the environment sets, as tritonserver reads it
 
 
-def _port_range(text: str) -> tuple[int, int]:
-    """``<integer>-<integer>``, as tritonserver parses ``--sagemaker-safe-port-range``."""
-    low, sep, high = text.partition("-")
+def prediction_mode(environ: Mapping[str, str]) -> bool:
+    """``AIP_MODE=PREDICTION``: the Vertex AI endpoint is on by default, HTTP and gRPC off."""
+    return environ.get("AIP_MODE", "") == "PREDICTION"
+
+
+def serves_by_default(environ: Mapping[str, str]) -> bool:
+    """The default of ``--allow-http`` and ``--allow-grpc``."""
+    return not prediction_mode(environ)
+
+
+def vertex_ai_port(environ: Mapping[str, str]) -> int:
+    """The default of ``--vertex-ai-port``: ``AIP_HTTP_PORT``, else 8080."""
     try:
-        if not sep:
-            raise ValueError
-        bounds = int(low), int(high)
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"--sagemaker-safe-port-range expects <integer>-<integer>, got '{text}'"
-        ) from None
-    if bounds[0] > bounds[1]:
-        raise argparse.ArgumentTypeError(
-            f"--sagemaker-safe-port-range: the first port must not exceed the second, got '{text}'"
-        )
-    return bounds
-
-
-def _thread_count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got '{text}'") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got '{text}'")
-    return value
-
-
-def _port(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a port number, got '{text}'") from None
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"a port is 0 to 65535, got '{text}'")
-    return value
-
-
-def add_arguments(
-    parser: argparse.ArgumentParser,
-    parse_bool: Callable[[str], bool],
-    environ: Mapping[str, str] = os.environ,
-) -> None:
-    """Add tritonserver's SageMaker and Vertex AI flags to ``serve``.
-
-    As tritonserver does, ``AIP_MODE=PREDICTION`` turns the Vertex AI endpoint on and the
-    HTTP and gRPC ones off by default, ``AIP_HTTP_PORT`` is the Vertex AI port's default,
-    and ``AIP_STORAGE_URI`` is the model repository when none is given.
-    """
-
-    def add_bool(flag: str, default: bool, help: str) -> None:
-        parser.add_argument(
-            flag, type=parse_bool, nargs="?", const=True, default=default, metavar="BOOL", help=help
-        )
-
-    add_bool("--allow-sagemaker", False, "serve SageMaker's /ping and /invocations")
-    parser.add_argument("--sagemaker-port", type=_port, default=8080)
-    parser.add_argument(
-        "--sagemaker-address", default="0.0.0.0", help="beyond tritonserver (always 0.0.0.0)"
-    )
-    parser.add_argument(
-        "--sagemaker-safe-port-range",
-        type=_port_range,
-        default=None,
-        metavar="LOW-HIGH",
-        help="the ports every other endpoint must listen on",
-    )
-    parser.add_argument("--sagemaker-thread-count", type=_thread_count, default=None)
-    prediction = environ.get("AIP_MODE", "") == "PREDICTION"
-    add_bool(
-        "--allow-vertex-ai",
-        prediction,
-        "serve Vertex AI's predict and health routes (default: true if AIP_MODE=PREDICTION)",
-    )
-    vertex_port = environ.get("AIP_HTTP_PORT", "8080")
-    try:
-        vertex_port_default = _port(vertex_port)
+        return parse_port(environ.get("AIP_HTTP_PORT", "8080"))
     except argparse.ArgumentTypeError as exc:
-        parser.error(f"AIP_HTTP_PORT: {exc}")
-    parser.add_argument(
-        "--vertex-ai-port",
-        type=_port,
-        default=vertex_port_default,
-        help="default: AIP_HTTP_PORT if set, 8080 otherwise",
-    )
-    parser.add_argument(
-        "--vertex-ai-address", default="0.0.0.0", help="beyond tritonserver (always 0.0.0.0)"
-    )
-    parser.add_argument("--vertex-ai-thread-count", type=_thread_count, default=None)
-    parser.add_argument(
-        "--vertex-ai-default-model",
-        default="",
-        metavar="NAME",
-        help="the model the predict route runs (default: the repository's only model)",
-    )
-    if prediction:
-        parser.set_defaults(allow_http=False, allow_grpc=False)
-    if environ.get("AIP_STORAGE_URI"):
-        for action in parser._actions:  # the repository flag becomes optional
-            if action.dest == "model_repository":
-                action.required = False
+        raise ValueError(f"AIP_HTTP_PORT: {exc}") from None
+
+
+def repository_required(environ: Mapping[str, str]) -> bool:
+    """``--model-repository`` may be left out when ``AIP_STORAGE_URI`` names one."""
+    return not environ.get("AIP_STORAGE_URI")
 
 
 def model_repositories(

@@ -123,14 +123,22 @@ class InferPath:
         return trace
 
     def answer(
-        self, request: InferenceRequest, headers: Headers, since: int, reply: Reply
+        self,
+        request: InferenceRequest,
+        headers: Headers,
+        since: int,
+        reply: Reply,
+        *,
+        checked: bool = False,
     ) -> asyncio.Future[InferenceResponse] | None:
         """Submit ``request`` and answer it through ``reply`` once it is done: no task, the
         answer is sent from the response future's callback. The future is returned so that
-        the protocol cancels it when its caller goes away (None: already answered)."""
+        the protocol cancels it when its caller goes away (None: already answered).
+        ``checked``: the protocol refused a decoupled model already (before decoding)."""
         trace = None
         try:
-            trace = self.prepare(request, headers, since, one_answer=True)
+            if since or not checked or self._forwarder is not None:
+                trace = self.prepare(request, headers, since, one_answer=not checked)
             future = self._server.submit(request)
         except Exception as exc:
             self._fail(reply, unexpected(exc), trace)

@@ -331,36 +331,14 @@ def _number_update(
 
 # -- the command line ---------------------------------------------------------------------
 
-_DEPRECATED: Final = {
+#: each deprecated ``--trace-*`` flag's setting of ``--trace-config``
+DEPRECATED: Final = {
     "file": "--trace-config triton,file=<path>",
     "level": "--trace-config level=<OFF|TIMESTAMPS|TENSORS>",
     "rate": "--trace-config rate=<rate>",
     "count": "--trace-config count=<count>",
     "log_frequency": "--trace-config triton,log-frequency=<frequency>",
 }
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--trace-config`` and the deprecated ``--trace-*`` flags, as tritonserver has them."""
-    parser.add_argument(
-        "--trace-config",
-        action="append",
-        default=[],
-        metavar="[MODE,]SETTING=VALUE",
-        help="global: rate (1000), level (OFF|TIMESTAMPS|TENSORS, repeatable), count (-1), "
-        "mode (triton|opentelemetry); triton,file=<path> / triton,log-frequency=<n> (0); "
-        "opentelemetry,url=<otlp/http url> / resource=<key>=<value> / bsp_max_queue_size / "
-        "bsp_schedule_delay / bsp_max_export_batch_size",
-    )
-    parser.add_argument("--trace-file", default=None, help=f"DEPRECATED: {_DEPRECATED['file']}")
-    parser.add_argument(
-        "--trace-level", action="append", default=[], help=f"DEPRECATED: {_DEPRECATED['level']}"
-    )
-    parser.add_argument("--trace-rate", default=None, help=f"DEPRECATED: {_DEPRECATED['rate']}")
-    parser.add_argument("--trace-count", default=None, help=f"DEPRECATED: {_DEPRECATED['count']}")
-    parser.add_argument(
-        "--trace-log-frequency", default=None, help=f"DEPRECATED: {_DEPRECATED['log_frequency']}"
-    )
 
 
 def from_arguments(args: argparse.Namespace) -> TraceConfig | None:
@@ -374,7 +352,7 @@ def from_arguments(args: argparse.Namespace) -> TraceConfig | None:
         count=args.trace_count,
         log_frequency=args.trace_log_frequency,
     )
-    for name, replacement in _DEPRECATED.items():
+    for name, replacement in DEPRECATED.items():
         value = getattr(flags, name)
         if value is not None and value != []:
             flag = "--trace-" + name.replace("_", "-")

@@ -26,14 +26,15 @@ def http_limits_of(options: FrontendOptions) -> dict[str, Any]:
 
 
 def v2_app(server: ServerAPI, limits: dict[str, Any]) -> ASGIApp:
-    """The KServe v2 app that a cloud endpoint hands the routes it does not own."""
-    from triton_core.frontends.http.app import create_app
+    """The KServe v2 app that a cloud endpoint hands the routes it does not own (infer
+    through the one infer path, as on the HTTP endpoint)."""
+    from triton_core.frontends.http.fast_path import create_asgi_app
 
-    return create_app(server, **limits)
+    return create_asgi_app(server, **limits)
 
 
 def decode_threads(count: int | None, name: str) -> OffloadThreads:
     """A cloud endpoint's decoding threads (``--sagemaker-thread-count``, ...)."""
-    from triton_core.frontends.http.app import DEFAULT_DECODE_THREADS
+    from triton_core.frontends.http.decoding import DEFAULT_DECODE_THREADS
 
     return OffloadThreads(count or DEFAULT_DECODE_THREADS, name)

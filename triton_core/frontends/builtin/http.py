@@ -44,8 +44,8 @@ class HttpFrontend(HttpEndpointFrontend):
 
     def build_app(self, server: ServerAPI) -> ASGIApp:
         # imported here: the HTTP frontend's modules load only when it serves
-        from triton_core.frontends.http.app import set_decode_threads
         from triton_core.frontends.http.codec import DEFAULT_JSON_LIMITS
+        from triton_core.frontends.http.decoding import set_decode_threads
         from triton_core.frontends.http.fast_path import create_asgi_app
         from triton_core.frontends.http.listener import http_limits
 

@@ -14,7 +14,7 @@ from triton_core.frontends.common import listen_socket
 
 if TYPE_CHECKING:
     from triton_core.frontends.http.fast_path import ASGIApp
-    from triton_core.frontends.http.listener import HttpListener
+    from triton_core.frontends.http.server import HttpServer
     from triton_core.frontends.runner import FrontendOptions
     from triton_core.frontends.server_api import ServerAPI
 
@@ -32,7 +32,7 @@ class HttpEndpointFrontend(Frontend):
         self.endpoint = endpoint
         self.name = endpoint.name
         self._sock: socket.socket | None = None
-        self._listener: HttpListener | None = None
+        self._listener: HttpServer | None = None
 
     def endpoints(self) -> list[Endpoint]:
         return [self.endpoint]
@@ -43,6 +43,22 @@ class HttpEndpointFrontend(Frontend):
 
     def ssl_context(self) -> ssl.SSLContext | None:
         return None
+
+    def error_body(self, status: int, message: str) -> bytes:
+        """The JSON body of the refusals that the HTTP protocol answers before the app sees
+        the request (413 body too large, 431 headers, 408 deadlines, 503 connections):
+        Triton's ``{"error": message}``; an endpoint with an error document of its own
+        overrides it."""
+        from triton_core.frontends.http.protocol import triton_error_body
+
+        return triton_error_body(status, message)
+
+    def metrics_app(self, server: ServerAPI) -> ASGIApp:
+        """The server's ``/metrics`` app, the one ``--metrics-port`` serves, for an endpoint
+        that answers ``GET /metrics`` too."""
+        from triton_core.frontends.builtin.metrics import metrics_app
+
+        return metrics_app(server, self.options)
 
     @abstractmethod
     def build_app(self, server: ServerAPI) -> ASGIApp:
@@ -60,7 +76,7 @@ class HttpEndpointFrontend(Frontend):
         assert self._sock is not None, "listen() comes before start()"
         app = self.build_app(server)
         tls = self.ssl_context()
-        self._listener = start_http_listener(app, self._sock, self.options, tls)
+        self._listener = start_http_listener(app, self._sock, self.options, tls, self.error_body)
         logger.info(
             "Started %s at %s:%d%s",
             self.service,

@@ -9,7 +9,6 @@ meanings and defaults; the others bound what RFC 9113 leaves to the server.
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
@@ -73,7 +72,9 @@ DEFAULT_LIMITS: Final = GrpcLimits()
 
 
 @dataclass(frozen=True, slots=True)
-class _Flag:
+class LimitFlag:
+    """A flag of :class:`GrpcLimits`: a row of the flag table (:mod:`triton_core.flags`)."""
+
     name: str
     field: str
     kind: str  # "int": a count or bytes; "ms": milliseconds; "bool"
@@ -82,94 +83,97 @@ class _Flag:
     grpcio_option: str | None = None
     #: the servicer applies it, on both transports
     servicer: bool = False
+    #: a flag of tritonserver, with its meaning and default
+    triton: bool = False
+
+    def default_text(self) -> str:
+        """The default as the flag takes it (ms for times)."""
+        default = getattr(DEFAULT_LIMITS, self.field)
+        if default is None:
+            return "none"
+        if self.kind == "bool":
+            return str(default).lower()
+        return str(_as_flag_value(self, default))
 
 
-_FLAGS: Final = (
-    _Flag("--grpc-max-connections", "max_connections", "int",
-          "connections open at once; more get GOAWAY and are closed (raise with ulimit -n)"),
-    _Flag("--grpc-max-concurrent-streams", "max_concurrent_streams", "int",
-          "streams open at once per connection; more are refused", "grpc.max_concurrent_streams"),
-    _Flag("--grpc-max-header-list-size", "max_header_list_size", "int",
-          "bytes of one decoded header block", "grpc.max_metadata_size"),
-    _Flag("--grpc-max-message-size", "max_message_size", "int",
-          "bytes of one request message, compressed or inflated",
-          "grpc.max_receive_message_length"),
-    _Flag("--grpc-max-buffered-input", "max_buffered_input", "int",
-          "bytes of request messages held while they arrive, over all calls"),
-    _Flag("--grpc-max-stream-requests-in-flight", "max_stream_requests_in_flight", "int",
-          "requests of one ModelStreamInfer stream not yet answered; past it the stream "
-          "is not read", servicer=True),
-    _Flag("--grpc-http2-max-frame-size", "max_frame_size", "int",
-          "bytes of one frame's payload (16384-16777215)", "grpc.http2.max_frame_size"),
-    _Flag("--grpc-http2-stream-window-size", "stream_window_size", "int",
-          "flow-control window granted per stream"),
-    _Flag("--grpc-http2-connection-window-size", "connection_window_size", "int",
-          "flow-control window granted per connection"),
-    _Flag("--grpc-http2-max-continuation-frames", "max_continuation_frames", "int",
-          "frames one header block may span"),
-    _Flag("--grpc-http2-max-settings-entries", "max_settings_entries", "int",
-          "entries of one SETTINGS frame"),
-    _Flag("--grpc-http2-settings-budget", "settings_budget", "int",
-          "SETTINGS frames in a burst (refills a tenth a second)"),
-    _Flag("--grpc-http2-reset-budget", "reset_budget", "int",
-          "streams reset by the client or refused, in a burst (refills a tenth a second)"),
-    _Flag("--grpc-http2-max-queued-output", "max_queued_output", "int",
-          "bytes queued for a client that does not read"),
-    _Flag("--grpc-http2-handshake-timeout", "handshake_timeout", "ms",
-          "ms to send the connection preface and SETTINGS"),
-    _Flag("--grpc-http2-idle-timeout", "idle_timeout", "ms",
-          "ms without streams or frames before GOAWAY and close (0: never)"),
-    _Flag("--grpc-http2-frame-timeout", "frame_timeout", "ms",
-          "ms a partly received frame may take to complete"),
-    _Flag("--grpc-http2-close-timeout", "close_timeout", "ms",
-          "ms a closing connection may keep unsent bytes before it is dropped"),
-    _Flag("--grpc-keepalive-time", "keepalive_time", "ms",
-          "ms of silence before the server pings a connection", "grpc.keepalive_time_ms"),
-    _Flag("--grpc-keepalive-timeout", "keepalive_timeout", "ms",
-          "ms to wait for the PING ACK before closing", "grpc.keepalive_timeout_ms"),
-    _Flag("--grpc-keepalive-permit-without-calls", "keepalive_permit_without_calls", "bool",
-          "allow client keepalive pings while no call is open",
-          "grpc.keepalive_permit_without_calls"),
-    _Flag("--grpc-http2-max-pings-without-data", "max_pings_without_data", "int",
-          "server pings sent while no data is sent (0: no limit)",
-          "grpc.http2.max_pings_without_data"),
-    _Flag("--grpc-http2-min-recv-ping-interval-without-data",
-          "min_recv_ping_interval_without_data", "ms",
-          "ms a client must leave between pings while no data is sent, or get a strike",
-          "grpc.http2.min_recv_ping_interval_without_data_ms"),
-    _Flag("--grpc-http2-max-ping-strikes", "max_ping_strikes", "int",
-          "strikes before GOAWAY ENHANCE_YOUR_CALM too_many_pings (0: no limit)",
-          "grpc.http2.max_ping_strikes"),
-    _Flag("--grpc-max-connection-age", "max_connection_age", "ms",
-          "ms a connection may live before GOAWAY NO_ERROR (none: no limit)",
-          "grpc.max_connection_age_ms"),
-    _Flag("--grpc-max-connection-age-grace", "max_connection_age_grace", "ms",
-          "ms for calls to finish after the age GOAWAY, then the close (none: no limit)",
-          "grpc.max_connection_age_grace_ms"),
+FLAGS: Final = (
+    LimitFlag("--grpc-max-connections", "max_connections", "int",
+              "connections open at once; more get GOAWAY and are closed (raise with ulimit -n)"),
+    LimitFlag("--grpc-max-concurrent-streams", "max_concurrent_streams", "int",
+              "streams open at once per connection; more are refused",
+              "grpc.max_concurrent_streams"),
+    LimitFlag("--grpc-max-header-list-size", "max_header_list_size", "int",
+              "bytes of one decoded header block", "grpc.max_metadata_size"),
+    LimitFlag("--grpc-max-message-size", "max_message_size", "int",
+              "bytes of one request message, compressed or inflated",
+              "grpc.max_receive_message_length"),
+    LimitFlag("--grpc-max-buffered-input", "max_buffered_input", "int",
+              "bytes of request messages held while they arrive, over all calls"),
+    LimitFlag("--grpc-max-stream-requests-in-flight", "max_stream_requests_in_flight", "int",
+              "requests of one ModelStreamInfer stream not yet answered; past it the stream "
+              "is not read", servicer=True),
+    LimitFlag("--grpc-http2-max-frame-size", "max_frame_size", "int",
+              "bytes of one frame's payload (16384-16777215)", "grpc.http2.max_frame_size"),
+    LimitFlag("--grpc-http2-stream-window-size", "stream_window_size", "int",
+              "flow-control window granted per stream"),
+    LimitFlag("--grpc-http2-connection-window-size", "connection_window_size", "int",
+              "flow-control window granted per connection"),
+    LimitFlag("--grpc-http2-max-continuation-frames", "max_continuation_frames", "int",
+              "frames one header block may span"),
+    LimitFlag("--grpc-http2-max-settings-entries", "max_settings_entries", "int",
+              "entries of one SETTINGS frame"),
+    LimitFlag("--grpc-http2-settings-budget", "settings_budget", "int",
+              "SETTINGS frames in a burst (refills a tenth a second)"),
+    LimitFlag("--grpc-http2-reset-budget", "reset_budget", "int",
+              "streams reset by the client or refused, in a burst (refills a tenth a second)"),
+    LimitFlag("--grpc-http2-max-queued-output", "max_queued_output", "int",
+              "bytes queued for a client that does not read"),
+    LimitFlag("--grpc-http2-handshake-timeout", "handshake_timeout", "ms",
+              "ms to send the connection preface and SETTINGS"),
+    LimitFlag("--grpc-http2-idle-timeout", "idle_timeout", "ms",
+              "ms without streams or frames before GOAWAY and close (0: never)"),
+    LimitFlag("--grpc-http2-frame-timeout", "frame_timeout", "ms",
+              "ms a partly received frame may take to complete"),
+    LimitFlag("--grpc-http2-close-timeout", "close_timeout", "ms",
+              "ms a closing connection may keep unsent bytes before it is dropped"),
+    LimitFlag("--grpc-keepalive-time", "keepalive_time", "ms",
+              "ms of silence before the server pings a connection", "grpc.keepalive_time_ms",
+              triton=True),
+    LimitFlag("--grpc-keepalive-timeout", "keepalive_timeout", "ms",
+              "ms to wait for the PING ACK before closing", "grpc.keepalive_timeout_ms",
+              triton=True),
+    LimitFlag("--grpc-keepalive-permit-without-calls", "keepalive_permit_without_calls", "bool",
+              "allow client keepalive pings while no call is open",
+              "grpc.keepalive_permit_without_calls",
+              triton=True),
+    LimitFlag("--grpc-http2-max-pings-without-data", "max_pings_without_data", "int",
+              "server pings sent while no data is sent (0: no limit)",
+              "grpc.http2.max_pings_without_data",
+              triton=True),
+    LimitFlag("--grpc-http2-min-recv-ping-interval-without-data",
+              "min_recv_ping_interval_without_data", "ms",
+              "ms a client must leave between pings while no data is sent, or get a strike",
+              "grpc.http2.min_recv_ping_interval_without_data_ms",
+              triton=True),
+    LimitFlag("--grpc-http2-max-ping-strikes", "max_ping_strikes", "int",
+              "strikes before GOAWAY ENHANCE_YOUR_CALM too_many_pings (0: no limit)",
+              "grpc.http2.max_ping_strikes",
+              triton=True),
+    LimitFlag("--grpc-max-connection-age", "max_connection_age", "ms",
+              "ms a connection may live before GOAWAY NO_ERROR (none: no limit)",
+              "grpc.max_connection_age_ms",
+              triton=True),
+    LimitFlag("--grpc-max-connection-age-grace", "max_connection_age_grace", "ms",
+              "ms for calls to finish after the age GOAWAY, then the close (none: no limit)",
+              "grpc.max_connection_age_grace_ms",
+              triton=True),
 )  # fmt: skip
-
-
-def add_arguments(parser: argparse.ArgumentParser, parse_bool: Callable[[str], bool]) -> None:
-    """Add the ``--grpc-...`` limit flags; ``parse_bool`` reads Triton's true/false values."""
-    for flag in _FLAGS:
-        default = getattr(DEFAULT_LIMITS, flag.field)
-        if flag.kind == "bool":
-            parser.add_argument(
-                flag.name, type=parse_bool, nargs="?", const=True, default=None, metavar="BOOL",
-                help=f"{flag.help} (default: {str(default).lower()})",
-            )  # fmt: skip
-            continue
-        shown = "none" if default is None else _as_flag_value(flag, default)
-        parser.add_argument(
-            flag.name, type=int, default=None, metavar="MS" if flag.kind == "ms" else "N",
-            help=f"{flag.help} (default: {shown})",
-        )  # fmt: skip
 
 
 def from_arguments(args: argparse.Namespace) -> GrpcLimits:
     """The limits the parsed flags ask for; raises ValueError naming a flag out of range."""
     values = {}
-    for flag in _FLAGS:
+    for flag in FLAGS:
         given = getattr(args, _dest(flag))
         if given is None:
             continue
@@ -224,7 +228,7 @@ def checked(limits: GrpcLimits) -> GrpcLimits:
 def grpcio_options(limits: GrpcLimits) -> list[tuple[str, int]]:
     """The grpcio channel arguments of ``limits``; raises ValueError for a flag grpcio lacks."""
     options = []
-    for flag in _FLAGS:
+    for flag in FLAGS:
         value = getattr(limits, flag.field)
         if flag.servicer:
             continue
@@ -240,13 +244,13 @@ def grpcio_options(limits: GrpcLimits) -> list[tuple[str, int]]:
     return options
 
 
-def _as_flag_value(flag: _Flag, value: float | int | bool) -> int:
+def _as_flag_value(flag: LimitFlag, value: float | int | bool) -> int:
     return round(value * 1000) if flag.kind == "ms" else int(value)
 
 
-def _dest(flag: _Flag) -> str:
+def _dest(flag: LimitFlag) -> str:
     return flag.name.lstrip("-").replace("-", "_")
 
 
-def _flag_of(field: str) -> _Flag:
-    return next(flag for flag in _FLAGS if flag.field == field)
+def _flag_of(field: str) -> LimitFlag:
+    return next(flag for flag in FLAGS if flag.field == field)

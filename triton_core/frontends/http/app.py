@@ -9,11 +9,9 @@ from __future__ import annotations
 import asyncio
 import base64
 import dataclasses
-import functools
 import http
 import logging
 from collections.abc import Callable
-from time import monotonic_ns
 from typing import TYPE_CHECKING, Any, Final
 
 import falcon
@@ -25,30 +23,26 @@ from triton_core.frontends import logging_extension
 from triton_core.frontends.common import parse_version
 from triton_core.frontends.header_forwarding import HeaderForwarder
 from triton_core.frontends.http import compression
-from triton_core.frontends.http.answers import encode_response_parts, encode_statistics
+from triton_core.frontends.http.answers import encode_statistics
 from triton_core.frontends.http.codec import (
     DEFAULT_JSON_LIMITS,
-    HEADER_LENGTH,
-    DecodedRequest,
     JsonLimits,
-    decode_raw_request,
-    decode_request,
     parse_json,
 )
+from triton_core.frontends.http.decoding import (  # the names other modules import from here
+    error_body,
+)
 from triton_core.frontends.http.generate import GenerateResource
+from triton_core.frontends.http.infer import HttpInfer
 from triton_core.frontends.http.restricted import RestrictedApiMiddleware
 from triton_core.frontends.http.routing import DigitsConverter, RawPathRequest, Router, routed_name
 from triton_core.frontends.http.trace import TraceSettingResource
 from triton_core.frontends.restricted import Restrictions
 from triton_core.frontends.server_api import ServerAPI
-from triton_core.frontends.tracing import sent, start_http_trace, tracer_of
 from triton_core.shared_memory.cuda import BAD_HANDLE as CUDA_BAD_HANDLE
-from triton_core.threads import OffloadThreads
 
 if TYPE_CHECKING:
-    from triton_core.tracing import Trace
     from triton_core.types import (
-        InferenceResponse,
         TensorMetadata,
     )
 
@@ -56,12 +50,6 @@ logger = logging.getLogger(__name__)
 
 #: bodies (compressed or not) above this are (de)compressed off the event loop
 _OFFLOAD_BYTES: Final = 1 << 20
-#: infer bodies with more JSON than this, or larger than _OFFLOAD_BYTES, are decoded in a
-#: thread: parsing them would stall every client of the loop (HTTP and gRPC alike)
-_OFFLOAD_JSON_BYTES: Final = 1 << 16
-#: ``--http-thread-count`` when not given: few threads, as a decode holds the GIL much of the
-#: time, so more would not go faster and would take turns from the event loop
-DEFAULT_DECODE_THREADS: Final = 2
 
 _JSON: Final = "application/json"
 #: base64 of a 64-byte cudaIpcMemHandle_t
@@ -101,7 +89,11 @@ def create_app(
     model = _ModelResource(server, max_input_size, json_limits, header_forwarder)
     generate_routes = {
         kind: GenerateResource(
-            server, max_input_size, streaming=kind.endswith("stream"), json_limits=json_limits
+            server,
+            max_input_size,
+            streaming=kind.endswith("stream"),
+            json_limits=json_limits,
+            header_forwarder=header_forwarder,
         )
         for kind in ("generate", "generate_stream")
     }
@@ -195,7 +187,12 @@ class _ModelResource:
         self._server = server
         self._max_input_size = max_input_size
         self._json_limits = json_limits
-        self._header_forwarder = header_forwarder
+        self._infer = HttpInfer(
+            server,
+            max_input_size=max_input_size,
+            json_limits=json_limits,
+            header_forwarder=header_forwarder,
+        )
 
     async def on_get(
         self,
@@ -261,217 +258,23 @@ class _ModelResource:
         model_name: str,
         version: str = "",
     ) -> None:
-        server = self._server
-        model_name = routed_name(req, model_name)
-        model_version = parse_version(version) if version else -1
-        check_not_decoupled(server, model_name, model_version)
-
-        tracer = tracer_of(server)
-        tracing_since = monotonic_ns() if tracer.enabled else 0
+        """Through the one infer path, as the protocol and :class:`~.fast_path.InferRoute`
+        answer it (this route serves the app when it runs alone)."""
+        infer = self._infer
+        since = infer.received()
         body = await self._read_body(req)
-        content_encoding = req.get_header("Content-Encoding")
-        if content_encoding is not None:
-            try:
-                encoding = compression.request_encoding(content_encoding)
-            except TritonError:
-                resp.set_header("Accept-Encoding", compression.SUPPORTED_ENCODINGS)
-                raise
-            if encoding != compression.IDENTITY:
-                body = await _offload(
-                    len(body), compression.decompress, body, encoding, self._max_input_size
-                )
-
-        trace = None
-        if tracing_since:
-            trace = start_http_trace(tracer, model_name, _header_pairs(req), tracing_since)
-        forwarded = None
-        if self._header_forwarder is not None:
-            # names as the client sent them, lowercased by the ASGI server
-            raw = req.scope["headers"]
-            pairs = ((name.decode("latin-1"), value.decode("latin-1")) for name, value in raw)
-            forwarded = self._header_forwarder.parameters(pairs)
-        data, headers = await infer_body(
-            server,
-            model_name,
-            model_version,
-            body,
-            req.get_header(HEADER_LENGTH),
-            self._json_limits,
-            trace,
-            forwarded,
-        )
-
-        accept_encoding = req.get_header("Accept-Encoding")
-        if accept_encoding:
-            encoding = compression.response_encoding(accept_encoding)
-            if encoding != compression.IDENTITY:
-                data = await _offload(len(data), compression.compress, data, encoding)
-                resp.set_header("Content-Encoding", encoding)
-        resp.set_headers(headers)
-        resp.data = data
-        if trace is not None:  # falcon writes the answer after this returns
-            sent(trace, "HTTP", monotonic_ns())
+        target = (routed_name(req, model_name), version)
+        headers = [
+            (name.lower().encode("latin-1"), value.encode("latin-1"))
+            for name, value in req.headers.items()
+        ]
+        status, headers_out, parts = await infer.answered(target, headers, body, since)
+        resp.status = status
+        resp.set_headers(headers_out)
+        resp.data = b"".join(parts)
 
     async def _read_body(self, req: falcon.asgi.Request) -> bytes:
         return await _read_body(req, self._max_input_size)
-
-
-def check_not_decoupled(server: ServerAPI, model_name: str, model_version: int) -> None:
-    """Refuse infer on a decoupled model; Triton checks this before it looks at the body."""
-    if server.model_is_decoupled(model_name, model_version):
-        raise unsupported("HTTP end point doesn't support models with decoupled transaction policy")
-
-
-def decode_infer_body(
-    server: ServerAPI,
-    model_name: str,
-    model_version: int,
-    body: bytes | memoryview,
-    header_length: str | None,
-    json_limits: JsonLimits = DEFAULT_JSON_LIMITS,
-) -> DecodedRequest:
-    """Decode an (uncompressed) infer body.
-
-    ``header_length`` is the ``Inference-Header-Content-Length`` header's value, if any.
-    """
-    length = _header_length(header_length, len(body))
-    if length == 0:
-        return decode_raw_request(
-            model_name, model_version, body, server.model_config_json(model_name, model_version)
-        )
-
-    def model_inputs() -> list[str]:
-        return model_input_names(server, model_name, model_version)
-
-    return decode_request(model_name, model_version, body, length, json_limits, model_inputs)
-
-
-def model_input_names(server: ServerAPI, model_name: str, model_version: int) -> list[str]:
-    return [tensor.name for tensor in server.model_metadata(model_name, model_version).inputs]
-
-
-def decodes_off_loop(body: bytes | memoryview, header_length: str | None) -> bool:
-    """Whether decoding ``body`` could stall the event loop, so that a thread should do it."""
-    size = len(body)
-    if size <= _OFFLOAD_JSON_BYTES:
-        return False
-    if header_length is None:
-        return True
-    if not header_length.isdigit() or len(header_length) > 9:  # not a length of this body:
-        return True  # decoding refuses it (int() would raise on 4301 digits and more)
-    json_size = int(header_length)
-    if json_size > _OFFLOAD_JSON_BYTES:
-        return True
-    if size <= _OFFLOAD_BYTES:
-        return False
-    if json_size == 0:
-        return True  # a raw binary body: its datatype is the model's, BYTES perhaps
-    # a large binary part: fixed-size tensors become views at once, whatever their size;
-    # only BYTES elements cost work per element (a datatype escaped in JSON may hide one)
-    header = body[:json_size] if type(body) is bytes else bytes(body[:json_size])
-    return b"BYTES" in header or b"\\" in header
-
-
-#: the HTTP endpoint's decoding threads (``--http-thread-count``)
-_http_decoders = OffloadThreads(DEFAULT_DECODE_THREADS, "http-decode")
-
-
-def set_decode_threads(count: int) -> OffloadThreads:
-    """Size the HTTP endpoint's decoding threads (``--http-thread-count``), before it serves."""
-    global _http_decoders
-    _http_decoders.shutdown()
-    _http_decoders = OffloadThreads(count, "http-decode")
-    return _http_decoders
-
-
-def decode_threads() -> OffloadThreads:
-    """The HTTP endpoint's decoding threads."""
-    return _http_decoders
-
-
-def decode_in_thread(
-    server: ServerAPI,
-    model_name: str,
-    model_version: int,
-    body: bytes | memoryview,
-    header_length: str | None,
-    json_limits: JsonLimits,
-    threads: OffloadThreads | None = None,
-) -> asyncio.Future[DecodedRequest]:
-    """:func:`decode_infer_body` in one of a few decoding threads (``threads``, by default
-    the HTTP endpoint's), as a future of the loop.
-
-    What it needs of the server is read first, here on the loop: the server is not made to
-    be read from other threads while the loop changes it (a model loading).
-    """
-    length = _header_length(header_length, len(body))
-    if length == 0:
-        config = server.model_config_json(model_name, model_version)
-        decode = functools.partial(decode_raw_request, model_name, model_version, body, config)
-    else:
-        names = model_input_names(server, model_name, model_version)
-        decode = functools.partial(
-            decode_request, model_name, model_version, body, length, json_limits, lambda: names
-        )
-    return (threads or _http_decoders).run(decode)
-
-
-def encode_infer_answer(
-    response: InferenceResponse, decoded: DecodedRequest
-) -> tuple[bytes, dict[str, str]]:
-    """The answer to a decoded infer body as (body, headers); a failed response raises."""
-    parts, headers = encode_infer_answer_parts(response, decoded)
-    return b"".join(parts), headers  # one part: that same object, not a copy
-
-
-def encode_infer_answer_parts(
-    response: InferenceResponse, decoded: DecodedRequest
-) -> tuple[list[bytes | memoryview], dict[str, str]]:
-    """:func:`encode_infer_answer` with the body in parts, not joined (large outputs)."""
-    if response.error is not None:
-        raise response.error
-    request = decoded.request
-    if not response.model_name:
-        response.model_name = request.model_name
-    if not response.id:
-        response.id = request.id
-    return encode_response_parts(response, decoded.binary_outputs, decoded.default_binary)
-
-
-async def infer_body(
-    server: ServerAPI,
-    model_name: str,
-    model_version: int,
-    body: bytes | memoryview,
-    header_length: str | None,
-    json_limits: JsonLimits = DEFAULT_JSON_LIMITS,
-    trace: Trace | None = None,
-    forwarded_headers: dict[str, str] | None = None,
-    threads: OffloadThreads | None = None,
-) -> tuple[bytes, dict[str, str]]:
-    """Decode an (uncompressed) infer body, run it, and encode the answer as (body, headers).
-
-    A large body is decoded in a thread (:func:`decodes_off_loop`) of ``threads`` (by
-    default the HTTP endpoint's). ``trace``: the request's trace, when it is sampled.
-    ``forwarded_headers`` join the request's parameters (``--http-header-forward-pattern``).
-    """
-    args = (server, model_name, model_version, body, header_length, json_limits)
-    if decodes_off_loop(body, header_length):
-        decoded = await decode_in_thread(*args, threads)
-    else:
-        decoded = decode_infer_body(*args)
-    decoded.request.trace = trace
-    if forwarded_headers:
-        decoded.request.parameters.update(forwarded_headers)
-    response = await server.infer(decoded.request)
-    if trace is not None:
-        trace.timestamp("INFER_RESPONSE_COMPLETE")
-    return encode_infer_answer(response, decoded)
-
-
-def error_body(message: str) -> bytes:
-    """Triton's error document."""
-    return orjson.dumps({"error": message})
 
 
 async def _read_body(req: falcon.asgi.Request, limit: int) -> bytes:
@@ -748,21 +551,6 @@ class _Unsupported:
 
 def _tensor_metadata(tensor: TensorMetadata) -> dict[str, Any]:
     return {"name": tensor.name, "datatype": tensor.datatype, "shape": list(tensor.shape)}
-
-
-def _header_length(value: str | None, body_length: int) -> int | None:
-    """``Inference-Header-Content-Length``: None when absent (the whole body is JSON)."""
-    if value is None:
-        return None
-    try:
-        length = int(value)
-    except ValueError:
-        raise invalid_arg(f"Unable to parse {HEADER_LENGTH}, got: {value}") from None
-    if length < 0 or length > body_length:
-        raise invalid_arg(
-            f"inference header size should be in range (0, {body_length}), got: {value}"
-        )
-    return length
 
 
 async def _offload(size: int, function: Any, *args: Any) -> bytes:

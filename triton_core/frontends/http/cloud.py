@@ -12,13 +12,8 @@ from collections.abc import Callable
 from typing import Final
 
 from triton_core.errors import TritonError, invalid_arg
-from triton_core.frontends.http.app import (
-    check_not_decoupled,
-    error_body,
-    infer_body,
-)
 from triton_core.frontends.http.codec import JsonLimits
-from triton_core.frontends.http.compression import too_large
+from triton_core.frontends.http.decoding import error_body
 from triton_core.frontends.http.fast_path import (
     JSON_HEADERS,
     ASGIApp,
@@ -28,13 +23,15 @@ from triton_core.frontends.http.fast_path import (
     infer_failure,
     wire_headers,
 )
-from triton_core.frontends.http.fast_path import _read_body as read_whole_body
+from triton_core.frontends.http.fast_path import read_body as read_whole_body
+from triton_core.frontends.http.infer import HttpInfer
 from triton_core.frontends.http.restricted import HeaderCheck
 from triton_core.frontends.restricted import Restrictions, first_value
 from triton_core.frontends.server_api import ServerAPI
 from triton_core.threads import OffloadThreads
 
 _CONTENT_TYPE: Final = b"content-type"
+_HEADER_LENGTH: Final = b"inference-header-content-length"
 _CONTENT_LENGTH: Final = b"content-length"
 #: what C's stoi reads of a header size: blanks, a sign, digits (the rest is ignored)
 _LEADING_INTEGER: Final = re.compile(r"[ \t\n\v\f\r]*([+-]?[0-9]+)")
@@ -63,10 +60,7 @@ async def read_body(receive: Receive, limit: int) -> bytes | None:
     The protocol refuses a body over ``--http-max-input-size`` before reading it; this
     check keeps the bound when another server runs the app.
     """
-    body = await read_whole_body(receive)
-    if body is not None and len(body) > limit:
-        raise too_large("request body", len(body), limit)
-    return body
+    return await read_whole_body(receive, limit)
 
 
 def raw_path(scope: Scope) -> str:
@@ -140,6 +134,10 @@ class CloudEndpoint:
         self.max_input_size = max_input_size
         self.checks = checks_of(restrictions)
         self.json_limits = json_limits
+        #: the one infer path, restricted here per platform route (:meth:`refused`)
+        self._infer = HttpInfer(
+            server, max_input_size=max_input_size, json_limits=json_limits, threads=threads
+        )
 
     async def refused(self, scope: Scope, send: Send, group: str) -> bool:
         """Answer 403 when ``group`` is restricted and the request lacks its header."""
@@ -176,29 +174,25 @@ class CloudEndpoint:
         if scope["method"] != "POST":
             await respond(send, 405, METHOD_NOT_ALLOWED)
             return
+        since = self._infer.received()
         try:
             body = await read_body(receive, self.max_input_size)
             if body is None:
                 return  # the client went away
             size = header_size_from_mime(header(scope, _CONTENT_TYPE), self.binary_mime, len(body))
-            check_not_decoupled(self.server, model_name, model_version)
-            data, headers = await infer_body(
-                self.server,
-                model_name,
-                model_version,
-                body,
-                size,
-                self.json_limits,
-                threads=self.threads,
-            )
         except Exception as exc:
-            if failure is not None and isinstance(exc, TritonError):
-                status, data = failure(exc)
-            else:
-                status, data = infer_failure(exc, model_name)
-            await respond(send, status, data)
+            await respond(send, *infer_failure(exc, model_name))
             return
-        await respond(send, 200, data, self.answer_headers(headers))
+        # these platforms define no compression: only the binary header's size is passed on
+        headers = [] if size is None else [(_HEADER_LENGTH, size.encode("latin-1"))]
+        version = "" if model_version < 0 else str(model_version)
+        target = (model_name, version)
+        status, headers_out, parts = await self._infer.answered(
+            target, headers, body, since, failure
+        )
+        data = bytes(parts[0]) if len(parts) == 1 else b"".join(parts)
+        wire = self.answer_headers(headers_out) if status == 200 else None
+        await respond(send, status, data, wire)
 
     def answer_headers(self, headers: dict[str, str]) -> list[tuple[bytes, bytes]]:
         """The headers of a successful infer answer (the v2 endpoint's, by default)."""

@@ -42,13 +42,15 @@ from triton_core.frontends.http.codec import (
     check_json_depth,
     check_json_elements,
 )
+from triton_core.frontends.infer import InferPath
 from triton_core.frontends.server_api import ServerAPI
-from triton_core.frontends.tracing import sent, start_http_trace, tracer_of
+from triton_core.frontends.tracing import sent
 from triton_core.types import InferenceRequest, Tensor
 
 if TYPE_CHECKING:
     import falcon.asgi
 
+    from triton_core.frontends.header_forwarding import HeaderForwarder
     from triton_core.tracing import Trace
     from triton_core.types import InferenceResponse, ModelMetadata, TensorMetadata
 
@@ -289,11 +291,14 @@ class GenerateResource:
         *,
         streaming: bool,
         json_limits: JsonLimits = DEFAULT_JSON_LIMITS,
+        header_forwarder: HeaderForwarder | None = None,
     ) -> None:
         self._server = server
         self._max_input_size = max_input_size
         self._streaming = streaming
         self._json_limits = json_limits
+        #: forwarding and tracing, as for every inference (frontends/infer.py)
+        self._infer = InferPath(server, "HTTP", forwarder=header_forwarder)
 
     async def on_post(
         self,
@@ -306,16 +311,16 @@ class GenerateResource:
             model_name = unquote(model_name)
         model_version = parse_version(version) if version else -1
         metadata = self._server.model_metadata(model_name, model_version)
-        tracer = tracer_of(self._server)
-        tracing_since = monotonic_ns() if tracer.enabled else 0
+        since = self._infer.received()
         body = await self._read_body(req)
         request = decode_generate_request(
             model_name, model_version, body, metadata, self._json_limits
         )
-        trace = None
-        if tracing_since:
-            headers = [(name.lower(), value) for name, value in req.headers.items()]
-            trace = request.trace = start_http_trace(tracer, model_name, headers, tracing_since)
+
+        def headers() -> list[tuple[str, str]]:
+            return [(name.lower(), value) for name, value in req.headers.items()]
+
+        trace = self._infer.prepare(request, headers, since, one_answer=False)
         if self._streaming:
             await self._stream(request, resp, trace)
             return

@@ -1,63 +1,51 @@
-"""The HTTP/1.1 protocol the frontend is served with: uvicorn's, with two changes.
+"""The HTTP/1.1 protocol of the HTTP endpoints: httptools' parser under the project's own
+connection handling.
 
-- The writes of one loop turn leave in one system call. uvicorn writes an answer's status
-  line and headers, then its body: two system calls, and on loopback two wake-ups of the
-  client, for every answer.
-- A plain ``POST .../infer`` (what :class:`~.fast_path.InferFastPath` answers) is decoded,
-  scheduled and answered from the parser's and the response future's callbacks, without
-  uvicorn's task, ASGI messages and events per request (about 115 us of a round trip on
-  the CI class of machine, bench/http_stack.py). Everything else goes to the ASGI app.
+- The writes of one loop turn leave in one system call (:class:`~.wire.CorkedTransport`):
+  an answer's status line, headers and body reach the client in one write.
+- A plain ``POST .../infer`` (what :class:`~.fast_path.InferRoute` answers) is decoded,
+  scheduled and answered from the parser's and the response future's callbacks
+  (:class:`_InferCycle`), without a task or ASGI messages per request. Everything else goes
+  to the ASGI app (:class:`~.asgi_cycle.AsgiCycle`).
+- Requests on one connection are answered one at a time, in order (pipelining); HTTP/1.0
+  connections close after their answer; an upgrade request is answered as plain HTTP.
 
 And it holds every client to :class:`HttpLimits`: header and body deadlines, header bytes
 and counts, the body size (refused from its Content-Length, before it is read) and the
-number of connections. It overrides private methods of uvicorn's protocol, which is why
-pyproject.toml pins uvicorn to the versions it is tested with.
+number of connections. :class:`~.server.HttpServer` serves it on a listening socket.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import weakref
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
-from time import monotonic_ns
-from typing import TYPE_CHECKING, Any, ClassVar, Final
+from typing import TYPE_CHECKING, Any, Final, cast
 
 import httptools
-from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
 from triton_core.frontends.common import idle_longest, join_buffers
-from triton_core.frontends.http.app import (
-    check_not_decoupled,
-    decode_in_thread,
-    decode_infer_body,
-    decodes_off_loop,
-    encode_infer_answer_parts,
-    error_body,
+from triton_core.frontends.http.asgi_cycle import AsgiCycle, http_scope
+from triton_core.frontends.http.decoding import error_body
+from triton_core.frontends.http.fast_path import JSON_HEADER_BLOCK, InferRoute, header_block
+from triton_core.frontends.http.infer import DECIDING_HEADERS, InferExchange, infer_target
+from triton_core.frontends.http.wire import (
+    CONTINUE,
+    JOIN_LIMIT,
+    STATUS_LINE,
+    CorkedTransport,
+    FlowControl,
+    nbytes,
 )
-from triton_core.frontends.http.fast_path import (
-    DECIDING_HEADERS,
-    JSON_HEADER_BLOCK,
-    InferFastPath,
-    header_block,
-    header_lines,
-    infer_failure,
-    infer_target,
-    plain_infer_request,
-)
-from triton_core.frontends.tracing import sent, start_http_trace
 
 if TYPE_CHECKING:
-    from uvicorn.server import ServerState
+    from collections.abc import Coroutine
 
-    from triton_core.frontends.http.codec import DecodedRequest
-    from triton_core.tracing import Trace
-    from triton_core.types import InferenceResponse
+    from triton_core.frontends.http.fast_path import ASGIApp
 
 logger = logging.getLogger(__name__)
-
-_CONTINUE: Final = b"HTTP/1.1 100 Continue\r\n\r\n"
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,15 +71,6 @@ class HttpLimits:
     max_buffered_input: int = 1 << 30
 
 
-class _BufferedInput:
-    """Bytes of request bodies one listener holds, over all its connections."""
-
-    __slots__ = ("held",)
-
-    def __init__(self) -> None:
-        self.held = 0
-
-
 class _Refused(Exception):
     """Raised in a parser callback to end the request with ``status`` and close."""
 
@@ -113,92 +92,22 @@ _BODY: Final = 2  # reading a body: the body inactivity timeout applies
 _BUSY: Final = 3  # the request is read: the server owes the answer, no client deadline
 
 
-#: answers up to this size are joined into one buffer; larger ones are written in parts
-_JOIN_LIMIT: Final = 1 << 16
-
-
-def _nbytes(part: bytes | memoryview) -> int:
-    return len(part) if type(part) is bytes else memoryview(part).nbytes
-
-
-class CorkedTransport:
-    """A transport whose writes leave together at the end of the loop turn they were made in."""
-
-    __slots__ = ("_loop", "_pending", "_transport")
-
-    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
-        self._transport = transport
-        self._loop = loop
-        self._pending: list[bytes] = []
-
-    def write(self, data: bytes) -> None:
-        if not data:
-            return
-        if not self._pending:
-            self._loop.call_soon(self.flush)
-        self._pending.append(data)
-
-    def write_whole(self, data: bytes) -> None:
-        """Send a whole answer at once: nothing else of this turn needs to go with it."""
-        if self._pending:
-            self._pending.append(data)
-            self.flush()
-        elif not self._transport.is_closing():
-            self._transport.write(data)
-
-    def writelines(self, lines: Any) -> None:
-        for data in lines:
-            self.write(data)
-
-    def write_parts(self, parts: list[bytes | memoryview]) -> None:
-        """Send a whole answer as its parts, in one system call where the transport can."""
-        self.flush()
-        if not self._transport.is_closing():
-            self._transport.writelines(parts)
-
-    def flush(self) -> None:
-        """Send what was written so far (called at the end of the loop turn)."""
-        if not self._pending:
-            return
-        data = self._pending[0] if len(self._pending) == 1 else b"".join(self._pending)
-        self._pending.clear()
-        if not self._transport.is_closing():
-            self._transport.write(data)
-
-    def is_closing(self) -> bool:
-        return self._transport.is_closing()
-
-    def get_write_buffer_size(self) -> int:
-        return self._transport.get_write_buffer_size() + sum(map(len, self._pending))
-
-    def close(self) -> None:
-        self.flush()
-        self._transport.close()
-
-    def abort(self) -> None:
-        self._pending.clear()
-        self._transport.abort()
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._transport, name)
-
-
 #: request targets by the URL up to its query (a client sends the same few again and again)
-_TARGETS: dict[bytes, tuple[str, int] | None] = {}
+_TARGETS: dict[bytes, tuple[str, str] | None] = {}
 _TARGETS_MAX: Final = 1024
 #: longer keys are not kept: the cache holds at most _TARGETS_MAX * _TARGET_KEY_MAX bytes
 _TARGET_KEY_MAX: Final = 256
 
 
-def _url_target(url: bytes) -> tuple[str, int] | None:
-    """(model, version) of a plain infer URL, or None: from a small cache by path."""
+def _url_target(url: bytes) -> tuple[str, str] | None:
+    """(model, version text) of an infer URL, or None: from a small cache by path."""
     key = url.partition(b"?")[0] if b"?" in url else url
     try:
         return _TARGETS[key]
     except KeyError:
         pass
     path = httptools.parse_url(url).path
-    target = None if b"%" in path else infer_target(path.decode("ascii", "replace"))
+    target = infer_target(path.decode("latin-1"))
     if len(key) <= _TARGET_KEY_MAX:
         if len(_TARGETS) >= _TARGETS_MAX:
             _TARGETS.clear()
@@ -206,41 +115,26 @@ def _url_target(url: bytes) -> tuple[str, int] | None:
     return target
 
 
-#: (uvicorn's default headers, as header lines): uvicorn makes a new list once a second
-_default_lines: tuple[object, bytes] = (None, b"")
-
-
-def default_header_lines(headers: list[tuple[bytes, bytes]]) -> bytes:
-    """uvicorn's default headers (date, server) as header lines, joined once per list."""
-    global _default_lines
-    cached, lines = _default_lines
-    if cached is not headers:
-        lines = header_lines(headers)
-        _default_lines = (headers, lines)
-    return lines
-
-
 class _InferCycle:
-    """One plain ``POST .../infer`` answered by :class:`HttpProtocol` itself.
+    """One ``POST .../infer`` answered by :class:`HttpProtocol` itself, through the
+    endpoint's :class:`~.infer.HttpInfer` (the one infer path).
 
     Scheduled from the parser's callbacks and answered from the response future's
-    callback: no task, no ASGI messages, no falcon. It stands where uvicorn keeps its
-    request cycle, so keep-alive, pipelining and shutdown work as for every other request.
-    A large body is decoded in a thread (:func:`~.app.decodes_off_loop`).
+    callback: no task, no ASGI messages, no falcon. It stands where an :class:`AsgiCycle`
+    would, so keep-alive, pipelining and shutdown work as for every other request.
     """
 
     __slots__ = (
         "_body",
         "_body_complete",
+        "_deciding",
+        "_exchange",
         "_expect_100_continue",
-        "_future",
-        "_header_length",
+        "_headers",
         "_protocol",
+        "_since",
         "_started",
         "_target",
-        "_trace",
-        "_traced_headers",
-        "_tracing_since",
         "disconnected",
         "keep_alive",
         "response_complete",
@@ -249,28 +143,25 @@ class _InferCycle:
     def __init__(
         self,
         protocol: HttpProtocol,
-        target: tuple[str, int],
-        header_length: str | None,
+        target: tuple[str, str],
         expect_100_continue: bool,
         keep_alive: bool,
     ) -> None:
         self._protocol = protocol
         self._target = target
-        self._header_length = header_length
         self._expect_100_continue = expect_100_continue
         self.keep_alive = keep_alive
         self._body: list[bytes] = []
         self._body_complete = False
         self._started = False
-        self._future: asyncio.Future[Any] | None = None
+        self._exchange: InferExchange | None = None
         self.disconnected = False
         self.response_complete = False
-        self._trace: Trace | None = None
-        #: while tracing is on: when the request began, and its headers (for traceparent)
-        self._tracing_since = 0
-        if protocol.fast_path.tracer.enabled:  # type: ignore[union-attr]
-            self._tracing_since = monotonic_ns()
-            self._traced_headers = protocol.headers
+        #: the request's headers (header forwarding, traceparent), and those that decide
+        #: its answer (encodings, sizes)
+        self._headers = protocol.headers
+        self._deciding = protocol.deciding
+        self._since = cast(InferRoute, protocol.fast_path).infer.received()
 
     @property
     def response_started(self) -> bool:
@@ -282,7 +173,7 @@ class _InferCycle:
         if self._body_complete:
             self._submit()
         elif self._expect_100_continue:
-            self._protocol.transport.write(_CONTINUE)
+            self._protocol.transport.write(CONTINUE)
 
     def add_body(self, data: bytes) -> None:
         self._body.append(data)
@@ -295,99 +186,43 @@ class _InferCycle:
     def lost(self) -> None:
         """The connection closed before the answer: the work is not wanted any more."""
         self.disconnected = True
-        if self._future is not None:
-            self._future.cancel()
+        if self._exchange is not None:
+            self._exchange.cancel()
 
     def _submit(self) -> None:
         parts = self._body
         body = parts[0] if len(parts) == 1 else join_buffers(parts, sum(map(len, parts)))
         self._body = []
-        fast_path = self._protocol.fast_path
-        assert fast_path is not None
-        model_name, model_version = self._target
-        args = (
-            fast_path.server,
-            model_name,
-            model_version,
+        infer = cast(InferRoute, self._protocol.fast_path).infer
+        self._exchange = infer.answer(
+            self._target,
+            self._headers,
             body,
-            self._header_length,
-            fast_path.json_limits,
+            self._since,
+            self._respond,
+            deciding=self._deciding,
         )
-        try:
-            check_not_decoupled(fast_path.server, model_name, model_version)
-            if decodes_off_loop(body, self._header_length):
-                self._future = decoding = decode_in_thread(*args)
-                decoding.add_done_callback(self._decoded)
-                return
-            decoded = decode_infer_body(*args)
-        except Exception as exc:
-            self._fail(exc)
+
+    def _respond(
+        self, status: int, headers: dict[str, str], body: list[bytes | memoryview]
+    ) -> None:
+        self._exchange = None  # it holds this method: no reference cycle left for the GC
+        if self.disconnected:
             return
-        self._schedule(decoded)
-
-    def _decoded(self, done: asyncio.Future[DecodedRequest]) -> None:
-        if done.cancelled() or self.disconnected:
-            return
-        try:
-            decoded = done.result()
-        except Exception as exc:
-            self._fail(exc)
-            return
-        self._schedule(decoded)
-
-    def _schedule(self, decoded: DecodedRequest) -> None:
-        fast_path = self._protocol.fast_path
-        assert fast_path is not None
-        server = fast_path.server
-        if self._tracing_since:
-            self._trace = decoded.request.trace = start_http_trace(
-                fast_path.tracer, self._target[0], self._traced_headers, self._tracing_since
-            )
-        try:
-            future = server.submit(decoded.request)
-        except Exception as exc:
-            self._fail(exc)
-            return
-        self._future = future
-
-        def answer(done: asyncio.Future[InferenceResponse]) -> None:
-            if done.cancelled() or self.disconnected:
-                if self._trace is not None:
-                    self._trace.end()  # written as far as it got
-                return
-            if self._trace is not None:
-                self._trace.timestamp("INFER_RESPONSE_COMPLETE")
-            try:
-                parts, headers = encode_infer_answer_parts(done.result(), decoded)
-            except Exception as exc:
-                self._fail(exc)
-                return
-            self._respond(200, header_block(headers), parts)
-
-        future.add_done_callback(answer)
-
-    def _fail(self, exc: BaseException) -> None:
-        status, data = infer_failure(exc, self._target[0])
-        self._respond(status, JSON_HEADER_BLOCK, [data])
-
-    def _respond(self, status: int, headers: bytes, body: list[bytes | memoryview]) -> None:
         protocol = self._protocol
-        size = len(body[0]) if len(body) == 1 else sum(map(_nbytes, body))
+        size = len(body[0]) if len(body) == 1 else sum(map(nbytes, body))
         answer = [
             STATUS_LINE[status],
-            default_header_lines(protocol.server_state.default_headers),
-            headers,
+            protocol.listener.default_lines,
+            header_block(headers),
             b"content-length: %d\r\n" % size,
             b"\r\n" if self.keep_alive else b"connection: close\r\n\r\n",
             *body,
         ]
-        send_start = monotonic_ns() if self._trace is not None else 0
-        if size < _JOIN_LIMIT:
+        if size < JOIN_LIMIT:
             protocol.transport.write_whole(b"".join(answer))
         else:  # large outputs go out as they are, not copied into one buffer first
             protocol.transport.write_parts(answer)
-        if self._trace is not None:
-            sent(self._trace, "HTTP", send_start)
         self.response_complete = True
         if not self.keep_alive:
             protocol.transport.close()
@@ -395,13 +230,13 @@ class _InferCycle:
 
 
 class _Deadlines:
-    """One timer per server that ends the connections past their header or body deadline.
+    """One timer per listener that ends the connections past their header or body deadline.
 
     A connection only notes when its current phase began (a float per request and per body
     chunk); this timer, not one armed and cancelled per request, compares.
     """
 
-    def __init__(self, connections: set[Any], limits: HttpLimits) -> None:
+    def __init__(self, connections: set[HttpProtocol], limits: HttpLimits) -> None:
         self._connections = connections
         shortest = min(limits.header_timeout, limits.body_timeout)
         self._interval = min(1.0, max(0.05, shortest / 4))
@@ -412,27 +247,39 @@ class _Deadlines:
         if self._timer is None:
             self._timer = loop.call_later(self._interval, self._check, loop)
 
+    def stop(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
     def _check(self, loop: asyncio.AbstractEventLoop) -> None:
         self._timer = None
         now = loop.time()
         for connection in list(self._connections):
-            if isinstance(connection, HttpProtocol):
-                connection.check_deadlines(now)
+            connection.check_deadlines(now)
         if self._connections:
             self.start(loop)
 
 
-#: the deadline timer of each uvicorn server, by its shared state
-_DEADLINES: weakref.WeakKeyDictionary[ServerState, _Deadlines] = weakref.WeakKeyDictionary()
+def triton_error_body(status: int, message: str) -> bytes:
+    """Triton's error document for a refusal: ``{"error": message}``."""
+    return error_body(message)
 
 
-def _refusal(status: int, message: str, default_headers: bytes) -> bytes:
-    """A whole error answer in Triton's shape that closes the connection."""
-    body = error_body(message)
+#: the JSON body of a refusal the protocol answers itself, from its status and message
+ErrorBody = Callable[[int, str], bytes]
+
+
+def _refusal(
+    status: int, message: str, default_lines: bytes, body_of: ErrorBody = triton_error_body
+) -> bytes:
+    """A whole error answer (JSON, in Triton's shape unless ``body_of`` says otherwise)
+    that closes the connection."""
+    body = body_of(status, message)
     return b"".join(
         (
             STATUS_LINE[status],
-            default_headers,
+            default_lines,
             JSON_HEADER_BLOCK,
             b"content-length: %d\r\nconnection: close\r\n\r\n" % len(body),
             body,
@@ -440,24 +287,96 @@ def _refusal(status: int, message: str, default_headers: bytes) -> bytes:
     )
 
 
-class HttpProtocol(HttpToolsProtocol):
-    """uvicorn's ``httptools`` protocol, corked, answering plain infer requests itself.
+_BAD_REQUEST: Final = b"Invalid HTTP request received."
 
-    When the app it serves is an :class:`~.fast_path.InferFastPath`, the requests that path
+
+class Listener:
+    """What the connections of one listening socket share: the app they serve, their
+    limits, the connections themselves, the ASGI tasks, and the body bytes they hold."""
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        limits: HttpLimits,
+        keep_alive_timeout: float,
+        error_body: ErrorBody = triton_error_body,
+    ) -> None:
+        self.app = app
+        #: shapes the refusals the protocol answers itself (413, 431, 408, 503): an
+        #: endpoint with an error document of its own (OpenAI's) passes its own
+        self.error_body = error_body
+        self.fast_path = app if isinstance(app, InferRoute) else None
+        self.limits = limits
+        self.keep_alive_timeout = keep_alive_timeout
+        #: digits of the body size limit: a Content-Length with fewer is within it
+        self.body_size_digits = len(str(limits.max_body_size))
+        self.connections: set[HttpProtocol] = set()
+        self.tasks: set[asyncio.Task[None]] = set()
+        self.deadlines = _Deadlines(self.connections, limits)
+        #: bytes of request bodies held, over every connection (--http-max-buffered-input)
+        self.held_input = 0
+        #: answers completed
+        self.total_requests = 0
+        #: header lines every answer starts with (date, server), kept by the server
+        self.default_lines = b""
+        #: the server stops: no new connection is served, none is kept alive
+        self.stopping = False
+        #: set once, while stopping, no connection and no task is left
+        self._drained: asyncio.Future[None] | None = None
+
+    def run(self, coroutine: Coroutine[Any, Any, None]) -> None:
+        """Run an ASGI cycle as a task the server waits for when it stops."""
+        task = asyncio.get_running_loop().create_task(coroutine)
+        self.tasks.add(task)
+        task.add_done_callback(self._task_done)
+
+    def _task_done(self, task: asyncio.Task[None]) -> None:
+        self.tasks.discard(task)
+        self._check_drained()
+
+    def closed(self, connection: HttpProtocol) -> None:
+        self.connections.discard(connection)
+        self._check_drained()
+
+    def drained(self) -> asyncio.Future[None]:
+        """A future done once no connection and no ASGI task is left."""
+        if self._drained is None:
+            self._drained = asyncio.get_running_loop().create_future()
+            self._check_drained()
+        return self._drained
+
+    def _check_drained(self) -> None:
+        drained = self._drained
+        if drained is not None and not drained.done() and not self.connections and not self.tasks:
+            drained.set_result(None)
+
+
+def _address(transport: asyncio.BaseTransport, name: str) -> tuple[str, int] | None:
+    """(host, port) of a socket transport's ``peername`` or ``sockname``."""
+    info = transport.get_extra_info(name)
+    if isinstance(info, (list, tuple)) and len(info) >= 2:
+        return str(info[0]), int(info[1])
+    return None
+
+
+Cycle = _InferCycle | AsgiCycle
+
+
+class HttpProtocol(asyncio.Protocol):
+    """One HTTP/1.1 connection: httptools' parser, corked writes, and the request cycles.
+
+    When the app it serves is an :class:`~.fast_path.InferRoute`, the requests that path
     would answer are answered here from the parser's callbacks (:class:`_InferCycle`); the
-    rest take uvicorn's ASGI cycle to the app as before. The headers that decide between the
-    two are noted as they are parsed, and uvicorn's ASGI scope is made only for the rest. The
-    keep-alive timeout is one timer per idle spell rather than one armed and cancelled per
-    request. Every request, on either path, is held to :attr:`limits`.
+    rest go to the app through an :class:`~.asgi_cycle.AsgiCycle`. The headers that decide
+    between the two are noted as they are parsed, and the ASGI scope is made only for the
+    rest. The keep-alive timeout is one timer per idle spell rather than one armed and
+    cancelled per request. Every request, on either path, is held to the listener's limits.
     """
 
-    transport: CorkedTransport  # type: ignore[assignment]
-    fast_path: InferFastPath | None
-    limits: ClassVar[HttpLimits] = HttpLimits()
+    transport: CorkedTransport
+    flow: FlowControl
     #: loop time the connection went idle (its last answer); None while a request is open
     _idle_since: float | None = None
-    #: the request's :data:`~.fast_path.DECIDING_HEADERS`, by lowercase name
-    _deciding: dict[bytes, bytes]
     #: what the connection is doing (_IDLE, _HEADERS, _BODY, _BUSY) and since when
     _phase: int = _HEADERS
     _phase_since: float = 0.0
@@ -472,48 +391,35 @@ class HttpProtocol(HttpToolsProtocol):
     _body_bytes: int = 0
     #: refused and answered: what still arrives is dropped until the connection closes
     _lingering: bool = False
+    #: the last request asked to switch protocols: what follows it is not HTTP, dropped
+    _upgraded: bool = False
     #: loop time the transport last asked to stop writing (its buffer is full)
     _write_paused_since: float = 0.0
-    #: the listener's body bytes held (one per protocol class, see :meth:`with_limits`)
-    buffered_input: ClassVar[_BufferedInput] = _BufferedInput()
-    #: body bytes held for each request read and not yet answered, oldest first (answers
-    #: complete in request order)
-    _held: deque[int]
 
-    #: digits of the body size limit: a Content-Length with fewer is within it
-    _body_size_digits: ClassVar[int] = len(str(limits.max_body_size))
-
-    @classmethod
-    def with_limits(cls, limits: HttpLimits) -> type[HttpProtocol]:
-        """This protocol holding its clients to ``limits`` (uvicorn makes the instances)."""
-        attributes = {
-            "limits": limits,
-            "_body_size_digits": len(str(limits.max_body_size)),
-            "buffered_input": _BufferedInput(),
-        }
-        return type(cls.__name__, (cls,), attributes)
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        loop = asyncio.get_running_loop()
-        limits = self.limits
-        over_capacity = len(self.connections) >= limits.max_connections
-        super().connection_made(CorkedTransport(transport, loop))  # type: ignore[arg-type]
-        app = self.config.app
-        self.fast_path = app if isinstance(app, InferFastPath) else None
-        self._phase_since = loop.time()  # the first request's header deadline counts from now
-        self._held = deque()
-        if over_capacity and not self._shed_idle_connection():
-            message = (
-                f"the server has {limits.max_connections} connections open, none of them "
-                "idle, its limit (--http-max-connections)"
-            )
-            self._refuse(503, message)
-            return
-        self._idle_since = self._phase_since  # idle until its first request arrives
-        deadlines = _DEADLINES.get(self.server_state)
-        if deadlines is None:
-            deadlines = _DEADLINES[self.server_state] = _Deadlines(self.connections, limits)
-        deadlines.start(loop)
+    def __init__(self, listener: Listener) -> None:
+        self.listener = listener
+        self.limits = listener.limits
+        self.fast_path = listener.fast_path
+        self.loop = asyncio.get_running_loop()
+        self.parser = httptools.HttpRequestParser(self)
+        # answer a request that says Connection: close even when bytes follow it
+        self.parser.set_dangerous_leniencies(lenient_data_after_close=True)
+        #: the newest request's cycle (its body goes there); the one being answered; the
+        #: requests read while another is answered, oldest on the right
+        self.cycle: Cycle | None = None
+        self._answering: Cycle | None = None
+        self.pipeline: deque[Cycle] = deque()
+        #: the request being read: its URL, headers, :data:`~.fast_path.DECIDING_HEADERS`
+        self.url = b""
+        self.headers: list[tuple[bytes, bytes]] = []
+        self.deciding: dict[bytes, bytes] = {}
+        self.expect_100_continue = False
+        #: body bytes held for each request read and not yet answered, oldest first
+        #: (answers complete in request order)
+        self._held: deque[int] = deque()
+        self._keep_alive_timer: asyncio.TimerHandle | None = None
+        self.client: tuple[str, int] | None = None
+        self._addresses: tuple[str, Any, Any] = ("http", None, None)
 
     @property
     def idle(self) -> bool:
@@ -525,11 +431,37 @@ class HttpProtocol(HttpToolsProtocol):
         """Loop time since which the connection is idle; None while busy or closing."""
         return None if self._lingering else self._idle_since
 
+    # the connection
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        listener, limits = self.listener, self.limits
+        over_capacity = len(listener.connections) >= limits.max_connections
+        self.transport = CorkedTransport(cast(asyncio.Transport, transport), self.loop)
+        self.flow = FlowControl(self.transport)
+        listener.connections.add(self)
+        self.client = _address(transport, "peername")
+        scheme = "https" if transport.get_extra_info("sslcontext") is not None else "http"
+        self._addresses = (scheme, self.client, _address(transport, "sockname"))
+        self._phase_since = self.loop.time()  # the first request's header deadline counts now
+        if listener.stopping:
+            self._phase = _BUSY
+            self.transport.close()
+            return
+        if over_capacity and not self._shed_idle_connection():
+            message = (
+                f"the server has {limits.max_connections} connections open, none of them "
+                "idle, its limit (--http-max-connections)"
+            )
+            self._refuse(503, message)
+            return
+        self._idle_since = self._phase_since  # idle until its first request arrives
+        listener.deadlines.start(self.loop)
+
     def _shed_idle_connection(self) -> bool:
         """Close the connection idle the longest to make room for this one, as a flood of
         idle connections must not lock clients out; False when every connection is busy."""
         oldest = idle_longest(
-            (c for c in self.connections if isinstance(c, HttpProtocol) and c is not self),
+            (c for c in self.listener.connections if c is not self),
             lambda connection: connection.idle_since,
         )
         if oldest is None:
@@ -540,8 +472,46 @@ class HttpProtocol(HttpToolsProtocol):
         oldest.transport.close()
         return True
 
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._phase = _BUSY
+        self._idle_since = None
+        self.listener.held_input -= sum(self._held)
+        self._held.clear()
+        if self._keep_alive_timer is not None:
+            self._keep_alive_timer.cancel()
+            self._keep_alive_timer = None
+        for cycle in (self._answering, *self.pipeline, self.cycle):
+            if cycle is not None and not cycle.response_complete:
+                cycle.lost()
+        self.pipeline.clear()
+        self.flow.resume_writing()  # an app waiting to write learns it is gone
+        self.listener.closed(self)
+
+    def eof_received(self) -> None:
+        """The client sends no more: the connection closes (its answers are not wanted)."""
+
+    def shutdown(self) -> None:
+        """The server stops: close now when no request is under way, else after its answer."""
+        cycle = self.cycle
+        if cycle is None or cycle.response_complete:
+            self.transport.close()
+        else:
+            cycle.keep_alive = False
+
+    def pause_writing(self) -> None:
+        self.flow.pause_writing()
+        self._write_paused_since = self.loop.time()
+
+    def resume_writing(self) -> None:
+        self.flow.resume_writing()
+        answering = self._answering
+        if self.flow.read_paused and not self.pipeline and answering is None:
+            self.flow.resume_reading()  # paused for want of a reader of the answers: go on
+
+    # the parser
+
     def data_received(self, data: bytes) -> None:
-        if self._lingering:
+        if self._lingering or self._upgraded:
             return
         self._idle_since = None  # busy until the next answer is complete
         if self._phase == _IDLE:  # bytes of the next request (or line breaks before it)
@@ -558,10 +528,8 @@ class HttpProtocol(HttpToolsProtocol):
                 self._bad_request()
             return
         except httptools.HttpParserUpgrade:
-            if self._should_upgrade():
-                self.handle_websocket_upgrade()
-            else:
-                self._unsupported_upgrade_warning()
+            # answered as plain HTTP (no WebSocket, as Triton); what follows is dropped
+            self._upgraded = True
             return
         except httptools.HttpParserError:
             self._bad_request()
@@ -573,16 +541,26 @@ class HttpProtocol(HttpToolsProtocol):
                 self._refuse(431, self._header_size_message(), linger=True)
 
     def _bad_request(self) -> None:
-        message = "Invalid HTTP request received."
-        self.logger.warning(message)
-        self.send_400_response(message)
+        logger.warning("Invalid HTTP request received.")
+        self._phase = _BUSY
+        self.transport.write_whole(
+            b"".join(
+                (
+                    STATUS_LINE[400],
+                    self.listener.default_lines,
+                    b"content-type: text/plain; charset=utf-8\r\n",
+                    b"content-length: %d\r\nconnection: close\r\n\r\n" % len(_BAD_REQUEST),
+                    _BAD_REQUEST,
+                )
+            )
+        )
+        self.transport.close()
 
     def on_message_begin(self) -> None:
-        # uvicorn's ASGI scope is made in on_headers_complete, for requests that need it
         self.url = b""
         self.expect_100_continue = False
         self.headers = []
-        self._deciding = {}
+        self.deciding = {}
         self._phase = _HEADERS
         self._phase_since = self.loop.time()
         self._begun += 1
@@ -610,7 +588,7 @@ class HttpProtocol(HttpToolsProtocol):
         name = name.lower()
         self.headers.append((name, value))
         if name in DECIDING_HEADERS:
-            self._deciding[name] = value
+            self.deciding[name] = value
         elif name == b"expect" and value.lower() == b"100-continue":
             self.expect_100_continue = True
 
@@ -621,27 +599,21 @@ class HttpProtocol(HttpToolsProtocol):
         )
 
     def on_headers_complete(self) -> None:
-        length = self._deciding.get(b"content-length")
-        if length is not None and len(length) >= self._body_size_digits:
+        length = self.deciding.get(b"content-length")
+        if length is not None and len(length) >= self.listener.body_size_digits:
             self._check_body_size(int(length) if length.isdigit() else 0)
-        cycle = self._infer_cycle()
+        cycle: Cycle | None = self._infer_cycle()
         if cycle is None:
-            version = self.parser.get_http_version()
-            if version != "1.1" and version != "1.0":  # falcon raises on others: a 500
-                raise _Refused(505, f"HTTP/{version} is not supported; HTTP/1.1 and 1.0 are")
+            cycle = self._asgi_cycle()
         self._phase = _BODY
         self._phase_since = self.loop.time()
-        if cycle is None:
-            self._make_scope()
-            super().on_headers_complete()
-            return
         existing = self.cycle
-        self.cycle = cycle  # type: ignore[assignment]
+        self.cycle = cycle
         if existing is None or existing.response_complete:
-            cycle.start()
-        else:  # pipelined behind a request still being answered: wait, as uvicorn does
+            self._begin(cycle)
+        else:  # pipelined behind a request still being answered: wait for its turn
             self.flow.pause_reading()
-            self.pipeline.appendleft((cycle, self.app))  # type: ignore[arg-type]
+            self.pipeline.appendleft(cycle)
 
     def _check_body_size(self, size: int) -> None:
         """413 for a body over the limit, before any of it is read or 100-continue sent."""
@@ -653,40 +625,49 @@ class HttpProtocol(HttpToolsProtocol):
                 "bytes. Use --http-max-input-size to increase the limit.",
             )
 
-    def _make_scope(self) -> None:
-        """uvicorn's ASGI scope for this request, as its on_message_begin makes it."""
-        url, headers, expect_100_continue = self.url, self.headers, self.expect_100_continue
-        super().on_message_begin()
-        self.url, self.expect_100_continue = url, expect_100_continue
-        self.headers.extend(headers)  # the scope's list
+    def _keep_alive(self) -> bool:
+        """Whether the connection serves another request after this one's answer."""
+        keep_alive = self.parser.should_keep_alive() and not self.listener.stopping
+        if keep_alive and b"connection" in self.deciding:
+            # HTTP/1.0 keeps a connection only when asked to: it closes here all the same
+            keep_alive = self.parser.get_http_version() != "1.0"
+        return keep_alive
 
     def _infer_cycle(self) -> _InferCycle | None:
-        """The cycle for a request the fast path answers; None for everything else."""
-        fast_path = self.fast_path
-        if fast_path is None or self.parser.get_method() != b"POST":
+        """The cycle of an infer request (the endpoint serves the v2 app); None for others."""
+        if self.fast_path is None or self.parser.get_method() != b"POST":
             return None
         if self.parser.should_upgrade():
             return None
         target = _url_target(self.url)
         if target is None:
             return None
-        plain = plain_infer_request(self._deciding, fast_path.max_input_size)
-        if plain is None:
-            return None
-        check = fast_path.inference_check
-        if check is not None and not check.allows(self.headers):
-            return None  # the ASGI path answers 403
-        keep_alive = self.parser.should_keep_alive()
-        if keep_alive and b"connection" in self._deciding:
-            # HTTP/1.0 keeps a connection only when asked to; uvicorn closes those anyway
-            keep_alive = self.parser.get_http_version() != "1.0"
-        return _InferCycle(self, target, plain[1], self.expect_100_continue, keep_alive)
+        return _InferCycle(self, target, self.expect_100_continue, self._keep_alive())
 
-    def _start_asgi_task(self, cycle: Any, app: Any) -> None:
+    def _asgi_cycle(self) -> AsgiCycle:
+        parser = self.parser
+        version = parser.get_http_version()
+        if version != "1.1" and version != "1.0":  # falcon raises on others: a 500
+            raise _Refused(505, f"HTTP/{version} is not supported; HTTP/1.1 and 1.0 are")
+        scope = http_scope(parser.get_method(), self.url, version, self.headers, self._addresses)
+        return AsgiCycle(
+            scope,
+            self.transport,
+            self.flow,
+            self.listener.default_lines,
+            self.on_response_complete,
+            self.expect_100_continue,
+            # after an upgrade request, what follows is not HTTP: close after the answer
+            self._keep_alive() and not parser.should_upgrade(),
+        )
+
+    def _begin(self, cycle: Cycle) -> None:
+        """The cycle's turn on the connection has come: answer it."""
+        self._answering = cycle
         if isinstance(cycle, _InferCycle):
             cycle.start()
         else:
-            super()._start_asgi_task(cycle, app)
+            self.listener.run(cycle.run(self.listener.app))
 
     def on_body(self, body: bytes) -> None:
         self._phase_since = self.loop.time()
@@ -694,36 +675,38 @@ class HttpProtocol(HttpToolsProtocol):
         self._body_bytes += size
         if self._body_bytes > self.limits.max_body_size:  # a chunked body
             self._check_body_size(self._body_bytes)
-        buffered = self.buffered_input
-        if buffered.held + size > self.limits.max_buffered_input:
+        listener = self.listener
+        if listener.held_input + size > self.limits.max_buffered_input:
             raise _Refused(
                 503,
-                f"the server holds {buffered.held} bytes of request bodies; this one would pass "
-                f"the limit of {self.limits.max_buffered_input} (--http-max-buffered-input)",
+                f"the server holds {listener.held_input} bytes of request bodies; this one "
+                f"would pass the limit of {self.limits.max_buffered_input} "
+                "(--http-max-buffered-input)",
             )
-        buffered.held += size
-        self._held[-1] += size
         cycle = self.cycle
-        if isinstance(cycle, _InferCycle):
-            cycle.add_body(body)
-        else:
-            super().on_body(body)
+        assert cycle is not None
+        if cycle.response_complete:  # answered before its body was read: the rest is dropped
+            return
+        listener.held_input += size
+        self._held[-1] += size
+        cycle.add_body(body)
 
     def on_message_complete(self) -> None:
         self._phase = _BUSY
         cycle = self.cycle
-        if isinstance(cycle, _InferCycle):
-            cycle.body_complete()
-        else:
-            super().on_message_complete()
+        assert cycle is not None
+        cycle.body_complete()
+        if cycle.response_complete:  # answered before its body was read: idle now
+            self._go_idle()
 
-    def _unset_keepalive_if_required(self) -> None:
-        self._idle_since = None  # data arrived: busy until the next answer is complete
+    # answers
 
     def on_response_complete(self) -> None:
-        self.server_state.total_requests += 1
+        listener = self.listener
+        listener.total_requests += 1
+        self._answering = None
         if self._held:
-            self.buffered_input.held -= self._held.popleft()
+            listener.held_input -= self._held.popleft()
         if self.transport.is_closing():
             return
         flow = self.flow
@@ -732,39 +715,35 @@ class HttpProtocol(HttpToolsProtocol):
         elif flow.read_paused and len(self.pipeline) <= 1:  # read more once none is queued
             flow.resume_reading()
         if self.pipeline:
-            cycle, app = self.pipeline.pop()
-            self._start_asgi_task(cycle, app)
-            return
+            self._begin(self.pipeline.pop())
+        else:
+            self._go_idle()
+
+    def _go_idle(self) -> None:
+        """Every request read is answered: wait for the next within the keep-alive timeout."""
         if self._phase == _BUSY:  # not already reading the next request
             self._phase = _IDLE
         self._idle_since = self.loop.time()
-        if self.timeout_keep_alive_task is None:
-            self.timeout_keep_alive_task = self.loop.call_later(
-                self.timeout_keep_alive, self._keep_alive_expired
+        if self.listener.stopping:
+            self.transport.close()  # the last answer before the server stops
+        elif self._keep_alive_timer is None:
+            self._keep_alive_timer = self.loop.call_later(
+                self.listener.keep_alive_timeout, self._keep_alive_expired
             )
 
     def _keep_alive_expired(self) -> None:
         """Close the connection if it stayed idle for the whole keep-alive timeout."""
-        self.timeout_keep_alive_task = None
+        self._keep_alive_timer = None
         idle_since = self._idle_since
         if idle_since is None or self.transport.is_closing():
             return  # busy: the next complete answer arms the timer again
-        remaining = idle_since + self.timeout_keep_alive - self.loop.time()
+        remaining = idle_since + self.listener.keep_alive_timeout - self.loop.time()
         if remaining > 0:
-            self.timeout_keep_alive_task = self.loop.call_later(remaining, self._keep_alive_expired)
+            self._keep_alive_timer = self.loop.call_later(remaining, self._keep_alive_expired)
         else:
             self.transport.close()
 
-    def pause_writing(self) -> None:
-        super().pause_writing()
-        self._write_paused_since = self.loop.time()
-
-    def resume_writing(self) -> None:
-        super().resume_writing()
-        cycle = self.cycle
-        answered = cycle is None or cycle.response_complete
-        if self.flow.read_paused and not self.pipeline and answered:
-            self.flow.resume_reading()  # paused for want of a reader of the answers: go on
+    # limits
 
     def check_deadlines(self, now: float) -> None:
         """408 and close when the headers or the body owed are late (see :class:`_Deadlines`);
@@ -811,17 +790,15 @@ class HttpProtocol(HttpToolsProtocol):
         cycle = self.cycle
         answered = self._can_answer(cycle, phase)
         if answered:
-            lines = default_header_lines(self.server_state.default_headers)
-            self.transport.write_whole(_refusal(status, message, lines))
+            listener = self.listener
+            refusal = _refusal(status, message, listener.default_lines, listener.error_body)
+            self.transport.write_whole(refusal)
         if answered and linger:
             self._linger()
         else:
             self.transport.close()
-        if isinstance(cycle, _InferCycle):
-            cycle.lost()
-        elif cycle is not None and not cycle.response_complete:
-            cycle.disconnected = True  # the app's next receive() says so
-            cycle.message_event.set()
+        if cycle is not None and not cycle.response_complete:
+            cycle.lost()  # its work is not wanted; an app's next receive() says so
 
     def _linger(self) -> None:
         """Send the end of the stream after the answer, drop what arrives, close soon."""
@@ -832,7 +809,7 @@ class HttpProtocol(HttpToolsProtocol):
         self.flow.resume_reading()
         self.loop.call_later(_LINGER_SECS, transport.close)
 
-    def _can_answer(self, cycle: Any, phase: int) -> bool:
+    def _can_answer(self, cycle: Cycle | None, phase: int) -> bool:
         """Whether an answer may go now: none is owed before it and none was begun for the
         refused request (in _BODY, ``cycle`` is its own; before, the one before it)."""
         if self.pipeline:
@@ -840,17 +817,3 @@ class HttpProtocol(HttpToolsProtocol):
         if phase == _BODY:
             return cycle is not None and not cycle.response_started
         return cycle is None or cycle.response_complete
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._phase = _BUSY
-        self.buffered_input.held -= sum(self._held)
-        self._held.clear()
-        if self.timeout_keep_alive_task is not None:
-            self.timeout_keep_alive_task.cancel()
-            self.timeout_keep_alive_task = None
-        cycle = self.cycle
-        if isinstance(cycle, _InferCycle):
-            if not cycle.response_complete:
-                cycle.lost()
-            self.cycle = None  # type: ignore[assignment]
-        super().connection_lost(exc)

@@ -18,9 +18,9 @@ from urllib.parse import quote
 
 from triton_core.errors import TritonError
 from triton_core.frontends.cloud import SageMakerOptions
-from triton_core.frontends.http.app import error_body
 from triton_core.frontends.http.cloud import CloudEndpoint, raw_path, respond
 from triton_core.frontends.http.codec import HEADER_LENGTH
+from triton_core.frontends.http.decoding import error_body
 from triton_core.frontends.http.fast_path import ASGIApp, Receive, Scope, Send
 from triton_core.frontends.http.sagemaker_mme import (
     MultiModelEndpoint,

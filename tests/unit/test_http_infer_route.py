@@ -1,8 +1,11 @@
-"""The infer fast path: which requests it answers itself, and that it answers as falcon does."""
+"""The HTTP infer route: every ``POST .../infer`` goes through the one infer path whatever its
+encoding, body or name, and answers as the falcon app (the same path, reached through falcon)
+does; everything else reaches falcon."""
 
 from __future__ import annotations
 
 import asyncio
+import gzip
 from typing import Any
 
 import numpy as np
@@ -11,15 +14,17 @@ import pytest
 
 from tests.unit.test_http_app import StubServer, asgi_exchange, asgi_scope, binary_infer_body
 from triton_core.frontends.http import create_app
-from triton_core.frontends.http.fast_path import InferFastPath, infer_target
+from triton_core.frontends.http.fast_path import InferRoute
+from triton_core.frontends.http.infer import HttpInfer, infer_target
 
 
 @pytest.mark.parametrize(
     ("path", "target"),
     [
-        ("/v2/models/simple/infer", ("simple", -1)),
-        ("/v2/models/simple/versions/2/infer", ("simple", 2)),
-        ("/v2/models/my model/infer", ("my model", -1)),
+        ("/v2/models/simple/infer", ("simple", "")),
+        ("/v2/models/simple/versions/2/infer", ("simple", "2")),
+        ("/v2/models/my model/infer", ("my model", "")),
+        ("/v2/models/a%2Fb/infer", ("a/b", "")),
         ("/v2/models//infer", None),
         ("/v2/models/simple/versions/x/infer", None),
         ("/v2/models/simple/versions/\u0663/infer", None),  # a non-ASCII digit
@@ -28,8 +33,12 @@ from triton_core.frontends.http.fast_path import InferFastPath, infer_target
         ("/v2/models/simple/generate", None),
     ],
 )
-def test_infer_target(path: str, target: tuple[str, int] | None) -> None:
+def test_infer_target(path: str, target: tuple[str, str] | None) -> None:
     assert infer_target(path) == target
+
+
+def route(spy: Any, max_input_size: int = 1 << 26) -> InferRoute:
+    return InferRoute(spy, HttpInfer(StubServer(), max_input_size=max_input_size))
 
 
 class Spy:
@@ -81,7 +90,7 @@ def test_answers_as_falcon_does_without_falcon(case: str) -> None:
     path, body, headers = CASES[case]
     falcon_only = create_app(StubServer())
     spy = Spy(create_app(StubServer()))
-    fast = InferFastPath(spy, StubServer(), 1 << 26)
+    fast = route(spy)
     expected = asyncio.run(call(falcon_only, "POST", path, body, headers))
     got = asyncio.run(call(fast, "POST", path, body, headers))
     assert spy.calls == 0  # answered on the fast path
@@ -92,36 +101,65 @@ def test_answers_as_falcon_does_without_falcon(case: str) -> None:
 
 
 @pytest.mark.parametrize(
-    ("method", "path", "headers"),
-    [
-        ("GET", "/v2/models/simple/infer", {}),
-        ("POST", "/v2/models/simple/ready", {}),
-        ("POST", "/v2/models/simple/infer", {"Content-Encoding": "gzip"}),
-        ("POST", "/v2/models/simple/infer", {"Accept-Encoding": "gzip"}),
-        ("POST", "/v2/models/simple/infer", {"Transfer-Encoding": "chunked"}),
-        ("POST", "/v2/models/a%2Fb/infer", {}),
-    ],
-    ids=["get", "other-route", "compressed", "compressed-answer", "chunked", "encoded-name"],
+    ("method", "path"),
+    [("GET", "/v2/models/simple/infer"), ("POST", "/v2/models/simple/ready")],
+    ids=["get", "other-route"],
 )
-def test_everything_else_goes_to_falcon(method: str, path: str, headers: dict[str, str]) -> None:
+def test_everything_but_infer_goes_to_falcon(method: str, path: str) -> None:
     spy = Spy(create_app(StubServer()))
-    fast = InferFastPath(spy, StubServer(), 1 << 26)
-    asyncio.run(call(fast, method, path, json_body(), headers))
+    asyncio.run(call(route(spy), method, path, json_body(), {}))
     assert spy.calls == 1
 
 
-def test_identity_accept_encoding_stays_on_the_fast_path() -> None:
+@pytest.mark.parametrize(
+    "headers",
+    [{}, {"Accept-Encoding": "identity"}, {"Transfer-Encoding": "chunked"}],
+    ids=["plain", "identity-answer", "chunked"],
+)
+def test_every_infer_is_answered_on_the_one_path(headers: dict[str, str]) -> None:
     spy = Spy(create_app(StubServer()))
-    fast = InferFastPath(spy, StubServer(), 1 << 26)
     status, _, _ = asyncio.run(
-        call(fast, "POST", "/v2/models/simple/infer", json_body(), {"Accept-Encoding": "identity"})
+        call(route(spy), "POST", "/v2/models/simple/infer", json_body(), headers)
     )
     assert (status, spy.calls) == (200, 0)
 
 
-def test_oversized_bodies_go_to_falcon_for_its_message() -> None:
+def test_a_compressed_body_and_a_compressed_answer_on_the_one_path() -> None:
+    spy = Spy(create_app(StubServer()))
+    headers = {"Content-Encoding": "gzip", "Accept-Encoding": "gzip"}
+    body = gzip.compress(json_body(id="zipped"))
+    status, headers_out, data = asyncio.run(
+        call(route(spy), "POST", "/v2/models/simple/infer", body, headers)
+    )
+    assert (status, spy.calls) == (200, 0)
+    assert headers_out["content-encoding"] == "gzip"
+    assert orjson.loads(gzip.decompress(data))["id"] == "zipped"
+
+
+def test_an_unknown_encoding_is_refused_naming_the_ones_taken() -> None:
+    spy = Spy(create_app(StubServer()))
+    headers = {"Content-Encoding": "br"}
+    status, headers_out, data = asyncio.run(
+        call(route(spy), "POST", "/v2/models/simple/infer", json_body(), headers)
+    )
+    assert spy.calls == 0 and status >= 400
+    assert headers_out["accept-encoding"] == "gzip, deflate"
+    assert orjson.loads(data)["error"] == "Unsupported compression type"
+
+
+def test_a_percent_encoded_name_is_decoded() -> None:
+    spy = Spy(create_app(StubServer()))
+    status, _, data = asyncio.run(
+        call(route(spy), "POST", "/v2/models/a%2Fb/infer", json_body(), {})
+    )
+    assert spy.calls == 0 and status == 400
+    assert "'a/b'" in orjson.loads(data)["error"]
+
+
+def test_an_oversized_body_is_refused_with_the_flag_named() -> None:
     spy = Spy(create_app(StubServer(), max_input_size=10))
-    fast = InferFastPath(spy, StubServer(), 10)
-    status, _, body = asyncio.run(call(fast, "POST", "/v2/models/simple/infer", json_body(), {}))
-    assert spy.calls == 1 and status == 400
+    status, _, body = asyncio.run(
+        call(route(spy, max_input_size=10), "POST", "/v2/models/simple/infer", json_body(), {})
+    )
+    assert spy.calls == 0 and status == 400
     assert "--http-max-input-size" in orjson.loads(body)["error"]
