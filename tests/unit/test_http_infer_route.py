@@ -163,3 +163,34 @@ def test_an_oversized_body_is_refused_with_the_flag_named() -> None:
     )
     assert spy.calls == 0 and status == 400
     assert "--http-max-input-size" in orjson.loads(body)["error"]
+
+
+def test_a_small_body_that_inflates_large_is_inflated_off_the_loop(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A gzip body of a few KiB can inflate to the input limit: the loop inflates only up
+    to a budget, and a thread does the rest."""
+    import threading
+
+    from triton_core.frontends.http import compression
+
+    inflated_in: list[str] = []
+    decompress = compression.decompress
+
+    def recording(*args: Any) -> Any:
+        inflated_in.append(threading.current_thread().name)
+        return decompress(*args)
+
+    monkeypatch.setattr(compression, "decompress", recording)
+    spy = Spy(create_app(StubServer()))
+    headers = {"Content-Encoding": "gzip"}
+    small = gzip.compress(json_body(id="small"))
+    large = gzip.compress(json_body(id="large") + b" " * (1 << 20))  # a few KiB gzipped
+    assert len(large) < 8192
+    for body, request_id in ((small, "small"), (large, "large")):
+        status, _, data = asyncio.run(
+            call(route(spy), "POST", "/v2/models/simple/infer", body, headers)
+        )
+        assert status == 200 and orjson.loads(data)["id"] == request_id
+    (thread,) = inflated_in  # only the large one went to decompress, in a thread
+    assert thread != threading.main_thread().name

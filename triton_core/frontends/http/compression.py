@@ -37,6 +37,19 @@ def decompress(body: bytes, encoding: str, max_size: int) -> bytearray:
         raise invalid_arg(f"failed to decompress the {encoding} request body: {exc}") from None
 
 
+def decompress_within(body: bytes, encoding: str, max_size: int, budget: int) -> bytearray | None:
+    """:func:`decompress`, or None as soon as the output passes ``budget`` bytes (when that
+    is below ``max_size``): the caller inflates it again where the work may take long."""
+    if budget >= max_size:
+        return decompress(body, encoding, max_size)
+    try:
+        return inflate(body, encoding, budget)
+    except InflatedTooLarge:
+        return None
+    except zlib.error as exc:
+        raise invalid_arg(f"failed to decompress the {encoding} request body: {exc}") from None
+
+
 def compress(body: bytes, encoding: str) -> bytes:
     """Compress a whole response body (JSON and binary blobs together)."""
     if encoding == GZIP:

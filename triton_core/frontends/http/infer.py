@@ -48,7 +48,7 @@ logger = logging.getLogger(__name__)
 
 _PREFIX: Final = "/v2/models/"
 _SUFFIX: Final = "/infer"
-#: (de)compressing more than this runs in a thread, not on the event loop
+#: (de)compressing more than this (in or out) runs in a thread, not on the event loop
 _OFFLOAD_BYTES: Final = 64 << 10
 _HEADER_LENGTH: Final = HEADER_LENGTH.lower().encode()
 #: the headers of an error answer
@@ -252,13 +252,17 @@ class InferExchange:
             return
         limit = infer.max_input_size
         if len(body) < _OFFLOAD_BYTES:
+            # a small body may still inflate to the limit: on the loop only up to a budget
             try:
-                inflated = compression.decompress(bytes(body), encoding, limit)
+                inflated = compression.decompress_within(
+                    bytes(body), encoding, limit, _OFFLOAD_BYTES
+                )
             except Exception as exc:
                 self.fail(unexpected(exc))
                 return
-            self._decode(memoryview(inflated))
-            return
+            if inflated is not None:
+                self._decode(memoryview(inflated))
+                return
         loop = asyncio.get_running_loop()
         inflating = loop.run_in_executor(None, compression.decompress, bytes(body), encoding, limit)
         self._after(inflating, lambda inflated: self._decode(memoryview(inflated)))
