@@ -21,9 +21,9 @@ from triton_core.frontends.http.fast_path import (
     Scope,
     Send,
     infer_failure,
+    read_body,
     wire_headers,
 )
-from triton_core.frontends.http.fast_path import read_body as read_whole_body
 from triton_core.frontends.http.infer import HttpInfer
 from triton_core.frontends.http.restricted import HeaderCheck
 from triton_core.frontends.restricted import Restrictions, first_value
@@ -52,15 +52,6 @@ async def respond(
     headers.append((_CONTENT_LENGTH, str(len(body)).encode()))
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
-
-
-async def read_body(receive: Receive, limit: int) -> bytes | None:
-    """The whole body, refused past ``limit`` bytes; None when the client went away.
-
-    The protocol refuses a body over ``--http-max-input-size`` before reading it; this
-    check keeps the bound when another server runs the app.
-    """
-    return await read_whole_body(receive, limit)
 
 
 def raw_path(scope: Scope) -> str:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Final
 
 import orjson
 
-from triton_core.errors import invalid_arg, unsupported
+from triton_core.errors import invalid_arg
 from triton_core.frontends.http.answers import encode_response_parts
 from triton_core.frontends.http.codec import (
     DEFAULT_JSON_LIMITS,
@@ -35,12 +35,6 @@ _OFFLOAD_JSON_BYTES: Final = 1 << 16
 #: ``--http-thread-count`` when not given: few threads, as a decode holds the GIL much of the
 #: time, so more would not go faster and would take turns from the event loop
 DEFAULT_DECODE_THREADS: Final = 2
-
-
-def check_not_decoupled(server: ServerAPI, model_name: str, model_version: int) -> None:
-    """Refuse infer on a decoupled model; Triton checks this before it looks at the body."""
-    if server.model_is_decoupled(model_name, model_version):
-        raise unsupported("HTTP end point doesn't support models with decoupled transaction policy")
 
 
 def decode_infer_body(

@@ -17,10 +17,7 @@ from triton_core.errors import TritonError
 from triton_core.frontends.http import compression
 from triton_core.frontends.http.codec import DEFAULT_JSON_LIMITS, JsonLimits
 from triton_core.frontends.http.decoding import error_body
-from triton_core.frontends.http.infer import (
-    HttpInfer,
-    infer_target,
-)
+from triton_core.frontends.http.infer import JSON_CONTENT, HttpInfer, infer_target
 
 if TYPE_CHECKING:
     from triton_core.frontends.header_forwarding import HeaderForwarder
@@ -37,7 +34,6 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 #: the headers of an error answer (its length is added)
 JSON_HEADERS: Final = [(b"content-type", b"application/json")]
-JSON_HEADERS_DICT: Final = {"Content-Type": "application/json"}
 #: answer headers as written, by (name, value): an infer answer's are the same every time
 _HEADER_LINES: dict[tuple[str, str], tuple[bytes, bytes]] = {}
 _HEADER_LINES_MAX: Final = 1024
@@ -116,7 +112,7 @@ class InferRoute:
             body = await read_body(receive, infer.max_input_size)
         except TritonError as error:
             status, body_out = error.status.http_status, error_body(error.message)
-            await _send(send, status, JSON_HEADERS_DICT, [body_out])
+            await _send(send, status, JSON_CONTENT, [body_out])
             return
         if body is None:
             return  # the client went away

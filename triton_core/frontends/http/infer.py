@@ -52,7 +52,7 @@ _SUFFIX: Final = "/infer"
 _OFFLOAD_BYTES: Final = 64 << 10
 _HEADER_LENGTH: Final = HEADER_LENGTH.lower().encode()
 #: the headers of an error answer
-_JSON: Final = {"Content-Type": "application/json"}
+JSON_CONTENT: Final = {"Content-Type": "application/json"}
 
 #: the request headers an infer answer depends on, which the protocol notes as they are
 #: parsed (``connection``: whether an HTTP/1.0 client asked to keep the connection)
@@ -229,7 +229,7 @@ class InferExchange:
         try:
             check = infer.inference_check
             if check is not None and not check.allows(self._headers):
-                self._write(403, _JSON, [check.body])
+                self._write(403, JSON_CONTENT, [check.body])
                 return
             if version:
                 self._version = parse_version(version)
@@ -244,7 +244,7 @@ class InferExchange:
         try:
             encoding = compression.request_encoding(content_encoding.decode("latin-1"))
         except TritonError as error:  # the answer names what the server takes
-            headers = {**_JSON, "Accept-Encoding": compression.SUPPORTED_ENCODINGS}
+            headers = {**JSON_CONTENT, "Accept-Encoding": compression.SUPPORTED_ENCODINGS}
             self._write(error.status.http_status, headers, [error_body(error.message)])
             return
         if encoding == compression.IDENTITY:
@@ -344,6 +344,6 @@ class InferExchange:
     def fail(self, error: TritonError) -> None:
         if self._failure is not None:
             status, body = self._failure(error)
-            self._write(status, _JSON, [body])
+            self._write(status, JSON_CONTENT, [body])
             return
-        self._write(error.status.http_status, _JSON, [error_body(error.message)])
+        self._write(error.status.http_status, JSON_CONTENT, [error_body(error.message)])

@@ -28,10 +28,10 @@ from typing import Final
 import orjson
 
 from triton_core.errors import Status, TritonError, invalid_arg
-from triton_core.frontends.http.cloud import header, read_body, respond
+from triton_core.frontends.http.cloud import header, respond
 from triton_core.frontends.http.codec import JsonLimits, parse_json
 from triton_core.frontends.http.decoding import error_body
-from triton_core.frontends.http.fast_path import Receive, Scope, Send
+from triton_core.frontends.http.fast_path import Receive, Scope, Send, read_body
 from triton_core.frontends.server_api import ServerAPI
 
 logger = logging.getLogger(__name__)
