@@ -17,7 +17,7 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 from triton_core.shared_memory.cuda import HOST_COPIES, cuda_support
-from triton_core.statistics import DEFAULT_SUMMARY_QUANTILES
+from triton_core.statistics import DEFAULT_SUMMARY_QUANTILES, Histogram
 
 if TYPE_CHECKING:
     import falcon.asgi
@@ -72,6 +72,9 @@ class MetricsOptions:
         return options
 
 
+#: families beyond Triton's for decoupled models' streams
+RESPONSE_INTERVAL_FAMILY = "nv_inference_response_interval_histogram_ms"
+RESPONSES_PER_REQUEST_FAMILY = "nv_inference_responses_per_request"
 _BOOL_SETTINGS = ("counter_latencies", "histogram_latencies", "summary_latencies")
 #: a bound on the quantiles one summary reports
 _MAX_QUANTILES = 32
@@ -205,6 +208,18 @@ class TritonCollector(Collector):
             "Duration from request to first response in milliseconds",
             "histogram",
         )
+        # beyond Triton, for decoupled models (an LLM's tokens): the time between a stream's
+        # responses and the responses per request; on with Triton's latency histograms
+        intervals = _family(
+            RESPONSE_INTERVAL_FAMILY,
+            "Time between consecutive responses of a decoupled model's request in milliseconds",
+            "histogram",
+        )
+        response_counts = _family(
+            RESPONSES_PER_REQUEST_FAMILY,
+            "Responses a decoupled model sent per request",
+            "histogram",
+        )
         batch_sizes = _family(
             "nv_inference_batch_size",
             "Executions by batch size (beyond Triton: shows why throughput is what it is)",
@@ -268,7 +283,14 @@ class TritonCollector(Collector):
                 ):
                     cache_families[name].add_sample(name, labels, value)
             if self._options.histogram_latencies and stats.request_latency_ms is not None:
-                _add_histogram(histogram, "nv_inference_first_response_histogram_ms", labels, stats)
+                _add_histogram(histogram, labels, stats.request_latency_ms)
+                if model.decoupled:
+                    for family, stream_histogram in (
+                        (intervals, stats.response_interval_ms),
+                        (response_counts, stats.responses_per_request),
+                    ):
+                        if stream_histogram is not None:
+                            _add_histogram(family, labels, stream_histogram)
             if stats.summaries is not None:
                 for name, (field, _) in _SUMMARIES.items():
                     _add_summary(
@@ -294,6 +316,9 @@ class TritonCollector(Collector):
             yield from cache_families.values()
         if self._options.histogram_latencies:
             yield histogram
+            if intervals.samples:
+                yield intervals
+                yield response_counts
         if self._options.summary_latencies:
             yield from summaries.values()
         yield batch_sizes
@@ -354,11 +379,8 @@ def _micros(duration: Duration) -> int:
     return duration.ns // 1000
 
 
-def _add_histogram(
-    family: Metric, name: str, labels: dict[str, str], stats: ModelStatistics
-) -> None:
-    histogram = stats.request_latency_ms
-    assert histogram is not None
+def _add_histogram(family: Metric, labels: dict[str, str], histogram: Histogram) -> None:
+    name = family.name
     for bound, count in histogram.cumulative():
         family.add_sample(f"{name}_bucket", {**labels, "le": bound}, count)
     family.add_sample(f"{name}_count", labels, sum(histogram.counts))

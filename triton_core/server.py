@@ -764,9 +764,22 @@ class Server:
         trace = request.trace
         if trace is not None:
             _trace_start(trace, model, request)
+        # the stream's latency metrics: its responses with outputs, when the first and the
+        # last so far left (a flag-only final is not a response of its own)
+        sent = 0
+        first_ns: int | None = None
+        last_ns = 0
         try:
             model.enqueue(request).add_done_callback(sender.on_execute_done)
             async for response in sender.responses():
+                if response.outputs or not response.final:
+                    now = monotonic_ns()
+                    if sent:
+                        statistics.record_response_interval(now - last_ns)
+                    else:
+                        first_ns = now - received
+                    sent += 1
+                    last_ns = now
                 yield response
             finished = True
         except TritonError as error:
@@ -786,7 +799,8 @@ class Server:
             self._nested -= nested
             if self._idle is not None and not self._inflight:
                 self._idle.set()
-        statistics.record_success(monotonic_ns() - received)
+        statistics.record_success(monotonic_ns() - received, first_ns)
+        statistics.record_responses(sent)
 
     async def _stream_shared_memory(
         self, request: InferenceRequest, pool: ResponsePool | None

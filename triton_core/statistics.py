@@ -12,6 +12,7 @@ from bisect import bisect_left
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Final
 
 #: Triton's failure reasons for ``nv_inference_request_failure``
 FAILURE_REASONS = ("REJECTED", "CANCELED", "BACKEND", "OTHER")
@@ -23,6 +24,10 @@ DEFAULT_SUMMARY_QUANTILES = ((0.5, 0.05), (0.9, 0.01), (0.95, 0.001), (0.99, 0.0
 SUMMARY_MAX_AGE_S = 60.0
 #: observations a summary keeps per window (the oldest go first beyond it)
 SUMMARY_MAX_OBSERVATIONS = 8192
+#: buckets of the time between a stream's responses (ms): token-to-token times of LLMs
+RESPONSE_INTERVAL_BUCKETS_MS: Final = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 5000)
+#: buckets of the responses a stream sends
+RESPONSE_COUNT_BUCKETS: Final = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
 
 
 @dataclass(slots=True)
@@ -170,6 +175,10 @@ class ModelStatistics:
         self.batch_size_histogram: dict[int, int] = {}
         buckets = latency_buckets_ms
         self.request_latency_ms = Histogram(buckets) if buckets else None
+        #: with latency histograms on, a decoupled model's stream (beyond Triton): the time
+        #: between consecutive responses and the responses of each request
+        self.response_interval_ms = Histogram(RESPONSE_INTERVAL_BUCKETS_MS) if buckets else None
+        self.responses_per_request = Histogram(RESPONSE_COUNT_BUCKETS) if buckets else None
         #: ``summary_latencies``: None (nothing recorded) unless turned on
         self.summaries = LatencySummaries() if latency_summaries else None
 
@@ -224,13 +233,26 @@ class ModelStatistics:
             summaries.compute_infer.observe(times.infer_ns / 1000)
             summaries.compute_output.observe(times.output_ns / 1000)
 
-    def record_success(self, duration_ns: int) -> None:
+    def record_success(self, duration_ns: int, first_response_ns: int | None = None) -> None:
+        """A request succeeded after ``duration_ns``; ``first_response_ns``: when a stream's
+        first response left (the latency histogram is Triton's time to first response)."""
         self.success.add(duration_ns)
         self.last_inference_ms = time.time_ns() // 1_000_000
         if self.request_latency_ms is not None:
-            self.request_latency_ms.observe(duration_ns / 1e6)
+            first = duration_ns if first_response_ns is None else first_response_ns
+            self.request_latency_ms.observe(first / 1e6)
         if self.summaries is not None:
             self.summaries.request.observe(duration_ns / 1000)
+
+    def record_response_interval(self, interval_ns: int) -> None:
+        """A decoupled model sent a response ``interval_ns`` after the one before."""
+        if self.response_interval_ms is not None:
+            self.response_interval_ms.observe(interval_ns / 1e6)
+
+    def record_responses(self, count: int) -> None:
+        """A decoupled model's stream ended after ``count`` responses with outputs."""
+        if self.responses_per_request is not None:
+            self.responses_per_request.observe(count)
 
     def record_failure(self, duration_ns: int, reason: str) -> None:
         self.fail.add(duration_ns)

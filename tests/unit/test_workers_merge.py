@@ -55,6 +55,20 @@ def test_statistics_of_two_workers_add_field_by_field() -> None:
     assert one.inference_count == 3
 
 
+def test_stream_histograms_of_two_workers_add_bucket_by_bucket() -> None:
+    one, other = _served(1), _served(1)
+    for stats, gaps in ((one, (3_000_000,)), (other, (3_000_000, 30_000_000))):
+        for gap in gaps:
+            stats.record_response_interval(gap)
+        stats.record_responses(len(gaps) + 1)
+    (total,) = sum_statistics([one], [[statistics_to_json(other)]])
+    assert total.response_interval_ms is not None and total.responses_per_request is not None
+    assert total.response_interval_ms.cumulative()[-1] == ("+Inf", 3)
+    assert total.response_interval_ms.sum == 36.0
+    assert total.responses_per_request.sum == 5
+    assert sum(total.responses_per_request.counts) == 2
+
+
 def test_a_version_only_another_worker_serves_is_included() -> None:
     mine = _served(1)
     theirs = ModelStatistics("n", 2)

@@ -26,6 +26,8 @@ _DURATIONS: Final = (
 _BATCH_DURATIONS: Final = ("compute_input", "compute_infer", "compute_output")
 #: counters keyed by a name (or a batch size) that are summed key by key
 _TALLIES: Final = ("failures", "dispatch_reasons", "batch_size_histogram")
+#: histograms summed bucket by bucket (present where latency histograms are on)
+_HISTOGRAMS: Final = ("request_latency_ms", "response_interval_ms", "responses_per_request")
 
 
 def statistics_to_json(stats: ModelStatistics) -> dict[str, Any]:
@@ -46,13 +48,14 @@ def statistics_to_json(stats: ModelStatistics) -> dict[str, Any]:
     }
     for key in _TALLIES:
         data[key] = {str(name): count for name, count in list(getattr(stats, key).items())}
-    histogram = stats.request_latency_ms
-    if histogram is not None:
-        data["request_latency_ms"] = {
-            "bounds": list(histogram.bounds),
-            "counts": list(histogram.counts),
-            "sum": histogram.sum,
-        }
+    for key in _HISTOGRAMS:
+        histogram = getattr(stats, key)
+        if histogram is not None:
+            data[key] = {
+                "bounds": list(histogram.bounds),
+                "counts": list(histogram.counts),
+                "sum": histogram.sum,
+            }
     return data
 
 
@@ -81,20 +84,22 @@ def add_statistics(target: ModelStatistics, data: dict[str, Any]) -> None:
         for name, count in data[key].items():
             name = int(name) if integer_keys else name
             tally[name] = tally.get(name, 0) + int(count)
-    latency = data.get("request_latency_ms")
-    if latency is not None:
-        _add_histogram(target, latency)
+    for key in _HISTOGRAMS:
+        observed = data.get(key)
+        if observed is not None:
+            _add_histogram(target, key, observed)
 
 
-def _add_histogram(target: ModelStatistics, latency: dict[str, Any]) -> None:
-    if target.request_latency_ms is None:
-        target.request_latency_ms = Histogram(latency["bounds"])
-    histogram = target.request_latency_ms
-    if list(histogram.bounds) != [float(bound) for bound in latency["bounds"]]:
+def _add_histogram(target: ModelStatistics, key: str, observed: dict[str, Any]) -> None:
+    histogram = getattr(target, key)
+    if histogram is None:
+        histogram = Histogram(observed["bounds"])
+        setattr(target, key, histogram)
+    if list(histogram.bounds) != [float(bound) for bound in observed["bounds"]]:
         return  # workers run one configuration; a mismatch cannot be summed
-    for index, count in enumerate(latency["counts"]):
+    for index, count in enumerate(observed["counts"]):
         histogram.counts[index] += int(count)
-    histogram.sum += float(latency["sum"])
+    histogram.sum += float(observed["sum"])
 
 
 def sum_statistics(
