@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # Run every GPU-marked test of the project and the GPU backends benchmark on a machine with a
-# CUDA GPU, in under 8 minutes: TensorRT, ONNX Runtime's CUDA and TensorRT providers, PyTorch
+# CUDA GPU, in under 8 minutes (plus up to 5 to install vllm where it can): TensorRT, ONNX Runtime's CUDA and TensorRT providers, PyTorch
 # on CUDA, the TensorRT plugin's device memory, GPU metrics through NVML.
 #
 # Usage:
 #   scripts/gpu-check.sh [--wheelhouse DIR] [--seconds N] [--no-bench] [--dry-run]
 #   scripts/gpu-check.sh --download DIR     (on a machine with PyPI, to carry DIR to one without)
+#
+# Also Triton's vLLM backend (its model.py unchanged, a Python-based backend) with a tiny
+# model built on the spot, where vllm installs (it is not in the --download wheelhouse).
 #
 # It makes a virtual environment (.venv-gpu) that sees the system's packages, so a GPU image's
 # torch, cuda-python, onnx and nvidia-ml-py are used as they are, installs the project and its
@@ -106,9 +109,23 @@ for extra in "${GPU_EXTRAS[@]}"; do
         echo "gpu-check: could not install $extra; its tests skip with the reason"
     fi
 done
+# Triton's vLLM backend, unchanged, as a Python-based backend: vllm, the OpenAI frontend
+# plugin and what its test builds a tiny model with; the backend's own files from
+# VLLM_BACKEND_DIR, Triton's /opt/tritonserver/backends/vllm, or a clone of vllm_backend.
+if run timeout 300 "${PIP[@]}" vllm openai transformers tokenizers; then
+    run "${PIP[@]}" --no-build-isolation --no-deps -e plugins/openai
+    if [ -z "${VLLM_BACKEND_DIR:-}" ] && [ ! -f /opt/tritonserver/backends/vllm/model.py ]; then
+        if run timeout 60 git clone -q --depth 1 \
+            https://github.com/triton-inference-server/vllm_backend "$RESULTS/vllm_backend"; then
+            export VLLM_BACKEND_DIR="$PWD/$RESULTS/vllm_backend/src"
+        fi
+    fi
+else
+    echo "gpu-check: could not install vllm; the vLLM backend's test skips with the reason"
+fi
 run "$PY" - <<'EOF' || true
 import importlib.util
-found = {m: importlib.util.find_spec(m) is not None for m in ("tensorrt", "torch", "cuda")}
+found = {m: importlib.util.find_spec(m) is not None for m in ("tensorrt", "torch", "cuda", "vllm")}
 print("installed:", found)
 import onnxruntime
 print("onnxruntime", onnxruntime.__version__, onnxruntime.get_available_providers())

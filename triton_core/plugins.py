@@ -108,6 +108,7 @@ def create_plugin_manager(
     left out: only the models that need it fail, and :attr:`PluginManager.broken` says why.
     """
     extra_plugins = list(extra_plugins)
+    directories = list(directories)
     blocked = set(disabled) | set(disabled_from_env())
     essential = blocked & ESSENTIAL_PLUGINS
     if essential:
@@ -145,7 +146,8 @@ def create_plugin_manager(
         for name, (_, dist) in entry_points.items()
         if pm.get_plugin(name) is not None
     }
-    return PluginManager(pm, broken, env_names, from_folders, installed)
+    backend_folders = [folder for flag, folder in directories if flag == "--backend-directory"]
+    return PluginManager(pm, broken, env_names, from_folders, installed, backend_folders)
 
 
 def installed_name(module_path: str) -> str:
@@ -286,8 +288,11 @@ class PluginManager:
         env_plugins: Iterable[str] = (),
         folder_plugins: dict[str, str] | None = None,
         installed: dict[str, tuple[str, str]] | None = None,
+        backend_directories: Iterable[Path] = (),
     ) -> None:
         self.pm = pm
+        #: the ``--backend-directory`` folders (see :attr:`BackendRegistry.directories`)
+        self.backend_directories = tuple(backend_directories)
         #: (distribution, version) of the plugins registered under an entry point's name
         self.installed = dict(installed or {})
         #: plugins that failed to import, by plugin name: why
@@ -325,6 +330,7 @@ class PluginManager:
 
     def register_backends(self) -> BackendRegistry:
         registry = BackendRegistry()
+        registry.directories = self.backend_directories
         self._fill("triton_register_backends", registry)
         return registry
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar
 
 from triton_core.failures import PluginOrigin
@@ -116,6 +117,9 @@ class BackendRegistry(Registry["type[Backend]"]):
     def __init__(self) -> None:
         super().__init__()
         self._platforms: dict[str, str] = {}
+        #: the ``--backend-directory`` folders: a plugin may serve backends it finds there
+        #: (the Python plugin: Triton's Python-based backends, ``<folder>/<name>/model.py``)
+        self.directories: tuple[Path, ...] = ()
 
     def add(self, backend: type[Backend], *, replace: bool = False) -> None:
         if not self._add(backend.name, backend, replace):

@@ -108,7 +108,9 @@ _REPOSITORY: Final = _section(
     Flag("--strict-model-config", to.AUTO_COMPLETE, form="bool", default=False,
          triton=works("deprecated, as in Triton"), help="deprecated alias of the above"),
     _plugin_folder("--backend-directory", DEFAULT_BACKEND_DIRECTORY, "backends",
-                   f"{_PLUGIN_FOLDER}; an absent folder is logged once and skipped"),
+                   f"{_PLUGIN_FOLDER}; its `<name>/model.py` folders are Triton's Python-based "
+                   "backends (served by the Python plugin); an absent folder is logged once and "
+                   "skipped"),
     _plugin_folder("--repoagent-directory", DEFAULT_REPOAGENT_DIRECTORY, "repository agents",
                    _PLUGIN_FOLDER),
     _plugin_folder("--cache-directory", DEFAULT_CACHE_DIRECTORY, "response caches",

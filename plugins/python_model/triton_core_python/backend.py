@@ -45,6 +45,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Collection
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Final
 
@@ -142,6 +143,11 @@ class PythonBackend(Backend):
 
     def auto_complete_config(self, config: ModelConfig, model_path: Path) -> None:
         """Run the model's ``auto_complete_config`` (when it has one) on ``config``."""
+        self._complete(config, model_path, None)
+
+    def _complete(self, config: ModelConfig, model_path: Path, version_dir: Path | None) -> None:
+        """``auto_complete_config`` of ``model_path``; ``version_dir``: it is a Python-based
+        backend's, completing the model of that version folder."""
         if not model_path.is_file():
             return  # the load reports the missing file
         try:
@@ -152,8 +158,9 @@ class PythonBackend(Backend):
         # imports, so it is skipped where model.py alone shows the class cannot have one.
         if not may_auto_complete(source):
             return
-        python = _interpreter(self, config, model_path.parent.parent)
-        completed = run_auto_complete(python, model_path, config_to_json(config))
+        model_dir = model_path.parent.parent if version_dir is None else version_dir.parent
+        python = _interpreter(self, config, model_dir)
+        completed = run_auto_complete(python, model_path, config_to_json(config), version_dir)
         updated = ModelConfig()
         try:
             json_format.ParseDict(completed, updated)
@@ -167,6 +174,53 @@ class PythonBackend(Backend):
 
     def load_model(self, context: ModelContext) -> BackendModel:
         return PythonModel(self, context)
+
+
+class PythonBasedBackend(PythonBackend):
+    """One of Triton's Python-based backends: ``<backend folder>/<name>/model.py`` serves
+    every model whose config says ``backend: "<name>"`` (Triton's vLLM backend is one).
+
+    The model's folder holds no ``model.py``; its version folder holds what the backend
+    reads there (vLLM's ``model.json``), found through ``args["model_repository"]`` and
+    ``pb_utils.get_model_dir()`` as under the ``python`` backend. The backend's folder is on
+    the stub's ``sys.path``, so its ``model.py`` imports its own modules.
+    """
+
+    #: the backend's ``model.py`` (set on each subclass :func:`python_based_backends` makes)
+    backend_model_path: ClassVar[Path]
+
+    def auto_complete_config(self, config: ModelConfig, model_path: Path) -> None:
+        # model_path names the model's newest version folder, where it holds no model.py
+        self._complete(config, self.backend_model_path, model_path.parent)
+
+
+def python_based_backends(
+    folders: tuple[Path, ...], taken: Collection[str]
+) -> list[type[PythonBasedBackend]]:
+    """A backend class for each ``<folder>/<name>/model.py`` in ``folders`` whose ``name``
+    is not ``taken`` (a plugin's backend wins) and whose folder holds no
+    ``libtriton_<name>.so`` (Triton then loads the library); the first folder wins a name."""
+    found: dict[str, Path] = {}
+    for folder in folders:
+        try:
+            entries = sorted(folder.iterdir())
+        except OSError:
+            continue
+        for entry in entries:
+            name = entry.name
+            if name in found or name in taken or name == PythonBackend.name:
+                continue
+            model_py = entry / "model.py"
+            if model_py.is_file() and not (entry / f"libtriton_{name}.so").exists():
+                found[name] = model_py
+    return [
+        type(
+            f"PythonBasedBackend[{name}]",
+            (PythonBasedBackend,),
+            {"name": name, "backend_model_path": model_py, "__module__": __name__},
+        )
+        for name, model_py in found.items()
+    ]
 
 
 # CPython 3.11 keeps the AST converter's recursion depth per interpreter: two threads in
@@ -215,12 +269,16 @@ def _binds_model_class(node: ast.AST) -> bool:
     return False
 
 
-def run_auto_complete(python: str, model_path: Path, config: dict) -> dict:
-    """``TritonPythonModel.auto_complete_config`` in a throwaway interpreter."""
+def run_auto_complete(
+    python: str, model_path: Path, config: dict, version_dir: Path | None = None
+) -> dict:
+    """``TritonPythonModel.auto_complete_config`` in a throwaway interpreter (``version_dir``:
+    ``model_path`` is a Python-based backend's, completing that version's model)."""
     read_fd, write_fd = os.pipe()
-    command, env = stub_command(
-        python, "--auto-complete", str(model_path), "--result-fd", str(write_fd)
-    )
+    arguments = ["--auto-complete", str(model_path), "--result-fd", str(write_fd)]
+    if version_dir is not None:
+        arguments += ["--version-dir", str(version_dir)]
+    command, env = stub_command(python, *arguments)
     try:
         process = subprocess.Popen(
             command,
@@ -287,10 +345,16 @@ class PythonModel(BackendModel):
     def __init__(self, backend: PythonBackend, context: ModelContext) -> None:
         _check_stub_name(context.name)
         config = context.config
-        if not context.model_path.is_file():
+        #: the model.py the stubs load: the version folder's, or a Python-based backend's
+        self.model_path = (
+            backend.backend_model_path
+            if isinstance(backend, PythonBasedBackend)
+            else context.model_path
+        )
+        if not self.model_path.is_file():
             raise invalid_arg(
                 "Failed to preinitialize Python stub: Python model file not found in "
-                f"'{context.model_path}'"
+                f"'{self.model_path}'"
             )
         self.backend = backend
         self.context = context
@@ -322,8 +386,9 @@ class PythonModel(BackendModel):
             model_name=context.name,
             model_version=context.version,
             instance_name=spec.name,
-            model_path=context.model_path,
+            model_path=self.model_path,
             model_dir=context.model_dir,
+            version_dir=context.version_dir if self.model_path != context.model_path else None,
             decoupled=self.decoupled,
             output_names=self.output_names,
             bf16_outputs=self.bf16_outputs,

@@ -10,9 +10,13 @@ if TYPE_CHECKING:
     from triton_core import BackendRegistry
 
 
-@hookimpl
+@hookimpl(trylast=True)
 def triton_register_backends(registry: BackendRegistry) -> None:
-    """Register :class:`~triton_core_python.backend.PythonBackend` (backend ``python``)."""
-    from triton_core_python.backend import PythonBackend
+    """Register :class:`~triton_core_python.backend.PythonBackend` (backend ``python``),
+    then each of Triton's Python-based backends in the ``--backend-directory`` folders that
+    no other plugin provides (last, so that the others have registered theirs)."""
+    from triton_core_python.backend import PythonBackend, python_based_backends
 
     registry.add(PythonBackend)
+    for backend in python_based_backends(registry.directories, taken=registry.names()):
+        registry.add(backend)

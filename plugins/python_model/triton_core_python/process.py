@@ -134,6 +134,8 @@ class StubSettings:
     cpus: frozenset[int] | None = None
     #: how long the stub polls for the next batch after an answer (0: it sleeps at once)
     spin_us: int = 0
+    #: a Python-based backend's model (``model_path`` is the backend's): its version folder
+    version_dir: Path | None = None
 
 
 class StubDied(Exception):
@@ -286,6 +288,7 @@ class StubProcess:
             "instance_name": settings.instance_name,
             "model_path": str(settings.model_path),
             "model_dir": str(settings.model_dir),
+            "version_dir": None if settings.version_dir is None else str(settings.version_dir),
             "decoupled": settings.decoupled,
             "output_names": list(settings.output_names),
             "args": dict(settings.args),

@@ -58,13 +58,16 @@ from triton_core_python.wire import NUMPY_DTYPES, Packer, deserialize_bytes, unp
 _Deliver = Callable[[Any, bool], None]
 
 
-def load_model_module(model_path: str) -> ModuleType:
+def load_model_module(model_path: str, python_based: bool = False) -> ModuleType:
     """Import ``<version>/model.py`` as Triton's stub does: module ``<version>.model`` of the
     package ``<version>`` (so ``from . import helper`` finds the model's other files), with
-    the version folder and the model's folder on ``sys.path``."""
+    the version folder and the model's folder on ``sys.path``. A Python-based backend's
+    ``model.py`` (``python_based``) is module ``model``, with its folder on ``sys.path``."""
     path = Path(model_path)
     if path.suffix != ".py":
         raise ImportError(f"Model name must end with '.py'. Model name is \"{path.name}\".")
+    if python_based:
+        return _load_backend_module(path)
     version_dir, model_dir = path.parent, path.parent.parent
     for folder in (version_dir, model_dir):
         if str(folder) not in sys.path:
@@ -81,6 +84,20 @@ def load_model_module(model_path: str) -> ModuleType:
     if spec.loader is not None:
         spec.loader.exec_module(module)  # a version folder with an __init__.py
     return importlib.import_module(f"{package}.{path.stem}")
+
+
+def _load_backend_module(path: Path) -> ModuleType:
+    folder = str(path.parent)
+    if folder not in sys.path:
+        sys.path.append(folder)  # the backend's own modules (vLLM's ``utils``)
+    sys.dont_write_bytecode = True
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot import {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[path.stem] = module
+    spec.loader.exec_module(module)
+    return module
 
 
 def model_class(module: ModuleType, model_path: str) -> type:
@@ -217,8 +234,10 @@ class Stub:
         self.decoupled = settings["decoupled"]
         self.output_names = list(settings["output_names"])
         pb_utils._runtime = self
-        pb_utils._model_dir = str(Path(settings["model_path"]).parent)
-        module = load_model_module(settings["model_path"])
+        # a Python-based backend's model.py is elsewhere: the model's version folder is sent
+        version_dir = settings.get("version_dir")
+        pb_utils._model_dir = version_dir or str(Path(settings["model_path"]).parent)
+        module = load_model_module(settings["model_path"], python_based=version_dir is not None)
         self.model = model_class(module, settings["model_path"])()
         initialize = getattr(self.model, "initialize", None)
         if initialize is not None:
@@ -913,10 +932,14 @@ def _resolve(future: asyncio.Future[Any], value: Any) -> None:
 # -- auto-complete --------------------------------------------------------------------------------
 
 
-def auto_complete(model_path: str, config: dict[str, Any]) -> dict[str, Any]:
-    """Run ``TritonPythonModel.auto_complete_config`` on ``config``; the completed dict."""
-    pb_utils._model_dir = str(Path(model_path).parent)
-    cls = model_class(load_model_module(model_path), model_path)
+def auto_complete(
+    model_path: str, config: dict[str, Any], version_dir: str | None = None
+) -> dict[str, Any]:
+    """Run ``TritonPythonModel.auto_complete_config`` on ``config``; the completed dict.
+    ``version_dir``: ``model_path`` is a Python-based backend's, completing that model."""
+    pb_utils._model_dir = version_dir or str(Path(model_path).parent)
+    module = load_model_module(model_path, python_based=version_dir is not None)
+    cls = model_class(module, model_path)
     method = getattr(cls, "auto_complete_config", None)
     if method is None:
         return config
@@ -929,10 +952,10 @@ def auto_complete(model_path: str, config: dict[str, Any]) -> dict[str, Any]:
     return result.as_dict()
 
 
-def _run_auto_complete(model_path: str, result_fd: int) -> int:
+def _run_auto_complete(model_path: str, result_fd: int, version_dir: str | None) -> int:
     config = json.load(sys.stdin)
     try:
-        outcome = {"config": auto_complete(model_path, config)}
+        outcome = {"config": auto_complete(model_path, config, version_dir)}
     except BaseException as exc:
         outcome = {"error": describe_exception(exc, str(Path(model_path).parent.parent))}
     data = json.dumps(outcome).encode()
@@ -952,6 +975,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--policy", choices=("batch", "normal"), default="normal")
     parser.add_argument("--auto-complete", metavar="MODEL_PY")
     parser.add_argument("--result-fd", type=int)
+    parser.add_argument(
+        "--version-dir", help="with --auto-complete: MODEL_PY is a Python-based backend's"
+    )
     parser.add_argument("--cpus", default="", help="CPU ids to run on (host_policy)")
     parser.add_argument("--spin-us", type=int, default=0, help="poll for the next batch")
     args = parser.parse_args(argv)
@@ -959,7 +985,7 @@ def main(argv: list[str] | None = None) -> int:
     # (unittest.main, argparse) must not see the stub's options
     sys.argv = [""]
     if args.auto_complete:
-        return _run_auto_complete(args.auto_complete, args.result_fd)
+        return _run_auto_complete(args.auto_complete, args.result_fd, args.version_dir)
     if args.cpus:
         # before any thread starts, so that every thread of the model runs on these CPUs
         os.sched_setaffinity(0, {int(cpu) for cpu in args.cpus.split(",")})
