@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Run every GPU-marked test of the project and the GPU backends benchmark on a machine with a
-# CUDA GPU, in under 8 minutes (plus up to 5 to install vllm where it can): TensorRT, ONNX Runtime's CUDA and TensorRT providers, PyTorch
-# on CUDA, the TensorRT plugin's device memory, GPU metrics through NVML.
+# CUDA GPU, in under 8 minutes (plus up to 5 to install vllm where it can): TensorRT, ONNX
+# Runtime's CUDA and TensorRT providers, PyTorch on CUDA, the TensorRT plugin's device memory,
+# GPU metrics through NVML.
 #
 # Usage:
 #   scripts/gpu-check.sh [--wheelhouse DIR] [--seconds N] [--no-bench] [--dry-run]
