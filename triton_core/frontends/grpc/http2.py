@@ -2,9 +2,11 @@
 
 Frames, stream states, flow control in both directions and header compression, and no more:
 streams are opened by the client only, server push is never used and priorities are ignored
-(both as RFC 9113 allows). The frames' numbers, packing and parsing are in :mod:`.frames`,
-header compression (HPACK, with a cache for the blocks gRPC clients repeat) in
-:mod:`.hpack_codec`.
+(both as RFC 9113 allows). :class:`Http2Connection` reads the frames, opens and ends the
+streams and grants the client's windows; what goes out, and the connection's end, is its
+writing half, :class:`~.output.Http2Output`. The frames' numbers, packing and parsing are in
+:mod:`.frames`, header compression (HPACK, with a cache for the blocks gRPC clients repeat)
+in :mod:`.hpack_codec`.
 
 Every client is hostile until checked: what a connection may make this side hold or do is
 bounded by its :class:`~.limits.GrpcLimits` (frame and header sizes, streams, windows granted
@@ -14,26 +16,22 @@ here, as the frames are read; rates and deadlines by the connection's
 :class:`~.watch.ConnectionWatch`.
 
 A :class:`Http2Connection` hands each new stream to the ``open_stream`` callable it was given,
-which returns the :class:`StreamHandler` that receives the stream's data; the handler answers
-through :meth:`Http2Connection.send_headers`, :meth:`~Http2Connection.send_data` and
-:meth:`~Http2Connection.reset_stream`. Data beyond the peer's flow-control windows waits in
-the stream's queue until the peer opens them.
+which returns the :class:`~.output.StreamHandler` that receives the stream's data; the
+handler answers through :meth:`Http2Connection.send_headers`,
+:meth:`~Http2Connection.send_data` and :meth:`~Http2Connection.reset_stream`. Data beyond the
+peer's flow-control windows waits in the stream's queue until the peer opens them.
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
-from collections import deque
-from collections.abc import Callable, Sequence
-from typing import Any, Final, Protocol, cast
+from collections.abc import Callable
+from typing import cast
 
 from triton_core.frontends.grpc.frames import (
     ACK,
-    CANCEL,
     CONTINUATION,
     DATA,
-    DEFAULT_MAX_FRAME,
     DEFAULT_WINDOW,
     END_HEADERS,
     END_STREAM,
@@ -58,65 +56,20 @@ from triton_core.frontends.grpc.frames import (
     WINDOW_UPDATE,
     Http2Error,
     frame,
-    frame_header,
-    goaway_frame,
-    header_frames,
     initial_frames,
-    pack_frame_header,
     read_settings,
     strip_padding,
     unpack_frame_header,
 )
 from triton_core.frontends.grpc.hpack_codec import HeaderDecoder, Headers
 from triton_core.frontends.grpc.limits import DEFAULT_LIMITS, GrpcLimits
+from triton_core.frontends.grpc.output import Http2Output, Stream, StreamHandler
 from triton_core.frontends.grpc.watch import ConnectionWatch
-
-log = logging.getLogger(__name__)
-
-#: data written at once up to this size is joined into one buffer; more is written as it is
-_JOIN_LIMIT: Final = 1 << 16
-
-
-class StreamHandler(Protocol):
-    """What a connection tells about one stream."""
-
-    def data_received(self, data: bytes, end_stream: bool) -> None:
-        """Data arrived on the stream; ``end_stream``: the peer sends nothing more."""
-
-    def stream_reset(self) -> None:
-        """The stream ended before its answer did (peer reset, or the connection is gone)."""
-
 
 OpenStream = Callable[["Http2Connection", int, Headers, bool], StreamHandler]
 
 
-class _Stream:
-    __slots__ = (
-        "handler",
-        "held",
-        "id",
-        "local_closed",
-        "outbound",
-        "received",
-        "recv_window",
-        "remote_closed",
-        "send_window",
-    )
-
-    def __init__(self, stream_id: int, send_window: int, recv_window: int) -> None:
-        self.id = stream_id
-        self.handler: StreamHandler | None = None
-        self.send_window = send_window
-        self.recv_window = recv_window  # what the peer may still send before a window update
-        self.received = 0  # bytes received since this side last opened the peer's window
-        self.held = False  # the handler is behind: its window stays shut until it catches up
-        self.remote_closed = False
-        self.local_closed = False
-        #: what waits for the peer to open its windows: [data, end_stream] or headers
-        self.outbound: deque[list] = deque()
-
-
-class Http2Connection(asyncio.Protocol):
+class Http2Connection(Http2Output, asyncio.Protocol):
     """One client connection: frames in, streams out to ``open_stream``'s handlers."""
 
     def __init__(
@@ -125,49 +78,31 @@ class Http2Connection(asyncio.Protocol):
         on_closed: Callable[[Http2Connection], None],
         limits: GrpcLimits = DEFAULT_LIMITS,
     ) -> None:
+        super().__init__(limits)
         self._open_stream = open_stream
         self._on_closed = on_closed
-        self._limits = limits
         self._max_frame = limits.max_frame_size
         self._max_streams = limits.max_concurrent_streams
         self._stream_window = limits.stream_window_size
-        self._loop = asyncio.get_running_loop()
-        self.transport: asyncio.Transport | None = None
-        self.peer = ""
-        self._streams: dict[int, _Stream] = {}
         self._pending = bytearray()
         self._need = len(PREFACE)
         self._preface_seen = False
         self._settings_seen = False
         self._decoder = HeaderDecoder(limits.max_header_list_size)
-        self._last_stream_id = 0
         # a header block split over frames: [stream id, end_stream, fragments, bytes]
         self._continuing: list | None = None
         self._peer_initial_window = DEFAULT_WINDOW
-        self._peer_max_frame = DEFAULT_MAX_FRAME
-        self._send_window = DEFAULT_WINDOW  # the connection's window, towards the peer
         self._recv_window = limits.connection_window_size  # what the peer may still send
         self._received = 0  # connection-level bytes since the last window update sent
         self._connection_update_at = limits.connection_window_size // 2
         self._stream_update_at = limits.stream_window_size // 2
-        self._blocked: dict[int, _Stream] = {}  # streams with data waiting for window
-        self._control: list[bytes] = []  # frames to write at the end of this read
-        self._going_away = False
-        self._closed = False  # nothing more is written
-        self._closing = False  # the transport is closing
-        self._lost = False  # the transport is gone
-        self._write_paused = False
-        self._drain_waiters: dict[int, list[asyncio.Future[None]]] = {}
-        self._resume_waiters: list[asyncio.Future[None]] = []
         now = self._loop.time()
         #: rates and deadlines, checked by the timer
         self._watch = ConnectionWatch(limits, now)
         self._reads = 0  # data_received calls, so far
         self._partial_since = now  # when the frame in _pending began to arrive
-        self._sent = 0  # answer frames sent, so far: pings between them are not abuse
         self._timer: asyncio.TimerHandle | None = None
         self._refusal: str | None = None
-        self._idle_since = now  # when its last stream ended (or it was made)
 
     @property
     def idle_since(self) -> float | None:
@@ -264,19 +199,6 @@ class Http2Connection(asyncio.Protocol):
         self._release_drain_waiters()
         self._release_resume_waiters()
         self._on_closed(self)
-
-    def pause_writing(self) -> None:
-        # the client does not read what it asked for: read nothing more from it until it does
-        self._write_paused = True
-        if self.transport is not None and not self._closed:
-            self.transport.pause_reading()
-        self._police_output()
-
-    def resume_writing(self) -> None:
-        self._write_paused = False
-        if self.transport is not None and not self._closed:
-            self.transport.resume_reading()
-        self._release_resume_waiters()
 
     # -- reading ----------------------------------------------------------------------------
 
@@ -435,12 +357,12 @@ class Http2Connection(asyncio.Protocol):
             self._watch.resets.spend(self._loop.time())
             self._control.append(frame(RST_STREAM, 0, stream_id, U32.pack(REFUSED_STREAM)))
             return
-        stream = _Stream(stream_id, self._peer_initial_window, self._stream_window)
+        stream = Stream(stream_id, self._peer_initial_window, self._stream_window)
         stream.remote_closed = end_stream
         self._streams[stream_id] = stream
         stream.handler = self._open_stream(self, stream_id, headers, end_stream)
 
-    def _on_trailers(self, stream: _Stream, end_stream: bool) -> None:
+    def _on_trailers(self, stream: Stream, end_stream: bool) -> None:
         if stream.remote_closed:
             # half-closed (remote): a second block must not start the call again
             self._reset(stream, STREAM_CLOSED, notify=True)
@@ -546,133 +468,7 @@ class Http2Connection(asyncio.Protocol):
         self._watch.police_ping(self._loop.time(), self._sent, bool(self._streams))
         self._control.append(frame(PING, ACK, 0, payload))
 
-    # -- writing ----------------------------------------------------------------------------
-
-    def send_headers(self, stream_id: int, block: bytes, end_stream: bool = False) -> None:
-        """Send a header block (answer headers or trailers) on a stream."""
-        stream = self._streams.get(stream_id)
-        if stream is None or stream.local_closed:
-            return
-        self._sent += 1
-        if end_stream:
-            stream.local_closed = True
-        if stream.outbound:  # behind data that waits for window
-            stream.outbound.append([block, end_stream, True])
-            return
-        self._write(header_frames(stream_id, block, end_stream, self._peer_max_frame))
-        if end_stream:
-            self._finish_local(stream)
-
-    def send_data(self, stream_id: int, data: bytes, end_stream: bool = False) -> None:
-        """Send data on a stream, as much as the windows allow now and the rest later."""
-        stream = self._streams.get(stream_id)
-        if stream is None or stream.local_closed:
-            return
-        if end_stream:
-            stream.local_closed = True
-        stream.outbound.append([memoryview(data), end_stream, False])
-        self._flush(stream)
-
-    def send_message(
-        self,
-        stream_id: int,
-        headers: bytes | None,
-        prefix: bytes,
-        data: bytes,
-        trailers: bytes | None,
-    ) -> None:
-        """Headers (when given), ``prefix + data`` and trailers (when given) on a stream.
-
-        The common answer to a unary call: three frames in one write, when the windows and
-        the frame size allow; otherwise as :meth:`send_headers` and :meth:`send_data` do.
-        """
-        stream = self._streams.get(stream_id)
-        if stream is None or stream.local_closed:
-            return
-        size = len(prefix) + len(data)
-        limit = self._peer_max_frame
-        if (
-            stream.outbound
-            or size > self._send_window
-            or size > stream.send_window
-            or size > limit
-            or (headers is not None and len(headers) > limit)
-            or (trailers is not None and len(trailers) > limit)
-        ):
-            if headers is not None:
-                self.send_headers(stream_id, headers)
-            self.send_data(stream_id, prefix + data, end_stream=False)
-            if trailers is not None:
-                self.send_headers(stream_id, trailers, end_stream=True)
-            return
-        self._sent += 1
-        self._send_window -= size
-        stream.send_window -= size
-        pack = pack_frame_header
-        parts: list[bytes] = []
-        if headers is not None:
-            length = len(headers)
-            parts += (pack(length >> 16, length & 0xFFFF, HEADERS, END_HEADERS, stream_id), headers)
-        parts += (pack(size >> 16, size & 0xFFFF, DATA, 0, stream_id), prefix, data)
-        if trailers is not None:
-            stream.local_closed = True
-            length = len(trailers)
-            flags = END_HEADERS | END_STREAM
-            parts += (pack(length >> 16, length & 0xFFFF, HEADERS, flags, stream_id), trailers)
-        self._write(b"".join(parts))
-        if trailers is not None:
-            self._finish_local(stream)
-
-    def send_message_parts(
-        self,
-        stream_id: int,
-        headers: bytes | None,
-        parts: Sequence[Any],
-        trailers: bytes | None,
-    ) -> None:
-        """Headers (when given), the concatenation of ``parts`` (buffers) and trailers (when given).
-
-        For large messages: the parts are framed as the windows allow and written as they
-        are, never joined into one buffer; they must not change until sent.
-        """
-        stream = self._streams.get(stream_id)
-        if stream is None or stream.local_closed:
-            return
-        outbound = stream.outbound
-        if headers is not None:  # queued too: headers, data and trailers leave in one write
-            outbound.append([headers, False, True])
-        for part in parts:
-            if len(part):
-                outbound.append([memoryview(part).cast("B"), False, False])
-        if trailers is not None:
-            stream.local_closed = True
-            outbound.append([trailers, True, True])
-        self._sent += 1
-        self._flush(stream)
-
-    def reset_stream(self, stream_id: int, code: int = CANCEL) -> None:
-        """End a stream at once, dropping what waits to be sent on it."""
-        stream = self._streams.get(stream_id)
-        if stream is not None:
-            self._reset(stream, code)
-
-    def drained(self, stream_id: int) -> asyncio.Future[None] | None:
-        """A future done once the stream's queued data is sent and the client reads again.
-
-        None when nothing waits: the handler may write its next message at once.
-        """
-        stream = self._streams.get(stream_id)
-        if stream is None:
-            return None
-        if stream.outbound:
-            future = self._loop.create_future()
-            self._drain_waiters.setdefault(stream_id, []).append(future)
-            return future
-        if self._write_paused and not self._closed:
-            future = self._loop.create_future()
-            self._resume_waiters.append(future)
-            return future
-        return None
+    # -- the receive windows ----------------------------------------------------------------
 
     def hold_window(self, stream_id: int) -> None:
         """Stop opening the stream's window: its handler has not caught up with its data."""
@@ -690,192 +486,15 @@ class Http2Connection(asyncio.Protocol):
             self._open_stream_window(stream)
             self._write_control()
 
-    def go_away(self, code: int = NO_ERROR, reason: str = "") -> None:
-        """Refuse new streams; the connection closes once the open ones are done."""
-        if self._closed or self._going_away:
-            return
-        self._going_away = True
-        self._write(goaway_frame(self._last_stream_id, code, reason))
-        self._close_if_idle()
-
-    def close(self) -> None:
-        """Close the connection once its output is sent; open streams are reset.
-
-        A client that does not read that output is dropped after the close timeout.
-        """
-        if self.transport is not None and not self._lost and not self._closing:
-            self._closed = self._closing = True  # a lingering connection closes now too
-            self.transport.close()
-            self._loop.call_later(self._limits.close_timeout, self._abort)
-
-    def _linger(self) -> None:
-        """Close after a GOAWAY: end the output and drop the input until the client closes.
-
-        Closing at once would reset the connection while client frames are unread, and a
-        reset may destroy the GOAWAY before the client reads it.
-        """
-        transport = self.transport
-        if transport is None or self._closed:
-            return
-        if not transport.can_write_eof():
-            self.close()
-            return
-        self._closed = True
-        try:
-            transport.write_eof()
-        except OSError:  # the client is gone already
-            self._abort()
-            return
-        if self._write_paused:
-            transport.resume_reading()  # to see the client close
-        self._loop.call_later(self._limits.close_timeout, self._abort)
-
-    def _abort(self) -> None:
-        if self.transport is not None and not self._lost:
-            self._closed = True
-            self.transport.abort()
-
-    @property
-    def open_streams(self) -> int:
-        return len(self._streams)
-
-    def _flush(self, stream: _Stream) -> None:
-        parts: list[bytes | memoryview] = []
-        written = 0
-        outbound = stream.outbound
-        while outbound:
-            item = outbound[0]
-            payload, end_stream, is_headers = item
-            if is_headers:
-                parts.append(header_frames(stream.id, payload, end_stream, self._peer_max_frame))
-                outbound.popleft()
-                continue
-            size = len(payload)
-            allowed = min(size, self._send_window, stream.send_window, self._peer_max_frame)
-            if size and allowed <= 0:
-                break
-            allowed = max(allowed, 0)
-            last = allowed == size
-            flags = END_STREAM if (last and end_stream) else 0
-            parts.append(frame_header(DATA, flags, stream.id, allowed))
-            parts.append(payload[:allowed])
-            written += allowed
-            self._send_window -= allowed
-            stream.send_window -= allowed
-            if last:
-                outbound.popleft()
-            else:
-                item[0] = payload[allowed:]
-        if parts:
-            self._sent += 1
-            if written >= _JOIN_LIMIT:
-                self._write_parts(parts)  # large data: the payloads are not copied here
-            else:
-                self._write(b"".join(parts))
-        if outbound:
-            self._blocked[stream.id] = stream
-            return
-        self._blocked.pop(stream.id, None)
-        self._release_drain_waiters(stream.id)
-        if stream.local_closed:
-            self._finish_local(stream)
-
-    def _flush_blocked(self) -> None:
-        for stream in list(self._blocked.values()):
-            if self._send_window <= 0:
-                return
-            self._flush(stream)
-
-    def _open_stream_window(self, stream: _Stream) -> None:
+    def _open_stream_window(self, stream: Stream) -> None:
         self._control.append(frame(WINDOW_UPDATE, 0, stream.id, U32.pack(stream.received)))
         stream.recv_window += stream.received
         stream.received = 0
 
-    def _finish_local(self, stream: _Stream) -> None:
-        if stream.outbound:
-            return
-        if not stream.remote_closed:
-            # the answer is complete: tell the client to stop sending (as gRPC servers do)
-            self._write(frame(RST_STREAM, 0, stream.id, U32.pack(NO_ERROR)))
-        self._streams.pop(stream.id, None)
-        self._close_if_idle()
-
-    def _forget_if_done(self, stream: _Stream) -> None:
+    def _forget_if_done(self, stream: Stream) -> None:
         if stream.local_closed and not stream.outbound:
             self._streams.pop(stream.id, None)
             self._close_if_idle()
-
-    def _reset(self, stream: _Stream, code: int, notify: bool = False) -> None:
-        """A stream error: RST_STREAM; ``notify``: the handler learns its stream is gone."""
-        self._streams.pop(stream.id, None)
-        self._blocked.pop(stream.id, None)
-        stream.outbound.clear()
-        self._release_drain_waiters(stream.id)
-        self._write(frame(RST_STREAM, 0, stream.id, U32.pack(code)))
-        if notify and stream.handler is not None:
-            stream.handler.stream_reset()
-        self._close_if_idle()
-
-    def _release_drain_waiters(self, stream_id: int | None = None) -> None:
-        if stream_id is None:
-            waiters = [f for group in self._drain_waiters.values() for f in group]
-            self._drain_waiters.clear()
-        else:
-            waiters = self._drain_waiters.pop(stream_id, [])
-        for future in waiters:
-            if not future.done():
-                future.set_result(None)
-
-    def _release_resume_waiters(self) -> None:
-        waiters, self._resume_waiters = self._resume_waiters, []
-        for future in waiters:
-            if not future.done():
-                future.set_result(None)
-
-    def _close_if_idle(self) -> None:
-        if self._streams:
-            return
-        self._idle_since = self._loop.time()
-        if self._going_away:
-            self._linger()
-
-    def _write_control(self) -> None:
-        if self._control:
-            control, self._control = self._control, []
-            self._write(b"".join(control))
-
-    def _write(self, data: bytes) -> None:
-        if self.transport is not None and not self._closed:
-            self.transport.write(data)
-            if self._write_paused:
-                self._police_output()
-
-    def _write_parts(self, parts: list[bytes | memoryview]) -> None:
-        if self.transport is not None and not self._closed:
-            self.transport.writelines(parts)
-            if self._write_paused:
-                self._police_output()
-
-    def _police_output(self) -> None:
-        """Drop a client that lets more than the queued-output bound pile up unread."""
-        transport = self.transport
-        limit = self._limits.max_queued_output
-        if transport is None or self._closed or transport.get_write_buffer_size() <= limit:
-            return
-        log.info(
-            "gRPC client %s reads nothing of %d queued bytes (--grpc-http2-max-queued-output"
-            " %d): dropped",
-            self.peer,
-            transport.get_write_buffer_size(),
-            limit,
-        )
-        # the GOAWAY goes into the same unread queue: the connection is dropped, not closed
-        self._abort()
-
-    def _fail(self, error: Http2Error) -> None:
-        log.debug("HTTP/2 connection error from %s: %s", self.peer, error.reason)
-        self._write(goaway_frame(self._last_stream_id, error.code, error.reason))
-        self._linger()
 
     # -- time -------------------------------------------------------------------------------
 
