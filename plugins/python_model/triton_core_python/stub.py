@@ -17,7 +17,8 @@ process exits at once.
 ``python -m triton_core_python.stub --auto-complete MODEL_PY --result-fd K`` instead runs
 ``TritonPythonModel.auto_complete_config`` on the config JSON read from stdin and writes
 ``{"config": ...}`` or ``{"error": ...}`` to descriptor K: the throwaway interpreter of
-Triton's auto-complete.
+Triton's auto-complete. How ``model.py`` is imported, and that run, are in
+:mod:`triton_core_python.model_module`.
 
 Imports only the standard library, numpy, and the model's own imports.
 """
@@ -27,12 +28,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import importlib
-import importlib.machinery
-import importlib.util
 import inspect
 import itertools
-import json
 import os
 import queue
 import socket
@@ -43,64 +40,24 @@ import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
 from triton_core_python import ipc
+from triton_core_python.model_module import (
+    describe_exception,
+    load_model_module,
+    model_class,
+    run_auto_complete,
+)
 from triton_core_python.regions import INVALID_ARG, MappedRegions, RegionError
 from triton_core_python.replies import Reply, ReplyPool
 from triton_core_python.shm import Arena
 from triton_core_python.wire import NUMPY_DTYPES, Packer, deserialize_bytes, unpack
 
 _Deliver = Callable[[Any, bool], None]
-
-
-def load_model_module(model_path: str) -> ModuleType:
-    """Import ``<version>/model.py`` as Triton's stub does: module ``<version>.model`` of the
-    package ``<version>`` (so ``from . import helper`` finds the model's other files), with
-    the version folder and the model's folder on ``sys.path``."""
-    path = Path(model_path)
-    if path.suffix != ".py":
-        raise ImportError(f"Model name must end with '.py'. Model name is \"{path.name}\".")
-    version_dir, model_dir = path.parent, path.parent.parent
-    for folder in (version_dir, model_dir):
-        if str(folder) not in sys.path:
-            sys.path.append(str(folder))
-    sys.dont_write_bytecode = True  # leave the model repository as it is
-    package = version_dir.name
-    # The package is the version folder of this model, not a same-named folder that an
-    # earlier sys.path entry (the working directory) may hold.
-    spec = importlib.machinery.PathFinder.find_spec(package, [str(model_dir)])
-    if spec is None:
-        raise ImportError(f"cannot import {path}: no folder '{version_dir}'")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[package] = module
-    if spec.loader is not None:
-        spec.loader.exec_module(module)  # a version folder with an __init__.py
-    return importlib.import_module(f"{package}.{path.stem}")
-
-
-def model_class(module: ModuleType, model_path: str) -> type:
-    cls = getattr(module, "TritonPythonModel", None)
-    if not isinstance(cls, type):
-        raise AttributeError(f"{model_path} defines no class 'TritonPythonModel'")
-    return cls
-
-
-def describe_exception(exc: BaseException, model_dir: str | None = None) -> str:
-    """``Type: message`` plus the model's own frames, innermost first (Triton's "At:")."""
-    text = f"{type(exc).__name__}: {exc}"
-    frames = traceback.extract_tb(exc.__traceback__)
-    if model_dir is not None:
-        frames = [frame for frame in frames if frame.filename.startswith(model_dir)]
-    if frames:
-        text += "\n\nAt:\n" + "".join(
-            f"  {frame.filename}({frame.lineno}): {frame.name}\n" for frame in reversed(frames[-5:])
-        )
-    return text
 
 
 class Stub:
@@ -910,37 +867,6 @@ def _resolve(future: asyncio.Future[Any], value: Any) -> None:
         future.set_result(value)
 
 
-# -- auto-complete --------------------------------------------------------------------------------
-
-
-def auto_complete(model_path: str, config: dict[str, Any]) -> dict[str, Any]:
-    """Run ``TritonPythonModel.auto_complete_config`` on ``config``; the completed dict."""
-    pb_utils._model_dir = str(Path(model_path).parent)
-    cls = model_class(load_model_module(model_path), model_path)
-    method = getattr(cls, "auto_complete_config", None)
-    if method is None:
-        return config
-    result = method(pb_utils.ModelConfig(config))
-    if not isinstance(result, pb_utils.ModelConfig):
-        raise TypeError(
-            f"auto_complete_config() must return the pb_utils.ModelConfig it was given, got "
-            f"{type(result).__name__}"
-        )
-    return result.as_dict()
-
-
-def _run_auto_complete(model_path: str, result_fd: int) -> int:
-    config = json.load(sys.stdin)
-    try:
-        outcome = {"config": auto_complete(model_path, config)}
-    except BaseException as exc:
-        outcome = {"error": describe_exception(exc, str(Path(model_path).parent.parent))}
-    data = json.dumps(outcome).encode()
-    with os.fdopen(result_fd, "wb") as result:
-        result.write(data)
-    return 0
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="triton_core_python.stub")
     # only for `ps`: which model instance this process serves
@@ -959,7 +885,7 @@ def main(argv: list[str] | None = None) -> int:
     # (unittest.main, argparse) must not see the stub's options
     sys.argv = [""]
     if args.auto_complete:
-        return _run_auto_complete(args.auto_complete, args.result_fd)
+        return run_auto_complete(args.auto_complete, args.result_fd)
     if args.cpus:
         # before any thread starts, so that every thread of the model runs on these CPUs
         os.sched_setaffinity(0, {int(cpu) for cpu in args.cpus.split(",")})
