@@ -160,7 +160,7 @@ async def in_process(
 def execute_in_process(model_dir: Path, seconds: float) -> dict:
     """The model's own ``execute``, called in this process (no server, no stub)."""
     import triton_python_backend_utils as pb_utils
-    from triton_core_python.stub import load_model_module
+    from triton_core_python.model_module import load_model_module
 
     from bench.loadgen import summarize
 

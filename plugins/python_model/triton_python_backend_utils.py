@@ -8,13 +8,14 @@ helpers of Triton's Python backend (PROTOCOL.md section 6): ``Tensor``,
 public name of Triton's module.
 
 The module runs in the model's stub process (see ``triton_core_python.stub``), which sets
-``_runtime`` to reach the server (BLS calls, decoupled responses, logs, metrics, model
-management). Without a runtime
+``_runtime`` (its ``triton_core_python.server_calls.ServerCalls``) to reach the server (BLS
+calls, decoupled responses, logs, metrics, model management). Without a runtime
 (plain imports, unit tests, ``auto_complete_config``) everything works except the calls
 that need the server, which raise :class:`TritonModelException`.
 
-Why one file of over 900 lines: models import every name from this one module, as Triton
-ships it, and its classes refer to each other (requests, responses, tensors, senders).
+Why one file of over 900 lines: it mirrors Triton's single module, which models' ``model.py``
+import by this exact name for every name they use, and its classes refer to each other
+(requests, responses, tensors, senders).
 """
 
 from __future__ import annotations

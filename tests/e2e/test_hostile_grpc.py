@@ -27,7 +27,8 @@ from tests.unit.test_grpc_http2_limits import (
     method_confusions,
     non_reading_client,
 )
-from triton_core.frontends.grpc import http2 as h2
+from triton_core.frontends.grpc import frames as h2
+from triton_core.frontends.grpc.hpack_codec import encode_integer, encode_literal
 from triton_core.protos import grpc_service_pb2 as pb
 
 INFER = "/inference.GRPCInferenceService/ModelInfer"
@@ -182,10 +183,10 @@ def test_an_hpack_bomb_on_many_connections(hostile_server) -> None:
     async def hpack_bombs(port: int, sent: asyncio.Event) -> list[int]:
         async def one() -> int:
             client = await connect(port)
-            entry = b"\x40" + h2.encode_integer(5, 7) + b"x-pad" + h2.encode_integer(4000, 7)
+            entry = b"\x40" + encode_integer(5, 7) + b"x-pad" + encode_integer(4000, 7)
             client.send(h2.frame(h2.HEADERS, h2.END_HEADERS, 1, entry + b"v" * 4000))
             # 200 bytes that decode to 800 kB, within the old 1 MiB limit; on 40 open streams
-            block = h2.encode_literal(":path", INFER) + CALL_LITERALS + b"\xbe" * 200
+            block = encode_literal(":path", INFER) + CALL_LITERALS + b"\xbe" * 200
             client.send(
                 b"".join(h2.frame(h2.HEADERS, h2.END_HEADERS, i, block) for i in range(3, 83, 2))
             )

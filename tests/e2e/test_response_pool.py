@@ -26,7 +26,7 @@ import tritonclient.grpc as grpcclient
 from tests.plugins.stream_backend import pattern, read_progress
 from tests.support import ServerProcess, stays_true_async, wait_until_async
 from tests.unit.test_grpc_http2 import RawClient, message
-from triton_core.frontends.grpc import http2 as h2
+from triton_core.frontends.grpc import frames as h2
 from triton_core.protos import grpc_service_pb2 as pb
 
 PLUGINS = {"TRITON_CORE_PLUGINS": "tests.plugins.stream_backend"}

@@ -28,7 +28,7 @@ from triton_core import (
     request_on_device,
     request_to_host,
 )
-from triton_core.scheduling.executor import ThreadedInstancePool
+from triton_core.scheduling.threaded_pool import ThreadedInstancePool
 from triton_core.shared_memory.registry import SharedMemoryRegistry
 from triton_core.shared_memory.tensors import resolve
 from triton_core.testing import HostCudaRegion

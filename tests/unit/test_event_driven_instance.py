@@ -12,12 +12,10 @@ import pytest
 
 import triton_core
 from triton_core import EventDrivenInstance, ModelInstance
-from triton_core.scheduling.executor import (
-    EventDrivenInstancePool,
-    InstancePool,
-    ThreadedInstancePool,
-    pool_class,
-)
+from triton_core.scheduling.event_driven_pool import EventDrivenInstancePool
+from triton_core.scheduling.executor import InstancePool
+from triton_core.scheduling.runtime import pool_class
+from triton_core.scheduling.threaded_pool import ThreadedInstancePool
 from triton_core.types import InferenceRequest, InferenceResponse, Tensor
 
 

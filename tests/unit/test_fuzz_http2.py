@@ -23,8 +23,10 @@ from hypothesis import strategies as st
 from tests.unit.test_grpc_servicer import StandInServer
 from triton_core.errors import TritonError
 from triton_core.frontends.grpc import create_grpc_server
-from triton_core.frontends.grpc import http2 as h2
+from triton_core.frontends.grpc import frames as h2
 from triton_core.frontends.grpc.codec import decode_infer_request
+from triton_core.frontends.grpc.hpack_codec import HeaderDecoder
+from triton_core.frontends.grpc.http2 import Http2Connection
 from triton_core.frontends.grpc.limits import GrpcLimits
 from triton_core.protos import grpc_service_pb2 as pb
 
@@ -134,9 +136,9 @@ async def feed(chunks: list[bytes]) -> None:
     ours, theirs = socket.socketpair()
     theirs.setblocking(False)
     loop = asyncio.get_running_loop()
-    closed: list[h2.Http2Connection] = []
+    closed: list[Http2Connection] = []
     _, conn = await loop.connect_accepted_socket(
-        lambda: h2.Http2Connection(server._open_stream, closed.append, LIMITS), sock=ours
+        lambda: Http2Connection(server._open_stream, closed.append, LIMITS), sock=ours
     )
     try:
         for chunk in chunks:
@@ -168,7 +170,7 @@ def test_random_frames_never_raise(chunks: list[bytes]) -> None:
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.binary(max_size=300), max_size=5))
 def test_random_header_blocks_decode_or_fail_cleanly(blocks: list[bytes]) -> None:
-    decoder = h2.HeaderDecoder(1024)
+    decoder = HeaderDecoder(1024)
     for block in blocks:
         try:
             headers = decoder.decode(block)
@@ -182,7 +184,7 @@ def test_random_header_blocks_decode_or_fail_cleanly(blocks: list[bytes]) -> Non
 @given(st.lists(header_fields, min_size=1, max_size=6))
 def test_decoded_headers_match_what_was_encoded(blocks: list[list[tuple[str, str]]]) -> None:
     """Any mix of indexing, references and evictions: the cache never changes an answer."""
-    encoder, decoder = hpack.Encoder(), h2.HeaderDecoder(1 << 20)
+    encoder, decoder = hpack.Encoder(), HeaderDecoder(1 << 20)
     encoder.header_table_size = 256  # small: entries churn
     for fields in blocks * 2:  # each block again, now partly from the table or the cache
         expected = tuple((name.lower(), value) for name, value in fields)

@@ -23,8 +23,9 @@ import pytest
 from tests.support import wait_until_async
 from tests.unit.test_grpc_servicer import StandInServer
 from triton_core.frontends.grpc import create_grpc_server
-from triton_core.frontends.grpc import http2 as h2
+from triton_core.frontends.grpc import frames as h2
 from triton_core.frontends.grpc.fields import parse_timeout, percent_encode
+from triton_core.frontends.grpc.hpack_codec import HeaderDecoder, encode_literal
 from triton_core.frontends.grpc.limits import GrpcLimits
 from triton_core.protos import grpc_service_pb2 as pb
 
@@ -671,12 +672,12 @@ def test_parse_timeout_rejects_malformed(value: str) -> None:
 
 def test_hpack_integers_round_trip() -> None:
     for value in (0, 1, 126, 127, 128, 300, 16_384, 2**20):
-        block = h2.encode_literal("x-n", "v" * value)
+        block = encode_literal("x-n", "v" * value)
         assert hpack.Decoder(max_header_list_size=2**22).decode(block) == [("x-n", "v" * value)]
 
 
 def test_header_cache_follows_the_dynamic_table() -> None:
-    encoder, decoder = hpack.Encoder(), h2.HeaderDecoder()
+    encoder, decoder = hpack.Encoder(), HeaderDecoder()
     first = encoder.encode([(":path", "/a"), ("x-k", "1")])
     again = encoder.encode([(":path", "/a"), ("x-k", "1")])  # now only table references
     assert decoder.decode(first) == ((":path", "/a"), ("x-k", "1"))

@@ -30,7 +30,8 @@ from tests.unit.test_grpc_http2 import (
     status,
 )
 from tests.unit.test_grpc_servicer import StandInServer
-from triton_core.frontends.grpc import http2 as h2
+from triton_core.frontends.grpc import frames as h2
+from triton_core.frontends.grpc.hpack_codec import HeaderDecoder, encode_integer, encode_literal
 from triton_core.frontends.grpc.limits import GrpcLimits
 from triton_core.frontends.grpc.transport import GrpcServer
 
@@ -54,7 +55,7 @@ class Served:
 
 #: a call's headers but its path, as literals that leave the dynamic table alone
 CALL_LITERALS = b"".join(
-    h2.encode_literal(name, value)
+    encode_literal(name, value)
     for name, value in (
         (":method", "POST"),
         (":scheme", "http"),
@@ -150,13 +151,13 @@ async def test_second_header_block_on_a_half_closed_stream_does_not_rerun_the_ca
 
 def indexed_path(path: str) -> bytes:
     """``:path`` as a literal that enters the dynamic table (RFC 7541 section 6.2.1)."""
-    return b"\x44" + h2.encode_integer(len(path), 7) + path.encode()
+    return b"\x44" + encode_integer(len(path), 7) + path.encode()
 
 
 def test_header_cache_never_answers_for_a_table_that_changed() -> None:
     """A one-entry table, a block of two entries: the first evicts the old entry, whose
     memory the second reuses, so that the table looks as before to a cache keyed on id()."""
-    decoder = h2.HeaderDecoder()
+    decoder = HeaderDecoder()
     reference = b"\xbe"  # the first dynamic entry (index 62)
     for round_ in range(50):
         path = f"/svc/Method{round_ % 2}/" + "p" * 3000  # one such entry fills the table
@@ -173,7 +174,7 @@ async def method_confusions(client: RawClient, rounds: int) -> int:
     wrong = 0
     for round_ in range(rounds):
         path = f"/inference.GRPCInferenceService/{methods[round_ % 2]}"
-        resize = h2.encode_integer(100, 5, 0x20) if round_ == 0 else b""  # a 100-byte table
+        resize = encode_integer(100, 5, 0x20) if round_ == 0 else b""  # a 100-byte table
         block = resize + indexed_path("/junk") + indexed_path(path) + CALL_LITERALS
         stream_id = 4 * round_ + 1
         client.send(h2.frame(h2.HEADERS, h2.END_HEADERS, stream_id, block))
@@ -217,9 +218,9 @@ async def test_a_header_block_beyond_the_header_list_size_is_refused(serve: Serv
 async def test_hpack_bomb_is_refused_before_it_inflates(serve: Serve) -> None:
     """A 4 KB table entry, then a block of one-byte references to it: 800 KB decoded."""
     async with connected(serve) as (_, client):
-        entry = b"\x40" + h2.encode_integer(5, 7) + b"x-pad" + h2.encode_integer(4000, 7)
+        entry = b"\x40" + encode_integer(5, 7) + b"x-pad" + encode_integer(4000, 7)
         entry += b"v" * 4000
-        rest = h2.encode_literal(":path", LIVE) + h2.encode_literal("content-type", "a/grpc")
+        rest = encode_literal(":path", LIVE) + encode_literal("content-type", "a/grpc")
         client.send(h2.frame(h2.HEADERS, h2.END_HEADERS, 1, entry + rest))
         client.send(h2.frame(h2.HEADERS, h2.END_HEADERS, 3, rest + b"\xbe" * 200))
         _, code, reason = await goaway(client)

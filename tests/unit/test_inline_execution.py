@@ -16,8 +16,8 @@ import pytest
 from triton_core.backend import ModelInstance
 from triton_core.errors import Status, TritonError
 from triton_core.scheduling import inline
-from triton_core.scheduling.executor import ThreadedInstancePool
 from triton_core.scheduling.inline import InlineGate
+from triton_core.scheduling.threaded_pool import ThreadedInstancePool
 from triton_core.types import InferenceRequest, InferenceResponse, Tensor
 
 #: generous, so that a trivial execute is "short" on any machine

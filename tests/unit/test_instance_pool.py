@@ -10,11 +10,9 @@ import numpy as np
 import pytest
 
 from triton_core.backend import EventDrivenInstance, ModelInstance
-from triton_core.scheduling.executor import (
-    EventDrivenInstancePool,
-    InstancePool,
-    ThreadedInstancePool,
-)
+from triton_core.scheduling.event_driven_pool import EventDrivenInstancePool
+from triton_core.scheduling.executor import InstancePool
+from triton_core.scheduling.threaded_pool import ThreadedInstancePool
 from triton_core.types import InferenceRequest, InferenceResponse, Tensor
 
 

@@ -12,7 +12,6 @@ import pytest
 from tests.support import wait_until_async
 from triton_core.backend import EventDrivenInstance, ModelInstance
 from triton_core.errors import TritonError
-from triton_core.scheduling.executor import ThreadedInstancePool, pool_class
 from triton_core.scheduling.rate_limiter import (
     GLOBAL,
     PER_DEVICE,
@@ -20,6 +19,8 @@ from triton_core.scheduling.rate_limiter import (
     RateLimiter,
     parse_resource,
 )
+from triton_core.scheduling.runtime import pool_class
+from triton_core.scheduling.threaded_pool import ThreadedInstancePool
 from triton_core.types import InferenceRequest, InferenceResponse, Tensor
 
 

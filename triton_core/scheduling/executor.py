@@ -1,19 +1,13 @@
-"""Model instances on worker threads: where a batch leaves the event loop and comes back.
+"""Instance pools: where a batch leaves the scheduler for a model's instances and comes back.
 
-Each instance owns one thread that takes batches from a queue shared by the model's
-instances, so a free instance picks up the next batch. The event loop is woken once per
-finished batch, not once per request.
-
-Instances that execute in another process (:class:`~triton_core.EventDrivenInstance`, e.g.
-Python models) get no thread: the pool hands them batches on the event loop with
-``begin_execute`` and they answer through a callback on the loop, so a batch costs no
-thread hop and no GIL hand-over. Such an instance may hold a second batch while one runs
-(``max_batches_in_flight``): it goes on to the next without waiting for the loop. The
-dynamic and sequence batchers still hand over one batch per instance at a time.
-
-:class:`InstancePool` is what schedulers use; :class:`ThreadedInstancePool` and
-:class:`EventDrivenInstancePool` are its two ways of running batches, and
-:func:`pool_class` picks the one a model's instances need.
+:class:`InstancePool` is what schedulers use: they hand it batches, it runs them on the
+version's instances and answers the batches' futures on the event loop. It runs batches in
+one of two ways, each a subclass in a module of its own:
+:class:`~triton_core.scheduling.threaded_pool.ThreadedInstancePool` (a worker thread per
+instance) and :class:`~triton_core.scheduling.event_driven_pool.EventDrivenInstancePool`
+(instances that execute in another process, handed batches on the event loop);
+:func:`~triton_core.scheduling.runtime.pool_class` picks the one a model's instances need.
+What both share is here: the answers, rate limiting, warm-up, execute timeouts and stopping.
 
 With ``--rate-limit execution_count`` each instance gets its own queue and a batch goes to
 an instance only once the server's rate limiter granted it its resources (warm-up too);
@@ -30,20 +24,13 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from functools import partial
-from queue import Empty, SimpleQueue
-from time import monotonic_ns, thread_time_ns
 from typing import TYPE_CHECKING
 
-from triton_core.backend import EventDrivenInstance
 from triton_core.errors import Status, TritonError
 from triton_core.failures import RepeatedFailureLog, model_label, raised
-from triton_core.host_policy import format_cpus, run_this_thread_on
 from triton_core.scheduling.inline import InlineGate
 from triton_core.scheduling.timeouts import ExecuteWatch
 from triton_core.statistics import ExecutionTimes, ModelStatistics
-from triton_core.streaming import note_instance
-from triton_core.threads import name_native_thread
-from triton_core.types import release_leases, request_to_host
 
 if TYPE_CHECKING:
     from triton_core.backend import ModelInstance
@@ -62,24 +49,11 @@ ResponseFinisher = Callable[
 
 Batch = tuple[list["InferenceRequest"], list["asyncio.Future[InferenceResponse]"]]
 
-#: tells an instance thread to serve its own queue from now on (see InstancePool.pin)
-_PIN: Batch = ([], [])
-
-
-def pool_class(instances: Sequence[ModelInstance]) -> type[InstancePool]:
-    """The pool that runs ``instances``: from the event loop when every one of them runs
-    event-driven now, else on worker threads (an empty pool too)."""
-    if instances and all(
-        isinstance(instance, EventDrivenInstance) and instance.event_driven
-        for instance in instances
-    ):
-        return EventDrivenInstancePool
-    return ThreadedInstancePool
-
 
 class InstancePool(ABC):
     """The instances of one model version: schedulers hand it batches, it runs them and
-    answers their futures on the event loop. Create one with :func:`pool_class`.
+    answers their futures on the event loop. Create one with
+    :func:`~triton_core.scheduling.runtime.pool_class`.
 
     Each pool writes out its own ``submit`` and ``submit_to`` (their first checks are the
     same) so that a batch goes to its instance with no extra call.
@@ -366,14 +340,14 @@ class InstancePool(ABC):
         event loop), and the batches that now have no instance to run on."""
         assert self.watch is not None
         self._batch_gone()
-        _fail(futures, error)
+        fail_futures(futures, error)
         limited = self._limiter is not None
         waiting = self._take_limited(index) if limited else self._take_waiting(index)
         if waiting:
             refused = self.watch.unhealthy_error(index if self._chooses_instances else None)
             for _, waiting_futures in waiting:
                 self._batch_gone()
-                _fail(waiting_futures, refused)
+                fail_futures(waiting_futures, refused)
 
     @property
     @abstractmethod
@@ -448,427 +422,8 @@ class InstancePool(ABC):
         """End what runs batches once the queued ones finished; the hung instances."""
 
 
-class ThreadedInstancePool(InstancePool):
-    """Each instance runs batches on its own thread, taking them from a queue shared by
-    the model's instances, so a free instance picks up the next batch."""
-
-    def _start(self) -> None:
-        self._queue: SimpleQueue[Batch | None] = SimpleQueue()
-        #: batches the loop put in the shared queue, and those the threads took from a queue
-        self._submitted = 0
-        self._taken = 0
-        #: small batches that wait for the instances to be idle, to run inline
-        self._inline_waiting: deque[Batch] = deque()
-        #: one queue per instance after pin() (sequence batching), or with a rate limiter
-        self._pinned: list[SimpleQueue[Batch | None]] | None = (
-            [SimpleQueue() for _ in self.instances] if self._limiter is not None else None
-        )
-        self._threads = [
-            threading.Thread(
-                target=self._run, args=(index, instance), name=f"instance:{name}", daemon=True
-            )
-            for index, (instance, name) in enumerate(zip(self.instances, self.names, strict=True))
-        ]
-        for thread in self._threads:
-            thread.start()
-
-    def submit(
-        self, requests: list[InferenceRequest], futures: list[asyncio.Future[InferenceResponse]]
-    ) -> None:
-        watch = self.watch
-        if watch is not None and watch.unhealthy_count == len(self.instances):
-            _fail(futures, watch.unhealthy_error())
-            return
-        self._outstanding += 1
-        if self._limiter is not None:
-            self._submit_limited((requests, futures))
-            return
-        inline = self._inline
-        # the dynamic batcher forms batches as instances free up: they go to its threads
-        if inline is not None and self.on_batch_done is None and inline.allows(requests):
-            if self._all_idle():
-                self._run_inline(requests, futures)
-            else:  # runs inline once the threads' batches are answered (see _resolve_thread)
-                self._inline_waiting.append((requests, futures))
-            return
-        if self._inline_waiting:  # they go first, to the threads: none waits behind this one
-            self._to_threads(self._inline_waiting)
-        self._submitted += 1
-        self._queue.put((requests, futures))
-
-    def _to_threads(self, batches: deque[Batch]) -> None:
-        while batches:
-            self._submitted += 1
-            self._queue.put(batches.popleft())
-
-    def _all_idle(self) -> bool:
-        """No instance executes and none is about to: every batch put in the shared queue
-        was taken (``_taken`` first: a thread counts it after marking itself busy)."""
-        return self._taken == self._submitted and self._idle == len(self.instances)
-
-    def _resolve_thread(
-        self,
-        requests: list[InferenceRequest],
-        futures: list[asyncio.Future[InferenceResponse]],
-        results: list[InferenceResponse | TritonError],
-        times: ExecutionTimes,
-    ) -> None:
-        """Answer a batch an instance thread ran; then, once every instance is idle, run
-        the batches waiting to run inline. They wait only for batches already queued: a
-        batch for the threads sends them to the threads first."""
-        self._resolve(requests, futures, results, times)
-        waiting = self._inline_waiting
-        if waiting and self._all_idle():
-            while waiting:
-                self._run_inline(*waiting.popleft())
-
-    def _run_inline(
-        self, requests: list[InferenceRequest], futures: list[asyncio.Future[InferenceResponse]]
-    ) -> None:
-        """Execute the batch on the event loop with instance 0, which is idle."""
-        assert self._inline is not None
-        cpu_start = thread_time_ns()
-        results, times = self._execute(self.instances[0], self.names[0], requests)
-        self._inline.record_inline(thread_time_ns() - cpu_start)
-        self._resolve(requests, futures, results, times)
-
-    def pin(self) -> None:
-        if self._pinned is not None:
-            return
-        self._inline = None  # a batch stays on its instance's thread
-        self._pinned = [SimpleQueue() for _ in self.instances]
-        # Each thread takes exactly one _PIN: after taking it, it reads only its own queue.
-        for _ in self._threads:
-            self._queue.put(_PIN)
-
-    def submit_to(
-        self,
-        index: int,
-        requests: list[InferenceRequest],
-        futures: list[asyncio.Future[InferenceResponse]],
-    ) -> None:
-        watch = self.watch
-        if watch is not None and watch.unhealthy[index]:
-            _fail(futures, watch.unhealthy_error(index))
-            return
-        if self._limiter is not None:
-            self._outstanding += 1
-            self._submit_limited_to(index, (requests, futures))
-            return
-        assert self._pinned is not None, "pin() the pool before submit_to()"
-        self._outstanding += 1
-        self._pinned[index].put((requests, futures))
-
-    def _run_granted(self, index: int, batch: Batch) -> None:
-        assert self._pinned is not None
-        self._pinned[index].put(batch)
-
-    @property
-    def _chooses_instances(self) -> bool:
-        return self._pinned is not None
-
-    def _take_waiting(self, index: int) -> list[Batch]:
-        if self._pinned is not None:
-            return _take_all(self._pinned[index])
-        return _take_all(self._queue) if self._all_unhealthy() else []
-
-    def _warm_up(self, index: int, warmup: Warmup) -> None:
-        """Instance ``index``'s warm-up on its thread, holding its rate-limiter resources
-        (as Triton sends warm-up through the rate limiter)."""
-        instance, name = self.instances[index], self.names[index]
-        if self._limiter is None:
-            warmup.run(instance, name)
-            return
-        granted = threading.Event()
-        self._loop.call_soon_threadsafe(self._wait_for_grant, index, granted.set)
-        granted.wait()
-        try:
-            warmup.run(instance, name)
-        finally:
-            self._loop.call_soon_threadsafe(self._limited_done, index)
-
-    def _run(self, index: int, instance: ModelInstance) -> None:
-        name = self.names[index]
-        queue = self._queue
-        inline = self._inline
-        resolve = self._resolve if inline is None else self._resolve_thread
-        call_soon = self._loop.call_soon_threadsafe
-        watch = self.watch
-        name_native_thread(name)  # the instance's name where the system shows threads
-        cpus = self._cpus[index] if self._cpus else None
-        if cpus is not None:
-            try:
-                run_this_thread_on(cpus)
-            except OSError as exc:
-                logger.error(
-                    "model '%s' instance '%s': cannot run on CPUs %s: %s",
-                    self._model_name,
-                    name,
-                    format_cpus(cpus),
-                    exc,
-                )
-        try:
-            instance.thread_started()
-        except Exception:
-            logger.exception("model '%s': an instance's thread set-up failed", self._model_name)
-        warmup = self._warmup
-        if warmup is not None:
-            _settle(self._warmed[index], lambda: self._warm_up(index, warmup))
-        if self._pinned is not None and self._limiter is not None:
-            queue = self._pinned[index]
-        while True:
-            batch = queue.get()
-            if batch is None:
-                return
-            if batch is _PIN:
-                assert self._pinned is not None
-                queue = self._pinned[index]
-                continue
-            with self._lock:
-                self._idle -= 1
-                self._taken += 1
-            requests, futures = batch
-            if requests and requests[0].response_sender is not None:  # decoupled
-                note_instance(requests, name)
-            if watch is not None:
-                watch.began(index, futures)
-            if inline is None:
-                results, times = self._execute(instance, name, requests)
-            else:
-                cpu_start = thread_time_ns()
-                results, times = self._execute(instance, name, requests)
-                inline.record(thread_time_ns() - cpu_start)
-            if watch is not None:
-                watch.ended(index, futures)
-            with self._lock:
-                self._idle += 1
-            try:
-                if self._limiter is not None:
-                    call_soon(self._limited_done, index)
-                call_soon(resolve, requests, futures, results, times)
-            except RuntimeError:  # loop closed during shutdown
-                return
-
-    def _execute(
-        self, instance: ModelInstance, name: str, requests: list[InferenceRequest]
-    ) -> tuple[list[InferenceResponse | TritonError], ExecutionTimes]:
-        """One batch on ``instance``: its results and times."""
-        start = monotonic_ns()
-        infer_start = infer_end = start
-        device_inputs = self.device_inputs
-        try:
-            # device tensors go to an instance that takes them, one request at a time (a
-            # batch of several is gathered in host memory); anything else gets host copies
-            if device_inputs and (
-                not getattr(instance, "accepts_device_tensors", False) or len(requests) > 1
-            ):
-                for request in requests:
-                    request_to_host(request)
-            if self._prepare is not None:
-                self._prepare(requests)
-            infer_start = monotonic_ns()
-            responses = instance.execute(requests)
-            infer_end = monotonic_ns()
-            results = self._finish(requests, responses, name)
-        except Exception as exc:  # a backend bug must fail the batch, not the thread
-            results = self._failed(exc, len(requests), name)
-        if device_inputs:
-            release_leases(requests)
-        end = monotonic_ns()
-        times = ExecutionTimes(
-            start, infer_start - start, infer_end - infer_start, max(0, end - infer_end)
-        )
-        return results, times
-
-    def _stop_workers(self) -> set[int]:
-        queues = self._pinned or [self._queue] * len(self._threads)
-        for queue in queues:
-            queue.put(None)
-        hung = self._hung()
-        for index, thread in enumerate(self._threads):
-            if index not in hung:
-                thread.join()
-        return hung
-
-
-class EventDrivenInstancePool(InstancePool):
-    """Event-driven instances, with no threads: batches are handed to them on the event
-    loop and wait here for a free instance; each may hold ``max_batches_in_flight``."""
-
-    def _takes_device_tensors(self) -> bool:
-        return False  # batches are begun on the event loop: no place to copy to host
-
-    def _start(self) -> None:
-        driven = [i for i in self.instances if isinstance(i, EventDrivenInstance)]
-        if len(driven) != len(self.instances):
-            raise TypeError("not every instance is event-driven: use pool_class() for the pool")
-        self._driven = driven
-        #: batches each instance holds, and how many it may hold
-        self._busy = [0] * len(driven)
-        self._depth = [max(1, instance.max_batches_in_flight) for instance in driven]
-        self._waiting: deque[Batch] = deque()
-        #: one queue per instance after pin() (sequence batching)
-        self._waiting_for: list[deque[Batch]] | None = None
-
-    def submit(
-        self, requests: list[InferenceRequest], futures: list[asyncio.Future[InferenceResponse]]
-    ) -> None:
-        watch = self.watch
-        if watch is not None and watch.unhealthy_count == len(self.instances):
-            _fail(futures, watch.unhealthy_error())
-            return
-        self._outstanding += 1
-        if self._limiter is not None:
-            self._submit_limited((requests, futures))
-            return
-        index = self._least_busy()
-        if index is None:
-            self._waiting.append((requests, futures))
-        else:
-            self._begin(index, (requests, futures))
-
-    def _least_busy(self) -> int | None:
-        """An idle instance, else one that may take another batch, else None."""
-        busy = self._busy
-        best = None
-        unhealthy = self.watch.unhealthy if self.watch is not None else None
-        for index, held in enumerate(busy):
-            if unhealthy is not None and unhealthy[index]:
-                continue
-            if not held:
-                return index
-            if held < self._depth[index] and (best is None or held < busy[best]):
-                best = index
-        return best
-
-    def pin(self) -> None:
-        if self._waiting_for is None:
-            self._waiting_for = [deque() for _ in self.instances]
-
-    def submit_to(
-        self,
-        index: int,
-        requests: list[InferenceRequest],
-        futures: list[asyncio.Future[InferenceResponse]],
-    ) -> None:
-        watch = self.watch
-        if watch is not None and watch.unhealthy[index]:
-            _fail(futures, watch.unhealthy_error(index))
-            return
-        if self._limiter is not None:
-            self._outstanding += 1
-            self._submit_limited_to(index, (requests, futures))
-            return
-        assert self._waiting_for is not None, "pin() the pool before submit_to()"
-        self._outstanding += 1
-        if self._busy[index]:
-            self._waiting_for[index].append((requests, futures))
-        else:
-            self._begin(index, (requests, futures))
-
-    def _begin(self, index: int, batch: Batch) -> None:
-        """Hand a batch to event-driven instance ``index`` (on the event loop)."""
-        self._busy[index] += 1
-        if self._busy[index] == 1:
-            self._idle -= 1
-        requests, futures = batch
-        if requests and requests[0].response_sender is not None:
-            note_instance(requests, self.names[index])
-        start = monotonic_ns()
-        watch = self.watch
-        if watch is not None:
-            watch.began(index, futures)
-
-        def done(
-            result: Sequence[InferenceResponse] | BaseException | None,
-            times: ExecutionTimes | None = None,
-        ) -> None:
-            end = monotonic_ns()
-            name = self.names[index]
-            if watch is not None:
-                watch.ended(index, futures)
-            if isinstance(result, BaseException):
-                results = self._failed(result, len(requests), name)
-            else:
-                try:
-                    results = self._finish(requests, result, name)  # type: ignore[arg-type]
-                except Exception as exc:  # fails the batch, as on a thread
-                    results = self._failed(exc, len(requests), name)
-            self._busy[index] -= 1
-            if not self._busy[index]:
-                self._idle += 1
-            # the instance takes its next batch before the futures' callbacks submit more;
-            # a pinned instance (sequences) holds one batch at a time
-            if self._limiter is not None:
-                self._limited_done(index)
-            elif self._waiting_for is None:
-                if self._waiting and self._busy[index] < self._depth[index]:
-                    self._begin(index, self._waiting.popleft())
-            elif self._waiting_for[index] and not self._busy[index]:
-                self._begin(index, self._waiting_for[index].popleft())
-            if times is None:
-                times = ExecutionTimes(start, 0, end - start, 0)
-            self._resolve(requests, futures, results, times)
-
-        try:
-            if self._prepare is not None:
-                self._prepare(requests)
-            self._driven[index].begin_execute(requests, done)
-        except Exception as exc:  # reported through done, after this returns
-            self._loop.call_soon(done, exc)
-
-    def _run_granted(self, index: int, batch: Batch) -> None:
-        self._begin(index, batch)
-
-    @property
-    def _chooses_instances(self) -> bool:
-        return self._waiting_for is not None
-
-    def _take_waiting(self, index: int) -> list[Batch]:
-        if self._waiting_for is not None:
-            taken = list(self._waiting_for[index])
-            self._waiting_for[index].clear()
-            return taken
-        if not self._all_unhealthy():
-            return []
-        taken = list(self._waiting)
-        self._waiting.clear()
-        return taken
-
-    def wait_warm(self) -> None:
-        if self._warmup is not None:
-            asyncio.run_coroutine_threadsafe(self._warm_all(), self._loop).result()
-        super().wait_warm()
-
-    async def _warm_all(self) -> None:
-        assert self._warmup is not None
-        warmup = self._warmup
-        runs = [self._warm_up(index, warmup) for index in range(len(self.instances))]
-        results = await asyncio.gather(*runs, return_exceptions=True)
-        for future, result in zip(self._warmed, results, strict=True):
-            if isinstance(result, BaseException):
-                future.set_exception(result)
-            else:
-                future.set_result(None)
-
-    async def _warm_up(self, index: int, warmup: Warmup) -> None:
-        instance, name = self._driven[index], self.names[index]
-        if self._limiter is None:
-            await warmup.run_async(instance, name)
-            return
-        granted = self._loop.create_future()
-        self._wait_for_grant(index, lambda: granted.set_result(None))
-        await granted
-        try:
-            await warmup.run_async(instance, name)
-        finally:
-            self._limited_done(index)
-
-    def _stop_workers(self) -> set[int]:
-        return self._hung()
-
-
-def _fail(futures: list[asyncio.Future[InferenceResponse]], error: TritonError) -> None:
+def fail_futures(futures: list[asyncio.Future[InferenceResponse]], error: TritonError) -> None:
+    """Fail each of a batch's futures not yet done with ``error``."""
     for future in futures:
         if not future.done():
             future.set_exception(error)
@@ -876,26 +431,3 @@ def _fail(futures: list[asyncio.Future[InferenceResponse]], error: TritonError) 
 
 def _turns(slot: InstanceSlot) -> int:
     return max(slot.priority, 1) * slot.executions
-
-
-def _settle(future: Future[None], call: Callable[[], None]) -> None:
-    try:
-        call()
-    except BaseException as exc:
-        future.set_exception(exc)
-    else:
-        future.set_result(None)
-
-
-def _take_all(queue: SimpleQueue[Batch | None]) -> list[Batch]:
-    """The batches waiting in ``queue``; stops at a stop or pin marker, which stays."""
-    taken: list[Batch] = []
-    while True:
-        try:
-            batch = queue.get_nowait()
-        except Empty:
-            return taken
-        if batch is None or batch is _PIN:
-            queue.put(batch)
-            return taken
-        taken.append(batch)

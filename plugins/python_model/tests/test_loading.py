@@ -85,7 +85,7 @@ def test_a_same_named_folder_in_the_working_directory_is_not_the_package(tmp_pat
     """The version package is the model's own folder even when ``sys.path`` has another."""
     import sys
 
-    from triton_core_python.stub import load_model_module
+    from triton_core_python.model_module import load_model_module
 
     version_dir = tmp_path / "repo" / "m" / "9"
     version_dir.mkdir(parents=True)

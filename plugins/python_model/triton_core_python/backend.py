@@ -69,8 +69,9 @@ from triton_core import (
     wire_datatype,
 )
 from triton_core_python import environment
+from triton_core_python.launch import StubDied, StubSettings, stub_command
 from triton_core_python.metrics import DEFAULT_MAX_HANDLES, ModelMetricBudget
-from triton_core_python.process import StubDied, StubProcess, StubSettings, stub_command
+from triton_core_python.process import StubProcess
 
 if TYPE_CHECKING:
     from triton_core import InferenceRequest, InferenceResponse

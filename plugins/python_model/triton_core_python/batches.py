@@ -2,7 +2,10 @@
 
 Inputs go into one shared-memory block with a descriptor per tensor (config ``reshape``
 applied); outputs come back as numpy views of the stub's block (BF16 bits, reshapes).
-Decoupled requests get a key each, under which the stub's responses find them.
+Decoupled requests get a key each, under which the stub's responses find them. What a
+batch's inputs take in shared memory is estimated cheaply beforehand
+(:func:`estimated_bytes`), and its answer's clock readings become its statistics' times
+(:func:`execution_times`).
 """
 
 from __future__ import annotations
@@ -12,7 +15,14 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
-from triton_core import InferenceRequest, InferenceResponse, Tensor, TritonError, internal
+from triton_core import (
+    ExecutionTimes,
+    InferenceRequest,
+    InferenceResponse,
+    Tensor,
+    TritonError,
+    internal,
+)
 from triton_core_python import ipc
 from triton_core_python.codes import status_of
 from triton_core_python.wire import NUMPY_DTYPES, Descriptor, Packer, unpack
@@ -21,7 +31,7 @@ if TYPE_CHECKING:
     import weakref
 
     from triton_core import SharedMemorySpans
-    from triton_core_python.process import StubSettings
+    from triton_core_python.launch import StubSettings
 
 
 class EncodedBatch(NamedTuple):
@@ -280,3 +290,27 @@ def in_region(
 def _reshaped(reshapes: Mapping[str, Callable[[Any], Any]], name: str, array: Any) -> Any:
     reshape = reshapes.get(name)
     return array if reshape is None else reshape(array)
+
+
+def execution_times(measured: tuple[int, int, int, int] | None) -> ExecutionTimes | None:
+    """The statistics' times of a batch from the process's clock readings (the same
+    monotonic clock as the server's): received, execute called, returned, answer sent."""
+    if measured is None:
+        return None
+    received, started, ended, answered = measured
+    if not received <= started <= ended <= answered:
+        return None
+    return ExecutionTimes(received, started - received, ended - started, answered - ended)
+
+
+def estimated_bytes(requests: list[InferenceRequest], may_map: Callable[[Any], bool]) -> int:
+    """Roughly how many bytes a batch's inputs take in shared memory (cheap to compute)."""
+    total = 0
+    for request in requests:
+        for name, tensor in request.inputs.items():
+            data = tensor.data
+            if request.shared_memory_spans is not None and in_region(request, name, data, may_map):
+                continue  # the process maps it: nothing to copy
+            # BYTES elements are objects: count them at a typical string's size
+            total += data.size * 64 if data.dtype.kind == "O" else data.nbytes
+    return total

@@ -6,7 +6,9 @@ output tensors it hands on as numpy views of the stub's shared memory (no copy; 
 is freed when the last view dies). The *events* socket is read on the server's event loop:
 decoupled responses go to their requests' response senders, BLS calls run through
 ``Server.infer``/``Server.infer_stream`` as tasks (answered on the reply channel the call
-names, see :mod:`.replies`), cancellation queries read the senders.
+names, see :mod:`.replies`), cancellation queries read the senders, the models' log lines go
+to the server's log (:mod:`.model_log`). Starting the process (its shared memory, sockets
+and command line) and telling how it ended are :mod:`.launch`'s.
 """
 
 from __future__ import annotations
@@ -17,81 +19,30 @@ import itertools
 import logging
 import os
 import select
-import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 import weakref
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from pathlib import Path
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from triton_core import (
-    ExecutionTimes,
-    InferenceRequest,
-    InferenceResponse,
-    TritonError,
-    internal,
-    unavailable,
-)
+from triton_core import InferenceRequest, InferenceResponse, TritonError, internal, unavailable
 from triton_core_python import ipc
-from triton_core_python.batches import BatchCodec, EncodedBatch, in_region
+from triton_core_python.batches import BatchCodec, EncodedBatch, estimated_bytes, execution_times
 from triton_core_python.calls import ModelCalls
 from triton_core_python.codes import status_of
+from triton_core_python.launch import StubDied, StubSettings, exit_description, launch
 from triton_core_python.metrics import ModelMetricBudget, StubMetrics
+from triton_core_python.model_log import log_model_line
 from triton_core_python.regions import RegionAnnouncer
 from triton_core_python.replies import ReplyOutbox
-from triton_core_python.shm import Arena, SharedMemoryError
+from triton_core_python.shm import SharedMemoryError
 
 if TYPE_CHECKING:
     from triton_core import Server
 
 logger = logging.getLogger("triton_core_python")
-#: what models log through pb_utils.Logger
-model_logger = logging.getLogger("triton_core_python.model")
-
-#: pb_utils.LogLevel -> logging levels
-_LOG_LEVELS = {0: logging.INFO, 1: logging.WARNING, 2: logging.ERROR, 3: logging.DEBUG}
-
-
-_PACKAGE = Path(__file__).resolve().parent
-_UTILS = _PACKAGE.parent / "triton_python_backend_utils.py"
-
-#: how another interpreter (EXECUTION_ENV_PATH) starts a stub: it imports this package and
-#: pb_utils from their files, so that none of the server's other packages shadow its own
-_BOOTSTRAP = f"""
-import importlib.util, sys
-for name, path, package in (
-    ("triton_core_python", {str(_PACKAGE / "__init__.py")!r}, [{str(_PACKAGE)!r}]),
-    ("triton_python_backend_utils", {str(_UTILS)!r}, None),
-):
-    spec = importlib.util.spec_from_file_location(name, path, submodule_search_locations=package)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-from triton_core_python.stub import main
-sys.exit(main(sys.argv[1:]))
-"""
-
-
-def stub_command(python: str, *arguments: str) -> tuple[list[str], dict[str, str]]:
-    """The command line and environment that start a stub with ``python``."""
-    env = dict(os.environ)
-    if python == sys.executable:
-        # the server's own interpreter finds this distribution where the server did
-        paths = [str(_PACKAGE.parent), *filter(None, [env.get("PYTHONPATH")])]
-        env["PYTHONPATH"] = os.pathsep.join(paths)
-        return [python, "-m", "triton_core_python.stub", *arguments], env
-    # an environment's own programs and libraries first, as its activation would do
-    prefix = Path(python).parent.parent
-    env["PATH"] = os.pathsep.join(filter(None, [str(prefix / "bin"), env.get("PATH")]))
-    if (prefix / "lib").is_dir():
-        libraries = [str(prefix / "lib"), env.get("LD_LIBRARY_PATH")]
-        env["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, libraries))
-    return [python, "-c", _BOOTSTRAP, *arguments], env
 
 
 #: events handled per loop callback, so that a chatty stub cannot starve the loop
@@ -104,48 +55,6 @@ _OFFLOAD_BYTES = 4 << 20
 _SPIN_BYTES = 64 << 10
 #: clients' regions announced in one message at most (their descriptors ride along)
 _REGIONS_PER_MESSAGE = 32
-
-
-@dataclass(frozen=True, slots=True)
-class StubSettings:
-    """What a stub needs to serve one instance (sent in ``INIT``)."""
-
-    model_name: str
-    model_version: int
-    instance_name: str
-    model_path: Path
-    model_dir: Path
-    decoupled: bool
-    output_names: tuple[str, ...]
-    #: the ``args`` of ``initialize`` (all strings, as Triton passes them)
-    args: dict[str, str]
-    python: str = sys.executable
-    shm_size: int = 1 << 20
-    shm_directory: str | None = None
-    #: the stub's scheduling policy: "batch" (SCHED_BATCH) or "normal"
-    policy: str = "batch"
-    #: outputs the config declares BF16: the model's uint16 arrays hold their bits
-    bf16_outputs: frozenset[str] = frozenset()
-    #: config ``reshape``: input name -> view of the client's dims as the model's shape
-    input_reshapes: Mapping[str, Callable[[Any], Any]] = field(default_factory=dict)
-    #: config ``reshape``: output name -> view of the model's shape as the config's dims
-    output_reshapes: Mapping[str, Callable[[Any], Any]] = field(default_factory=dict)
-    #: the instance group's ``host_policy``: the CPUs the process runs on (None: any)
-    cpus: frozenset[int] | None = None
-    #: how long the stub polls for the next batch after an answer (0: it sleeps at once)
-    spin_us: int = 0
-    #: a Python-based backend's model (``model_path`` is the backend's): its version folder
-    version_dir: Path | None = None
-
-
-class StubDied(Exception):
-    """The stub process ended. ``sent``: whether the batch had reached it."""
-
-    def __init__(self, sent: bool, description: str = "ended") -> None:
-        super().__init__(f"the stub process {description}")
-        self.sent = sent
-        #: how it ended, e.g. "was killed by signal 9 (SIGKILL)"
-        self.description = description
 
 
 class StubProcess:
@@ -230,71 +139,14 @@ class StubProcess:
         start, or the model fails to import or initialize.
         """
         settings = self.settings
-        arena = Arena(settings.shm_size, settings.shm_directory)
-        try:
-            # fail the load now, with the message, if shared memory cannot be had at all
-            segment, _ = arena.alloc(1)
-            arena.free(segment.id)
-        except SharedMemoryError as exc:
-            arena.close()
-            raise unavailable(
-                f"model '{settings.model_name}' instance '{settings.instance_name}': {exc}"
-            ) from None
-        memory = ipc.Memory(arena)
+        self.process, memory, control, events = launch(settings)
         memory.leases.on_pending = self._maybe_flush
-        control, control_theirs = ipc.channel_pair()
-        events, events_theirs = ipc.channel_pair()
-        arguments = [
-            "--instance", f"{settings.model_name}/{settings.instance_name}",
-            "--control-fd", str(control_theirs.fileno()),
-            "--events-fd", str(events_theirs.fileno()),
-            "--shm-size", str(settings.shm_size),
-            "--policy", settings.policy,
-            "--spin-us", str(settings.spin_us),
-        ]  # fmt: skip
-        if settings.shm_directory:
-            arguments += ["--shm-directory", settings.shm_directory]
-        if settings.cpus is not None:
-            arguments += ["--cpus", ",".join(map(str, sorted(settings.cpus)))]
-        command, env = stub_command(settings.python, *arguments)
-        try:
-            self.process = subprocess.Popen(
-                command,
-                pass_fds=(control_theirs.fileno(), events_theirs.fileno()),
-                stdin=subprocess.DEVNULL,
-                env=env,
-                # its own session: a Ctrl-C at the terminal reaches the server, which then
-                # finalizes its stubs, instead of killing them first
-                start_new_session=True,
-            )
-        except OSError as exc:
-            for sock in (control, events):
-                sock.close()
-            memory.close()
-            raise internal(
-                f"cannot start the Python process of model '{settings.model_name}' instance "
-                f"'{settings.instance_name}' ({settings.python}): {exc}"
-            ) from None
-        finally:
-            control_theirs.close()
-            events_theirs.close()
         self.memory = self.calls.memory = self.codec.memory = memory
         self.control = ipc.Channel(control, memory, 0)
         self.events = ipc.Channel(events, memory, 1)
         self._watch_events()
-        init = {
-            "model_name": settings.model_name,
-            "model_version": settings.model_version,
-            "instance_name": settings.instance_name,
-            "model_path": str(settings.model_path),
-            "model_dir": str(settings.model_dir),
-            "version_dir": None if settings.version_dir is None else str(settings.version_dir),
-            "decoupled": settings.decoupled,
-            "output_names": list(settings.output_names),
-            "args": dict(settings.args),
-        }
         try:
-            self.control.send(ipc.INIT, 0, init, None)
+            self.control.send(ipc.INIT, 0, settings.init_body(), None)
             message = self.control.recv()
         except ipc.PeerClosed:
             message = None
@@ -377,22 +229,7 @@ class StubProcess:
 
     def exit_description(self, wait: float = 1.0) -> str:
         """How the process ended: "was killed by signal 9 (SIGKILL)", "exited with status 1"."""
-        process = self.process
-        if process is None:
-            return "did not start"
-        try:
-            code = process.wait(wait) if wait > 0 else process.poll()
-        except subprocess.TimeoutExpired:
-            code = None
-        if code is None:
-            return "ended"
-        if code < 0:
-            try:
-                name = signal.Signals(-code).name
-            except ValueError:
-                name = "unknown signal"
-            return f"was killed by signal {-code} ({name})"
-        return f"exited with status {code}"
+        return exit_description(self.process, wait)
 
     # -- execute (the instance's worker thread) -------------------------------------------------
 
@@ -429,7 +266,7 @@ class StubProcess:
         if self.dead:
             raise StubDied(sent=False)
         ident = next(self._ids)
-        size = _estimated_bytes(requests, self.regions.can_map)
+        size = estimated_bytes(requests, self.regions.can_map)
         if size < _OFFLOAD_BYTES:
             batch = self.codec.encode(requests)
             self._in_flight[ident] = [batch.keys, done, requests]
@@ -568,7 +405,7 @@ class StubProcess:
             result: Any = self._result(message, entry[0], entry[2])
         except TritonError as error:
             result = error
-        entry[1](result, _times(message.body[2]))
+        entry[1](result, execution_times(message.body[2]))
 
     def _alone(self, count: int) -> bool:
         """Whether this batch is all the server has to do: no other batch of this process
@@ -738,7 +575,7 @@ class StubProcess:
             cancelled = self._is_cancelled(message.body)
             self._send_event(ipc.CANCEL_ANSWER, message.ident, cancelled, None)
         elif kind == ipc.LOG:
-            self._log(*message.body)
+            log_model_line(self.settings.model_name, self.settings.instance_name, *message.body)
         elif kind == ipc.CONTROL:
             self.calls.start_management(message)
         elif kind == ipc.METRIC:
@@ -798,18 +635,6 @@ class StubProcess:
             entry = self._in_flight.get(ident)
             requests = None if entry is None else entry[2]
         return requests is None or requests[position].is_cancelled()
-
-    def _log(self, level: int, text: str, filename: str, line: int) -> None:
-        """A ``pb_utils.Logger`` line, with the model's file and line as Triton logs it."""
-        number = _LOG_LEVELS.get(level, logging.INFO)
-        if not model_logger.isEnabledFor(number):
-            return
-        record = model_logger.makeRecord(
-            model_logger.name, number, str(filename), int(line), "%s", (str(text),), None
-        )
-        record.model_name = self.settings.model_name
-        record.model_instance = self.settings.instance_name
-        model_logger.handle(record)
 
     def _on_metric(self, ident: int, operation: str, args: Any) -> None:
         """A custom-metrics call; ident 0 is an update that expects no answer."""
@@ -963,30 +788,6 @@ class StubProcess:
         else:
             with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits
                 self._loop.call_soon_threadsafe(fail)
-
-
-def _times(measured: tuple[int, int, int, int] | None) -> ExecutionTimes | None:
-    """The statistics' times of a batch from the process's clock readings (the same
-    monotonic clock as the server's): received, execute called, returned, answer sent."""
-    if measured is None:
-        return None
-    received, started, ended, answered = measured
-    if not received <= started <= ended <= answered:
-        return None
-    return ExecutionTimes(received, started - received, ended - started, answered - ended)
-
-
-def _estimated_bytes(requests: list[InferenceRequest], may_map: Callable[[Any], bool]) -> int:
-    """Roughly how many bytes a batch's inputs take in shared memory (cheap to compute)."""
-    total = 0
-    for request in requests:
-        for name, tensor in request.inputs.items():
-            data = tensor.data
-            if request.shared_memory_spans is not None and in_region(request, name, data, may_map):
-                continue  # the process maps it: nothing to copy
-            # BYTES elements are objects: count them at a typical string's size
-            total += data.size * 64 if data.dtype.kind == "O" else data.nbytes
-    return total
 
 
 def _on_loop_thread(loop: asyncio.AbstractEventLoop) -> bool:

@@ -11,13 +11,15 @@ with two seqpacket sockets (see :mod:`triton_core_python.ipc`):
   reads the answers itself, from a reply channel (:mod:`triton_core_python.replies`).
 
 The model's own threads may send responses (decoupled models), make BLS calls and log at
-any time; those go out on *events*. When the server goes away, both sockets end and the
-process exits at once.
+any time; those go out on *events* (:mod:`triton_core_python.server_calls`, which also holds
+the events thread). When the server goes away, both sockets end and the process exits at
+once.
 
 ``python -m triton_core_python.stub --auto-complete MODEL_PY --result-fd K`` instead runs
 ``TritonPythonModel.auto_complete_config`` on the config JSON read from stdin and writes
 ``{"config": ...}`` or ``{"error": ...}`` to descriptor K: the throwaway interpreter of
-Triton's auto-complete.
+Triton's auto-complete. How ``model.py`` is imported, and that run, are in
+:mod:`triton_core_python.model_module`.
 
 Imports only the standard library, numpy, and the model's own imports.
 """
@@ -27,14 +29,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import importlib
-import importlib.machinery
-import importlib.util
 import inspect
-import itertools
-import json
 import os
-import queue
 import socket
 import struct
 import sys
@@ -43,85 +39,28 @@ import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
 from triton_core_python import ipc
+from triton_core_python.model_module import (
+    describe_exception,
+    load_model_module,
+    model_class,
+    run_auto_complete,
+)
 from triton_core_python.regions import INVALID_ARG, MappedRegions, RegionError
-from triton_core_python.replies import Reply, ReplyPool
+from triton_core_python.server_calls import ServerCalls
 from triton_core_python.shm import Arena
 from triton_core_python.wire import NUMPY_DTYPES, Packer, deserialize_bytes, unpack
 
-_Deliver = Callable[[Any, bool], None]
-
-
-def load_model_module(model_path: str, python_based: bool = False) -> ModuleType:
-    """Import ``<version>/model.py`` as Triton's stub does: module ``<version>.model`` of the
-    package ``<version>`` (so ``from . import helper`` finds the model's other files), with
-    the version folder and the model's folder on ``sys.path``. A Python-based backend's
-    ``model.py`` (``python_based``) is module ``model``, with its folder on ``sys.path``."""
-    path = Path(model_path)
-    if path.suffix != ".py":
-        raise ImportError(f"Model name must end with '.py'. Model name is \"{path.name}\".")
-    if python_based:
-        return _load_backend_module(path)
-    version_dir, model_dir = path.parent, path.parent.parent
-    for folder in (version_dir, model_dir):
-        if str(folder) not in sys.path:
-            sys.path.append(str(folder))
-    sys.dont_write_bytecode = True  # leave the model repository as it is
-    package = version_dir.name
-    # The package is the version folder of this model, not a same-named folder that an
-    # earlier sys.path entry (the working directory) may hold.
-    spec = importlib.machinery.PathFinder.find_spec(package, [str(model_dir)])
-    if spec is None:
-        raise ImportError(f"cannot import {path}: no folder '{version_dir}'")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[package] = module
-    if spec.loader is not None:
-        spec.loader.exec_module(module)  # a version folder with an __init__.py
-    return importlib.import_module(f"{package}.{path.stem}")
-
-
-def _load_backend_module(path: Path) -> ModuleType:
-    folder = str(path.parent)
-    if folder not in sys.path:
-        sys.path.append(folder)  # the backend's own modules (vLLM's ``utils``)
-    sys.dont_write_bytecode = True
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    if spec is None or spec.loader is None:
-        raise ImportError(f"cannot import {path}")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[path.stem] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-def model_class(module: ModuleType, model_path: str) -> type:
-    cls = getattr(module, "TritonPythonModel", None)
-    if not isinstance(cls, type):
-        raise AttributeError(f"{model_path} defines no class 'TritonPythonModel'")
-    return cls
-
-
-def describe_exception(exc: BaseException, model_dir: str | None = None) -> str:
-    """``Type: message`` plus the model's own frames, innermost first (Triton's "At:")."""
-    text = f"{type(exc).__name__}: {exc}"
-    frames = traceback.extract_tb(exc.__traceback__)
-    if model_dir is not None:
-        frames = [frame for frame in frames if frame.filename.startswith(model_dir)]
-    if frames:
-        text += "\n\nAt:\n" + "".join(
-            f"  {frame.filename}({frame.lineno}): {frame.name}\n" for frame in reversed(frames[-5:])
-        )
-    return text
-
 
 class Stub:
-    """One model instance's runtime in the stub process; ``pb_utils._runtime`` is this."""
+    """One model instance in the stub process: the control loop, the model's lifecycle and
+    its executes. What the model asks of the server goes through :attr:`calls`
+    (``pb_utils._runtime``)."""
 
     def __init__(
         self, control: socket.socket, events: socket.socket, arena: Arena, spin_us: int = 0
@@ -133,21 +72,20 @@ class Stub:
         self._spinning = False
         #: the server sent the last batch as all it had to do: nothing else keeps it busy
         self._spin_allowed = False
-        #: the model asked the server something (a BLS call ...) during the last batch
-        self._called = False
         self._answered_at = 0
         self.commands = ipc.Channel(control, self.memory, 0)
-        self.events = ipc.Channel(events, self.memory, 1)
-        #: sockets on which a waiting thread reads its BLS call's answers itself
-        self.replies = ReplyPool(self.memory, self.events)
         #: clients' system regions the server sent: their tensors are read and written here
         self.regions = MappedRegions()
-        self._waiters: dict[int, _Deliver] = {}
-        self._ids = itertools.count(1)
+        #: what the model asks of the server (pb_utils._runtime), and the events thread
+        self.calls = ServerCalls(
+            events,
+            self.memory,
+            self.regions,
+            encode_response=self._encode_response,
+            answer_readiness=self._answer_readiness,
+            exit_process=self._exit,
+        )
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._finalizing = False
-        #: BLS is refused outside the execute phase (in initialize and finalize), as in Triton
-        self._serving = False
         self.model: Any = None
         self.model_name = ""
         self.model_version = -1
@@ -157,13 +95,6 @@ class Stub:
         self.output_names: list[str] = []
         self._execute: Callable[[list[Any]], Any] | None = None
         self._async_execute = False
-        self._flush_scheduled = False
-        #: deleted metric objects whose release is not sent yet
-        self._released_metrics: list[int] = []
-        self._release_scheduled = False
-        # a model that holds many responses' worth of BLS outputs frees them in bursts;
-        # send long queues of frees without waiting for the next message
-        self.memory.leases.on_pending = self._maybe_flush
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -173,7 +104,7 @@ class Stub:
         except ipc.PeerClosed:
             os._exit(0)
         assert message is not None and message.kind == ipc.INIT
-        threading.Thread(target=self._read_events, name="stub-events", daemon=True).start()
+        threading.Thread(target=self.calls.read_events, name="stub-events", daemon=True).start()
         try:
             self._initialize(message.body)
         except BaseException as exc:
@@ -211,7 +142,7 @@ class Stub:
         the models it called may poll too, and two pollers on two CPUs starve the server.
         """
         commands = self.commands
-        if self._spinning and self._spin_allowed and not self._called:
+        if self._spinning and self._spin_allowed and not self.calls.called:
             deadline = self._answered_at + self._spin_ns
             while True:
                 message = commands.recv(nonblocking=True)
@@ -233,7 +164,7 @@ class Stub:
         self.model_dir = settings["model_dir"]
         self.decoupled = settings["decoupled"]
         self.output_names = list(settings["output_names"])
-        pb_utils._runtime = self
+        pb_utils._runtime = self.calls
         # a Python-based backend's model.py is elsewhere: the model's version folder is sent
         version_dir = settings.get("version_dir")
         pb_utils._model_dir = version_dir or str(Path(settings["model_path"]).parent)
@@ -249,11 +180,11 @@ class Stub:
             raise AttributeError("class 'TritonPythonModel' has no method 'execute'")
         self._execute = execute
         self._async_execute = inspect.iscoroutinefunction(execute)
-        self._serving = True
+        self.calls.serving = True
 
     def _finalize(self) -> None:
-        self._finalizing = True
-        self._serving = False
+        self.calls.finalizing = True
+        self.calls.serving = False
         finalize = getattr(self.model, "finalize", None)
         if finalize is None:
             return
@@ -262,7 +193,7 @@ class Stub:
             if inspect.isawaitable(result):
                 asyncio.run_coroutine_threadsafe(_awaited(result), self._coroutines()).result()
         except BaseException as exc:
-            self.log(
+            self.calls.log(
                 int(pb_utils.LogLevel.ERROR),
                 f"finalize() of model '{self.model_name}' failed: "
                 f"{describe_exception(exc, self.model_dir)}",
@@ -317,7 +248,7 @@ class Stub:
         """The batch's requests, and those whose tensors could not be read from their
         clients' regions (position -> (code, message)): they are answered with that error."""
         items, announced, self._spin_allowed = message.body
-        self._called = False
+        self.calls.called = False
         if announced:
             self.regions.add(announced, message.fds)
         owner = self.memory.take_block(message.block)
@@ -400,7 +331,7 @@ class Stub:
             status, payload, block = 0, None if self.decoupled else [], None
         if self.decoupled:
             for index, (code, text) in failed.items():
-                self.send_response(
+                self.calls.send_response(
                     requests[index]._key,
                     pb_utils.InferenceResponse(error=pb_utils.TritonError(text, code)),
                     pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL,
@@ -479,7 +410,9 @@ class Stub:
             return
         exc = future.exception()
         # nobody awaits a decoupled coroutine: its traceback goes to the log, as in Triton
-        self.log(int(pb_utils.LogLevel.ERROR), "".join(traceback.format_exception(exc)).rstrip())
+        self.calls.log(
+            int(pb_utils.LogLevel.ERROR), "".join(traceback.format_exception(exc)).rstrip()
+        )
         self._fail_decoupled(requests, self._error_of(exc))
 
     def _fail_decoupled(
@@ -492,7 +425,7 @@ class Stub:
             sender = request.get_response_sender()
             if not sender._closed:
                 sender._closed = True
-                self.send_response(
+                self.calls.send_response(
                     request._key,
                     pb_utils.InferenceResponse(error=pb_utils.TritonError(error[1], error[0])),
                     pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL,
@@ -566,218 +499,6 @@ class Stub:
             return False
         return self.regions.write(*target, array)
 
-    # -- what pb_utils calls ---------------------------------------------------------------------
-
-    def send_response(self, key: int, response: Any, flags: int, wait: bool = False) -> None:
-        """A decoupled model's response (and/or final flag), from any thread. ``wait``: the
-        request's responses are pooled (``--grpc-max-response-pool-size``): return once the
-        server says this one fits, as Triton's sender blocks while the pool is full."""
-        packer = Packer()
-        item = None if response is None else self._encode_response(packer, response)
-        block = packer.write(self.memory.arena)
-        if not wait:
-            try:
-                self.events.send(ipc.RESPONSE, key, (flags, item, 0), block)
-            except ipc.PeerClosed:
-                raise pb_utils.TritonModelException("the server is gone") from None
-            return
-        room: queue.SimpleQueue[bool] = queue.SimpleQueue()
-        ident = next(self._ids)
-        self._waiters[ident] = lambda item, final: room.put(True)
-        try:
-            self.events.send(ipc.RESPONSE, key, (flags, item, ident), block)
-        except ipc.PeerClosed:
-            self._waiters.pop(ident, None)
-            raise pb_utils.TritonModelException("the server is gone") from None
-        room.get()
-
-    def _call(self, kind: int, body: Any, block: Any, deliver: _Deliver | None) -> int:
-        """Send a call; its answers go to ``deliver`` on the events thread (None: they
-        come on a reply channel the caller reads)."""
-        self._called = True
-        ident = next(self._ids)
-        if deliver is not None:
-            self._waiters[ident] = deliver
-        try:
-            self.events.send(kind, ident, body, block)
-        except ipc.PeerClosed:
-            self._waiters.pop(ident, None)
-            raise pb_utils.TritonModelException("the server is gone") from None
-        return ident
-
-    def _bls_body(
-        self, request: pb_utils.InferenceRequest, decoupled: bool, reply: int = 0
-    ) -> tuple[Any, Any]:
-        """A BLS_REQUEST's body and block; ``reply``: the reply channel of its answers
-        (0: *events*)."""
-        if not self._serving:
-            raise pb_utils.TritonModelException(
-                "BLS is only supported during the 'execute' function."
-            )
-        packer = Packer()
-        inputs = tuple(packer.add(t._name, t._datatype, t._array) for t in request._inputs)
-        body = (
-            request._model_name,
-            request._model_version,
-            request._id,
-            request._correlation_id,
-            request._flags,
-            request._timeout,
-            request._parameters or None,
-            request._output_names or None,
-            inputs,
-            decoupled,
-            request._trace._trace_id,
-            reply,
-        )
-        return body, packer.write(self.memory.arena)
-
-    def infer(self, request: pb_utils.InferenceRequest, decoupled: bool) -> Any:
-        """BLS ``exec``: the response, or an iterator over a decoupled model's responses.
-
-        The calling thread reads the answers from a reply channel itself, so that an
-        answer wakes it alone rather than the events thread first (see :mod:`.replies`)."""
-        try:
-            reply = self.replies.take()
-        except ipc.PeerClosed:
-            raise pb_utils.TritonModelException("the server is gone") from None
-        if reply is None:  # as many calls wait as the pool holds: answers come on events
-            return self._infer_relayed(request, decoupled)
-        try:
-            body, block = self._bls_body(request, decoupled, reply.ident)
-            ident = self._call(ipc.BLS_REQUEST, body, block, None)
-        except BaseException:
-            self.replies.give(reply)  # nothing was sent: no answer will come
-            raise
-        source = _ReplySource(self, reply)
-        if decoupled:
-            return pb_utils.ResponseIterator(source, lambda: self._cancel_bls(ident))
-        response, _ = source()
-        return response
-
-    def _infer_relayed(self, request: pb_utils.InferenceRequest, decoupled: bool) -> Any:
-        """:meth:`infer` with the answers relayed by the events thread."""
-        if decoupled:
-            return self._stream(request, lambda iterator: None)
-        answers: queue.SimpleQueue[tuple[Any, bool]] = queue.SimpleQueue()
-        body, block = self._bls_body(request, False)
-        self._call(ipc.BLS_REQUEST, body, block, lambda item, final: answers.put((item, final)))
-        response, _ = answers.get()
-        return response
-
-    def _stream(
-        self, request: pb_utils.InferenceRequest, on_first: Callable[[Any], None]
-    ) -> pb_utils.ResponseIterator:
-        """A decoupled BLS call answered on events: the iterator over its responses;
-        ``on_first(iterator)`` runs (on the events thread) once the first response or the
-        final flag is in."""
-        answers: queue.SimpleQueue[tuple[Any, bool]] = queue.SimpleQueue()
-        idents: list[int] = []
-        iterator = pb_utils.ResponseIterator(answers.get, lambda: self._cancel_bls(idents[0]))
-        waiting = [True]
-
-        def deliver(item: Any, final: bool) -> None:
-            answers.put((item, final))
-            if waiting[0]:
-                waiting[0] = False
-                on_first(iterator)
-
-        body, block = self._bls_body(request, True)
-        idents.append(self._call(ipc.BLS_REQUEST, body, block, deliver))
-        return iterator
-
-    def infer_async(self, request: pb_utils.InferenceRequest, decoupled: bool) -> Any:
-        """BLS ``async_exec``: an awaitable of what :meth:`infer` returns."""
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            raise pb_utils.TritonModelException(
-                "async_exec() must be awaited in a coroutine (async def execute)"
-            ) from None
-        future = loop.create_future()
-        if decoupled:
-            # Triton's resolves with the first response in: iterating must not block the
-            # loop that runs the other coroutines
-            self._stream(
-                request, lambda iterator: loop.call_soon_threadsafe(_resolve, future, iterator)
-            )
-            return future
-
-        def deliver(item: Any, final: bool) -> None:
-            loop.call_soon_threadsafe(_resolve, future, item)
-
-        body, block = self._bls_body(request, False)
-        self._call(ipc.BLS_REQUEST, body, block, deliver)
-        return future
-
-    def _cancel_bls(self, ident: int) -> None:
-        with contextlib.suppress(ipc.PeerClosed):
-            self.events.send(ipc.BLS_CANCEL, ident, None, None)
-
-    def _ask(self, kind: int, body: Any) -> Any:
-        answers: queue.SimpleQueue[tuple[Any, bool]] = queue.SimpleQueue()
-        self._call(kind, body, None, lambda item, final: answers.put((item, final)))
-        answer, _ = answers.get()
-        return answer
-
-    def is_cancelled(self, key: int) -> bool:
-        return bool(self._ask(ipc.CANCEL_QUERY, key))
-
-    def control(self, operation: str, *args: Any) -> Any:
-        ok, value = self._ask(ipc.CONTROL, (operation, args))
-        if not ok:
-            raise pb_utils.TritonModelException(value)
-        return value
-
-    def log(self, level: int, message: str, filename: str = "", line: int = 0) -> None:
-        """``pb_utils.Logger``: level is a ``pb_utils.LogLevel``."""
-        try:
-            self.events.send(ipc.LOG, 0, (level, message, filename, line), None)
-        except ipc.PeerClosed:
-            print(message, file=sys.stderr)
-
-    def metric_call(self, operation: str, args: tuple[Any, ...]) -> Any:
-        """A custom-metrics call that answers (create a family or metric, read a value)."""
-        ok, value = self._ask(ipc.METRIC, (operation, args))
-        if not ok:
-            raise pb_utils.TritonModelException(value)
-        return value
-
-    def metric_release(self, ident: int) -> None:
-        """A deleted MetricFamily or Metric. Called from ``__del__``, which the garbage
-        collector may run inside a send holding the channel's lock: sent from a thread."""
-        self._released_metrics.append(ident)
-        if not self._release_scheduled:
-            self._release_scheduled = True
-            threading.Thread(target=self._send_releases, daemon=True).start()
-
-    def _send_releases(self) -> None:
-        self._release_scheduled = False
-        released = self._released_metrics
-        with contextlib.suppress(ipc.PeerClosed, IndexError):
-            while released:
-                self.events.send(ipc.METRIC, 0, ("release", (released.pop(0), 0.0)), None)
-
-    def metric_update(self, ident: int, operation: str, value: float) -> None:
-        """increment / set / observe: sent without waiting, in order with the
-        calls above, so a later ``value()`` sees it."""
-        try:
-            self.events.send(ipc.METRIC, 0, (operation, (ident, value)), None)
-        except ipc.PeerClosed:
-            raise pb_utils.TritonModelException("the server is gone") from None
-
-    def _maybe_flush(self, pending: int) -> None:
-        if pending < 64 or self._flush_scheduled:
-            return
-        self._flush_scheduled = True
-        # not here: the last view may have died inside a send, holding the channel's lock
-        threading.Thread(target=self._flush, daemon=True).start()
-
-    def _flush(self) -> None:
-        self._flush_scheduled = False
-        with contextlib.suppress(ipc.PeerClosed):
-            self.events.send(ipc.FREE, 0, None, None)
-
     def _answer_readiness(self, ident: int) -> None:
         """Call the model's ``is_ready()`` (awaited when a coroutine), answer
         (ready, None) or (False, why it failed), as Triton's stub does."""
@@ -793,90 +514,7 @@ class Stub:
         except BaseException as exc:
             answer = (False, describe_exception(exc, self.model_dir or None))
         with contextlib.suppress(ipc.PeerClosed):
-            self.events.send(ipc.READINESS_ANSWER, ident, answer, None)
-
-    # -- events ----------------------------------------------------------------------------------
-
-    def _read_events(self) -> None:
-        while True:
-            try:
-                message = self.events.recv()
-            except ipc.PeerClosed:
-                if self._finalizing:
-                    return
-                self._exit(0)  # the server is gone
-            assert message is not None
-            kind = message.kind
-            if kind == ipc.BLS_RESPONSE:
-                final, item = message.body
-                deliver = (
-                    self._waiters.pop(message.ident, None)
-                    if final
-                    else self._waiters.get(message.ident)
-                )
-                if deliver is not None:
-                    deliver(self._response(message.block, item), final)
-            elif kind == ipc.REGIONS_CLOSED:
-                self.regions.drop(message.body)
-            elif kind == ipc.READINESS_QUERY:
-                # on a thread: a slow is_ready() holds up neither BLS answers nor execute
-                threading.Thread(
-                    target=self._answer_readiness, args=(message.ident,), daemon=True
-                ).start()
-            elif kind in (
-                ipc.CANCEL_ANSWER,
-                ipc.CONTROL_ANSWER,
-                ipc.METRIC_ANSWER,
-                ipc.RESPONSE_ROOM,
-            ):
-                deliver = self._waiters.pop(message.ident, None)
-                if deliver is not None:
-                    deliver(message.body, True)
-
-    def _response(self, block: Any, item: Any) -> pb_utils.InferenceResponse:
-        descriptors, error, parameters = item
-        owner = self.memory.take_block(block)
-        tensor = pb_utils.Tensor._of
-        tensors = [tensor(d[0], d[1], unpack(owner, d)) for d in descriptors]
-        return pb_utils.InferenceResponse._received(
-            tensors,
-            None if error is None else pb_utils.TritonError(error[1], error[0]),
-            parameters,
-        )
-
-
-class _ReplySource:
-    """What a BLS call's caller reads its answers with, from its reply channel; a
-    decoupled call's response iterator holds it. Dropped before the final answer, it
-    leaves the rest to be drained."""
-
-    __slots__ = ("_reply", "_stub")
-
-    def __init__(self, stub: Stub, reply: Reply) -> None:
-        self._stub = stub
-        self._reply: Reply | None = reply
-
-    def __call__(self) -> tuple[Any, bool]:
-        """The next answer: (response, final). The channel goes back to the pool after the
-        final one."""
-        reply = self._reply
-        assert reply is not None, "read after the final answer"
-        try:
-            message = reply.recv()
-        except ipc.PeerClosed:
-            self._reply = None
-            raise pb_utils.TritonModelException("the server is gone") from None
-        assert message is not None and message.kind == ipc.BLS_RESPONSE
-        final, item = message.body
-        if final:
-            self._reply = None
-            self._stub.replies.give(reply)
-        return self._stub._response(message.block, item), final
-
-    def __del__(self) -> None:
-        if self._reply is not None:
-            with contextlib.suppress(RuntimeError):  # the interpreter is exiting
-                self._stub.replies.abandon(self._reply)
+            self.calls.events.send(ipc.READINESS_ANSWER, ident, answer, None)
 
 
 def _rescheduled(requests: list[pb_utils.InferenceRequest]) -> list[int]:
@@ -924,46 +562,6 @@ async def _awaited(awaitable: Any) -> Any:
     return await awaitable
 
 
-def _resolve(future: asyncio.Future[Any], value: Any) -> None:
-    if not future.done():
-        future.set_result(value)
-
-
-# -- auto-complete --------------------------------------------------------------------------------
-
-
-def auto_complete(
-    model_path: str, config: dict[str, Any], version_dir: str | None = None
-) -> dict[str, Any]:
-    """Run ``TritonPythonModel.auto_complete_config`` on ``config``; the completed dict.
-    ``version_dir``: ``model_path`` is a Python-based backend's, completing that model."""
-    pb_utils._model_dir = version_dir or str(Path(model_path).parent)
-    module = load_model_module(model_path, python_based=version_dir is not None)
-    cls = model_class(module, model_path)
-    method = getattr(cls, "auto_complete_config", None)
-    if method is None:
-        return config
-    result = method(pb_utils.ModelConfig(config))
-    if not isinstance(result, pb_utils.ModelConfig):
-        raise TypeError(
-            f"auto_complete_config() must return the pb_utils.ModelConfig it was given, got "
-            f"{type(result).__name__}"
-        )
-    return result.as_dict()
-
-
-def _run_auto_complete(model_path: str, result_fd: int, version_dir: str | None) -> int:
-    config = json.load(sys.stdin)
-    try:
-        outcome = {"config": auto_complete(model_path, config, version_dir)}
-    except BaseException as exc:
-        outcome = {"error": describe_exception(exc, str(Path(model_path).parent.parent))}
-    data = json.dumps(outcome).encode()
-    with os.fdopen(result_fd, "wb") as result:
-        result.write(data)
-    return 0
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="triton_core_python.stub")
     # only for `ps`: which model instance this process serves
@@ -985,7 +583,7 @@ def main(argv: list[str] | None = None) -> int:
     # (unittest.main, argparse) must not see the stub's options
     sys.argv = [""]
     if args.auto_complete:
-        return _run_auto_complete(args.auto_complete, args.result_fd, args.version_dir)
+        return run_auto_complete(args.auto_complete, args.result_fd, args.version_dir)
     if args.cpus:
         # before any thread starts, so that every thread of the model runs on these CPUs
         os.sched_setaffinity(0, {int(cpu) for cpu in args.cpus.split(",")})

@@ -10,7 +10,7 @@ from typing import Final
 
 import grpc
 
-from triton_core.frontends.grpc.http2 import Headers, encode_literal
+from triton_core.frontends.grpc.hpack_codec import Headers, encode_literal
 from triton_core.frontends.inflate import WBITS
 
 OK: Final = grpc.StatusCode.OK

@@ -2,275 +2,74 @@
 
 Frames, stream states, flow control in both directions and header compression, and no more:
 streams are opened by the client only, server push is never used and priorities are ignored
-(both as RFC 9113 allows). Header blocks are decoded with ``hpack``; a block made only of
-references to the tables (what a gRPC client sends for every call after its first on a
-connection) decodes from a cache, which stays valid while the dynamic table is unchanged.
+(both as RFC 9113 allows). :class:`Http2Connection` reads the frames, opens and ends the
+streams and grants the client's windows; what goes out, and the connection's end, is its
+writing half, :class:`~.output.Http2Output`. The frames' numbers, packing and parsing are in
+:mod:`.frames`, header compression (HPACK, with a cache for the blocks gRPC clients repeat)
+in :mod:`.hpack_codec`.
 
 Every client is hostile until checked: what a connection may make this side hold or do is
 bounded by its :class:`~.limits.GrpcLimits` (frame and header sizes, streams, windows granted
 as data is consumed, queued output, reset, SETTINGS and PING rates, and time), and a client
-that goes beyond gets the RFC's answer: RST_STREAM, or GOAWAY and a close.
+that goes beyond gets the RFC's answer: RST_STREAM, or GOAWAY and a close. Sizes are checked
+here, as the frames are read; rates and deadlines by the connection's
+:class:`~.watch.ConnectionWatch`.
 
 A :class:`Http2Connection` hands each new stream to the ``open_stream`` callable it was given,
-which returns the :class:`StreamHandler` that receives the stream's data; the handler answers
-through :meth:`Http2Connection.send_headers`, :meth:`~Http2Connection.send_data` and
-:meth:`~Http2Connection.reset_stream`. Data beyond the peer's flow-control windows waits in
-the stream's queue until the peer opens them.
-
-Why one file (and one class) of over 900 lines: every frame reads and changes the same
-connection state (streams, both directions' windows, the HPACK tables, the abuse budgets and
-timers), as in h2's ``H2Connection``; split, each part would reach into the others' state.
+which returns the :class:`~.output.StreamHandler` that receives the stream's data; the
+handler answers through :meth:`Http2Connection.send_headers`,
+:meth:`~Http2Connection.send_data` and :meth:`~Http2Connection.reset_stream`. Data beyond the
+peer's flow-control windows waits in the stream's queue until the peer opens them.
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
-import struct
-from collections import deque
-from collections.abc import Callable, Sequence
-from typing import Any, Final, Protocol, cast
+from collections.abc import Callable
+from typing import cast
 
-import hpack
-from hpack.table import HeaderTable
-
+from triton_core.frontends.grpc.frames import (
+    ACK,
+    CONTINUATION,
+    DATA,
+    DEFAULT_WINDOW,
+    END_HEADERS,
+    END_STREAM,
+    ENHANCE_YOUR_CALM,
+    FLOW_CONTROL_ERROR,
+    FRAME_SIZE_ERROR,
+    GOAWAY,
+    HEADERS,
+    MAX_WINDOW,
+    NO_ERROR,
+    PADDED,
+    PING,
+    PREFACE,
+    PRIORITY_FLAG,
+    PROTOCOL_ERROR,
+    PUSH_PROMISE,
+    REFUSED_STREAM,
+    RST_STREAM,
+    SETTINGS,
+    STREAM_CLOSED,
+    U32,
+    WINDOW_UPDATE,
+    Http2Error,
+    frame,
+    initial_frames,
+    read_settings,
+    strip_padding,
+    unpack_frame_header,
+)
+from triton_core.frontends.grpc.hpack_codec import HeaderDecoder, Headers
 from triton_core.frontends.grpc.limits import DEFAULT_LIMITS, GrpcLimits
-
-log = logging.getLogger(__name__)
-
-PREFACE: Final = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
-
-# frame types (RFC 9113 section 6)
-DATA, HEADERS, PRIORITY, RST_STREAM, SETTINGS, PUSH_PROMISE, PING, GOAWAY, WINDOW_UPDATE = range(9)
-CONTINUATION: Final = 9
-
-# flags
-END_STREAM: Final = 0x1
-ACK: Final = 0x1
-END_HEADERS: Final = 0x4
-PADDED: Final = 0x8
-PRIORITY_FLAG: Final = 0x20
-
-# error codes (RFC 9113 section 7)
-NO_ERROR: Final = 0x0
-PROTOCOL_ERROR: Final = 0x1
-INTERNAL_ERROR: Final = 0x2
-FLOW_CONTROL_ERROR: Final = 0x3
-STREAM_CLOSED: Final = 0x5
-FRAME_SIZE_ERROR: Final = 0x6
-REFUSED_STREAM: Final = 0x7
-CANCEL: Final = 0x8
-COMPRESSION_ERROR: Final = 0x9
-ENHANCE_YOUR_CALM: Final = 0xB
-
-# settings
-SETTINGS_HEADER_TABLE_SIZE: Final = 0x1
-SETTINGS_ENABLE_PUSH: Final = 0x2
-SETTINGS_MAX_CONCURRENT_STREAMS: Final = 0x3
-SETTINGS_INITIAL_WINDOW_SIZE: Final = 0x4
-SETTINGS_MAX_FRAME_SIZE: Final = 0x5
-SETTINGS_MAX_HEADER_LIST_SIZE: Final = 0x6
-
-DEFAULT_WINDOW: Final = 65_535
-DEFAULT_MAX_FRAME: Final = 16_384
-MAX_WINDOW: Final = 2**31 - 1
-#: the largest frame size the protocol allows
-PROTOCOL_MAX_FRAME: Final = (1 << 24) - 1
-#: header blocks a connection's decode cache keeps, and their decoded bytes at most
-_CACHE_ENTRIES: Final = 64
-_CACHE_BYTES: Final = 1 << 16
-
-#: data written at once up to this size is joined into one buffer; more is written as it is
-_JOIN_LIMIT: Final = 1 << 16
-_FRAME_HEADER: Final = struct.Struct(">BHBBL")
-_pack_frame_header = _FRAME_HEADER.pack
-_unpack_frame_header = _FRAME_HEADER.unpack_from
-_SETTING: Final = struct.Struct(">HL")
-_U32: Final = struct.Struct(">L")
-_GOAWAY: Final = struct.Struct(">LL")
-
-Headers = tuple[tuple[str, str], ...]
-
-
-def frame(frame_type: int, flags: int, stream_id: int, payload: bytes = b"") -> bytes:
-    """One frame: the 9-byte header and its payload."""
-    length = len(payload)
-    return _pack_frame_header(length >> 16, length & 0xFFFF, frame_type, flags, stream_id) + payload
-
-
-def frame_header(frame_type: int, flags: int, stream_id: int, length: int) -> bytes:
-    """The 9-byte header of a frame whose payload is written separately."""
-    return _pack_frame_header(length >> 16, length & 0xFFFF, frame_type, flags, stream_id)
-
-
-def encode_integer(value: int, prefix_bits: int, first: int = 0) -> bytes:
-    """An HPACK integer (RFC 7541 section 5.1) with ``first``'s flag bits above the prefix."""
-    limit = (1 << prefix_bits) - 1
-    if value < limit:
-        return bytes((first | value,))
-    out = bytearray((first | limit,))
-    value -= limit
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
-def encode_literal(name: str, value: str) -> bytes:
-    """A header field as a literal that never enters the dynamic table (RFC 7541 6.2.2).
-
-    Answers are encoded this way only, so the peer's table size never matters to this side.
-    """
-    name_bytes = name.encode("ascii")
-    value_bytes = value.encode("ascii")
-    return (
-        b"\x00"
-        + encode_integer(len(name_bytes), 7)
-        + name_bytes
-        + encode_integer(len(value_bytes), 7)
-        + value_bytes
-    )
-
-
-class Http2Error(Exception):
-    """A connection error: the connection ends with GOAWAY carrying ``code``."""
-
-    def __init__(self, code: int, reason: str) -> None:
-        super().__init__(reason)
-        self.code = code
-        self.reason = reason
-
-
-class StreamHandler(Protocol):
-    """What a connection tells about one stream."""
-
-    def data_received(self, data: bytes, end_stream: bool) -> None:
-        """Data arrived on the stream; ``end_stream``: the peer sends nothing more."""
-
-    def stream_reset(self) -> None:
-        """The stream ended before its answer did (peer reset, or the connection is gone)."""
-
+from triton_core.frontends.grpc.output import Http2Output, Stream, StreamHandler
+from triton_core.frontends.grpc.watch import ConnectionWatch
 
 OpenStream = Callable[["Http2Connection", int, Headers, bool], StreamHandler]
 
 
-class _CountedTable(HeaderTable):
-    """hpack's dynamic table, counting its changes so that a cache can tell when it moved.
-
-    Every insertion (and the evictions it causes) and every resize bumps ``generation``; a
-    block decoded at one generation decodes the same while the generation stays.
-    """
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.generation = 0
-
-    def add(self, name: bytes, value: bytes) -> None:
-        self.generation += 1
-        super().add(name, value)
-
-    @property
-    def maxsize(self) -> int:
-        return self._maxsize
-
-    @maxsize.setter
-    def maxsize(self, newmax: int) -> None:
-        self.generation += 1
-        HeaderTable.maxsize.fset(self, newmax)  # type: ignore[attr-defined]
-
-
-class HeaderDecoder:
-    """HPACK decoding with a cache for blocks that leave the dynamic table as it was."""
-
-    __slots__ = ("_cache", "_cache_bytes", "_decoder", "_limit", "_table")
-
-    def __init__(self, max_header_list_size: int = DEFAULT_LIMITS.max_header_list_size) -> None:
-        self._decoder = hpack.Decoder(max_header_list_size=max_header_list_size)
-        self._table = _CountedTable()
-        self._decoder.header_table = self._table
-        self._limit = max_header_list_size
-        self._cache: dict[bytes, Headers] = {}
-        self._cache_bytes = 0
-
-    def decode(self, block: bytes) -> Headers:
-        """The header fields of one complete block; raises :class:`Http2Error` when invalid."""
-        cached = self._cache.get(block)
-        if cached is not None:
-            return cached
-        before = self._table.generation
-        try:
-            # str pairs: decode() without raw=True; hpack's annotation covers both
-            headers = cast(Headers, tuple(self._decoder.decode(block)))
-        except hpack.OversizedHeaderListError as exc:
-            raise Http2Error(
-                ENHANCE_YOUR_CALM,
-                f"a header list over {self._limit} bytes (--grpc-max-header-list-size)",
-            ) from exc
-        except hpack.HPACKError as exc:
-            raise Http2Error(COMPRESSION_ERROR, f"invalid header block: {exc}") from exc
-        if self._table.generation != before:
-            self._cache.clear()  # cached blocks may refer to entries that moved
-            self._cache_bytes = 0
-        else:
-            self._remember(block, headers)
-        return headers
-
-    def _remember(self, block: bytes, headers: Headers) -> None:
-        size = len(block) + sum(len(name) + len(value) for name, value in headers)
-        if len(self._cache) < _CACHE_ENTRIES and self._cache_bytes + size <= _CACHE_BYTES:
-            self._cache[block] = headers
-            self._cache_bytes += size
-
-
-class _Budget:
-    """A token bucket: ``capacity`` events at once, refilled by a tenth of it a second."""
-
-    __slots__ = ("_capacity", "_rate", "_stamp", "_tokens")
-
-    def __init__(self, capacity: int, now: float) -> None:
-        self._capacity = float(capacity)
-        self._rate = capacity / 10
-        self._tokens = float(capacity)
-        self._stamp = now
-
-    def spend(self, now: float) -> bool:
-        tokens = min(self._capacity, self._tokens + (now - self._stamp) * self._rate)
-        self._stamp = now
-        if tokens < 1:
-            self._tokens = tokens
-            return False
-        self._tokens = tokens - 1
-        return True
-
-
-class _Stream:
-    __slots__ = (
-        "handler",
-        "held",
-        "id",
-        "local_closed",
-        "outbound",
-        "received",
-        "recv_window",
-        "remote_closed",
-        "send_window",
-    )
-
-    def __init__(self, stream_id: int, send_window: int, recv_window: int) -> None:
-        self.id = stream_id
-        self.handler: StreamHandler | None = None
-        self.send_window = send_window
-        self.recv_window = recv_window  # what the peer may still send before a window update
-        self.received = 0  # bytes received since this side last opened the peer's window
-        self.held = False  # the handler is behind: its window stays shut until it catches up
-        self.remote_closed = False
-        self.local_closed = False
-        #: what waits for the peer to open its windows: [data, end_stream] or headers
-        self.outbound: deque[list] = deque()
-
-
-class Http2Connection(asyncio.Protocol):
+class Http2Connection(Http2Output, asyncio.Protocol):
     """One client connection: frames in, streams out to ``open_stream``'s handlers."""
 
     def __init__(
@@ -279,61 +78,31 @@ class Http2Connection(asyncio.Protocol):
         on_closed: Callable[[Http2Connection], None],
         limits: GrpcLimits = DEFAULT_LIMITS,
     ) -> None:
+        super().__init__(limits)
         self._open_stream = open_stream
         self._on_closed = on_closed
-        self._limits = limits
         self._max_frame = limits.max_frame_size
         self._max_streams = limits.max_concurrent_streams
         self._stream_window = limits.stream_window_size
-        self._loop = asyncio.get_running_loop()
-        self.transport: asyncio.Transport | None = None
-        self.peer = ""
-        self._streams: dict[int, _Stream] = {}
         self._pending = bytearray()
         self._need = len(PREFACE)
         self._preface_seen = False
         self._settings_seen = False
         self._decoder = HeaderDecoder(limits.max_header_list_size)
-        self._last_stream_id = 0
         # a header block split over frames: [stream id, end_stream, fragments, bytes]
         self._continuing: list | None = None
         self._peer_initial_window = DEFAULT_WINDOW
-        self._peer_max_frame = DEFAULT_MAX_FRAME
-        self._send_window = DEFAULT_WINDOW  # the connection's window, towards the peer
         self._recv_window = limits.connection_window_size  # what the peer may still send
         self._received = 0  # connection-level bytes since the last window update sent
         self._connection_update_at = limits.connection_window_size // 2
         self._stream_update_at = limits.stream_window_size // 2
-        self._blocked: dict[int, _Stream] = {}  # streams with data waiting for window
-        self._control: list[bytes] = []  # frames to write at the end of this read
-        self._going_away = False
-        self._closed = False  # nothing more is written
-        self._closing = False  # the transport is closing
-        self._lost = False  # the transport is gone
-        self._write_paused = False
-        self._drain_waiters: dict[int, list[asyncio.Future[None]]] = {}
-        self._resume_waiters: list[asyncio.Future[None]] = []
         now = self._loop.time()
-        self._reset_budget = _Budget(limits.reset_budget, now)
-        self._settings_budget = _Budget(limits.settings_budget, now)
-        # time: what the periodic check compares against
-        self._created = now
+        #: rates and deadlines, checked by the timer
+        self._watch = ConnectionWatch(limits, now)
         self._reads = 0  # data_received calls, so far
-        self._reads_seen = 0
-        self._last_read_at = now
         self._partial_since = now  # when the frame in _pending began to arrive
-        self._sent = 0  # answer frames sent, so far: pings between them are not abuse
-        self._ping_strikes = 0
-        self._last_ping_at = float("-inf")
-        self._sent_at_last_ping = 0
-        self._keepalive_out: tuple[bytes, float] | None = None  # payload, sent at
-        self._keepalive_pings = 0  # sent since the last answer frame
-        self._sent_at_keepalive = 0
-        self._age_deadline: float | None = None  # when the age GOAWAY's grace ends
         self._timer: asyncio.TimerHandle | None = None
-        self._tick_interval = _tick_interval(limits)
         self._refusal: str | None = None
-        self._idle_since = now  # when its last stream ended (or it was made)
 
     @property
     def idle_since(self) -> float | None:
@@ -357,28 +126,13 @@ class Http2Connection(asyncio.Protocol):
             family = "ipv6" if ":" in str(peer[0]) else "ipv4"
             host = f"[{peer[0]}]" if family == "ipv6" else peer[0]
             self.peer = f"{family}:{host}:{peer[1]}"
-        limits = self._limits
-        settings = b"".join(
-            _SETTING.pack(key, value)
-            for key, value in (
-                (SETTINGS_ENABLE_PUSH, 0),
-                (SETTINGS_MAX_CONCURRENT_STREAMS, limits.max_concurrent_streams),
-                (SETTINGS_INITIAL_WINDOW_SIZE, limits.stream_window_size),
-                (SETTINGS_MAX_FRAME_SIZE, limits.max_frame_size),
-                (SETTINGS_MAX_HEADER_LIST_SIZE, limits.max_header_list_size),
-            )
-        )
-        out = frame(SETTINGS, 0, 0, settings)
-        if limits.connection_window_size > DEFAULT_WINDOW:
-            increment = limits.connection_window_size - DEFAULT_WINDOW
-            out += frame(WINDOW_UPDATE, 0, 0, _U32.pack(increment))
-        else:
+        writer.write(initial_frames(self._limits))
+        if self._limits.connection_window_size <= DEFAULT_WINDOW:
             self._recv_window = DEFAULT_WINDOW  # the protocol's initial window stands
-        writer.write(out)
         if self._refusal is not None:
             self._fail(Http2Error(ENHANCE_YOUR_CALM, self._refusal))
             return
-        self._timer = self._loop.call_later(self._tick_interval, self._tick)
+        self._timer = self._loop.call_later(self._watch.interval, self._tick)
 
     def data_received(self, data: bytes) -> None:
         if self._closed:
@@ -446,19 +200,6 @@ class Http2Connection(asyncio.Protocol):
         self._release_resume_waiters()
         self._on_closed(self)
 
-    def pause_writing(self) -> None:
-        # the client does not read what it asked for: read nothing more from it until it does
-        self._write_paused = True
-        if self.transport is not None and not self._closed:
-            self.transport.pause_reading()
-        self._police_output()
-
-    def resume_writing(self) -> None:
-        self._write_paused = False
-        if self.transport is not None and not self._closed:
-            self.transport.resume_reading()
-        self._release_resume_waiters()
-
     # -- reading ----------------------------------------------------------------------------
 
     def _read_preface(self, data: bytes, position: int) -> int:
@@ -473,7 +214,7 @@ class Http2Connection(asyncio.Protocol):
         end_of_data = len(data)
         max_frame = self._max_frame
         while end_of_data - position >= 9:
-            high, low, frame_type, flags, stream_id = _unpack_frame_header(data, position)
+            high, low, frame_type, flags, stream_id = unpack_frame_header(data, position)
             length = (high << 16) | low
             if length > max_frame:
                 raise Http2Error(
@@ -527,7 +268,7 @@ class Http2Connection(asyncio.Protocol):
         # the connection's window reopens at once: each stream's own window bounds its data
         self._received += size
         if self._received >= self._connection_update_at:
-            self._control.append(frame(WINDOW_UPDATE, 0, 0, _U32.pack(self._received)))
+            self._control.append(frame(WINDOW_UPDATE, 0, 0, U32.pack(self._received)))
             self._recv_window += self._received
             self._received = 0
         stream = self._streams.get(stream_id)
@@ -543,7 +284,7 @@ class Http2Connection(asyncio.Protocol):
             self._reset(stream, FLOW_CONTROL_ERROR, notify=True)
             return
         if flags & PADDED:
-            payload = _strip_padding(payload)
+            payload = strip_padding(payload)
         end_stream = bool(flags & END_STREAM)
         if end_stream:
             stream.remote_closed = True
@@ -560,7 +301,7 @@ class Http2Connection(asyncio.Protocol):
         if stream_id == 0:
             raise Http2Error(PROTOCOL_ERROR, "HEADERS on stream 0")
         if flags & PADDED:
-            payload = _strip_padding(payload)
+            payload = strip_padding(payload)
         if flags & PRIORITY_FLAG:
             if len(payload) < 5:
                 raise Http2Error(FRAME_SIZE_ERROR, "HEADERS too short for its priority")
@@ -610,18 +351,18 @@ class Http2Connection(asyncio.Protocol):
             raise Http2Error(PROTOCOL_ERROR, f"a client cannot open stream {stream_id}")
         self._last_stream_id = stream_id
         if self._going_away:
-            self._control.append(frame(RST_STREAM, 0, stream_id, _U32.pack(REFUSED_STREAM)))
+            self._control.append(frame(RST_STREAM, 0, stream_id, U32.pack(REFUSED_STREAM)))
             return
         if len(self._streams) >= self._max_streams:
-            self._spend_reset()
-            self._control.append(frame(RST_STREAM, 0, stream_id, _U32.pack(REFUSED_STREAM)))
+            self._watch.resets.spend(self._loop.time())
+            self._control.append(frame(RST_STREAM, 0, stream_id, U32.pack(REFUSED_STREAM)))
             return
-        stream = _Stream(stream_id, self._peer_initial_window, self._stream_window)
+        stream = Stream(stream_id, self._peer_initial_window, self._stream_window)
         stream.remote_closed = end_stream
         self._streams[stream_id] = stream
         stream.handler = self._open_stream(self, stream_id, headers, end_stream)
 
-    def _on_trailers(self, stream: _Stream, end_stream: bool) -> None:
+    def _on_trailers(self, stream: Stream, end_stream: bool) -> None:
         if stream.remote_closed:
             # half-closed (remote): a second block must not start the call again
             self._reset(stream, STREAM_CLOSED, notify=True)
@@ -637,7 +378,7 @@ class Http2Connection(asyncio.Protocol):
     def _on_window_update(self, stream_id: int, payload: bytes) -> None:
         if len(payload) != 4:
             raise Http2Error(FRAME_SIZE_ERROR, "WINDOW_UPDATE of the wrong size")
-        increment = _U32.unpack(payload)[0] & 0x7FFFFFFF
+        increment = U32.unpack(payload)[0] & 0x7FFFFFFF
         if stream_id == 0:
             if increment == 0:
                 raise Http2Error(PROTOCOL_ERROR, "a connection WINDOW_UPDATE of 0")
@@ -671,21 +412,14 @@ class Http2Connection(asyncio.Protocol):
         stream = self._streams.get(stream_id)
         if stream is None:
             return
-        self._spend_reset()  # a call started and dropped at once: rapid reset, when many
+        # a call started and dropped at once: rapid reset, when many
+        self._watch.resets.spend(self._loop.time())
         del self._streams[stream_id]
         self._blocked.pop(stream_id, None)
         self._release_drain_waiters(stream_id)
         if stream.handler is not None:
             stream.handler.stream_reset()
         self._close_if_idle()
-
-    def _spend_reset(self) -> None:
-        if not self._reset_budget.spend(self._loop.time()):
-            raise Http2Error(
-                ENHANCE_YOUR_CALM,
-                f"more than {self._limits.reset_budget} streams reset or refused in a burst"
-                " (--grpc-http2-reset-budget)",
-            )
 
     def _on_settings(self, stream_id: int, flags: int, payload: bytes) -> None:
         if stream_id != 0:
@@ -703,27 +437,11 @@ class Http2Connection(asyncio.Protocol):
                 f"a SETTINGS frame of {len(payload) // 6} entries, over"
                 f" {limits.max_settings_entries} (--grpc-http2-max-settings-entries)",
             )
-        if not self._settings_budget.spend(self._loop.time()):
-            raise Http2Error(
-                ENHANCE_YOUR_CALM,
-                f"more than {limits.settings_budget} SETTINGS frames in a burst"
-                " (--grpc-http2-settings-budget)",
-            )
+        self._watch.settings.spend(self._loop.time())
         self._settings_seen = True
-        window = None
-        for offset in range(0, len(payload), 6):
-            key, value = _SETTING.unpack_from(payload, offset)
-            if key == SETTINGS_INITIAL_WINDOW_SIZE:
-                if value > MAX_WINDOW:
-                    raise Http2Error(FLOW_CONTROL_ERROR, "initial window beyond 2^31-1")
-                window = value
-            elif key == SETTINGS_MAX_FRAME_SIZE:
-                if not DEFAULT_MAX_FRAME <= value <= PROTOCOL_MAX_FRAME:
-                    raise Http2Error(PROTOCOL_ERROR, f"max frame size {value}")
-                self._peer_max_frame = value
-            elif key == SETTINGS_ENABLE_PUSH and value > 1:
-                raise Http2Error(PROTOCOL_ERROR, f"SETTINGS_ENABLE_PUSH {value}")
-            # the others do not change what this side sends: answers never index headers
+        window, max_frame = read_settings(payload)
+        if max_frame is not None:
+            self._peer_max_frame = max_frame
         if window is not None:
             self._apply_initial_window(window)  # once a frame, however many entries it repeats
         # the peer applies its new limits once it reads the ACK: send it before any data
@@ -745,159 +463,12 @@ class Http2Connection(asyncio.Protocol):
         if len(payload) != 8:
             raise Http2Error(FRAME_SIZE_ERROR, "PING of the wrong size")
         if flags & ACK:
-            if self._keepalive_out is not None and payload == self._keepalive_out[0]:
-                self._keepalive_out = None
+            self._watch.ping_acked(payload)
             return
-        self._police_ping()
+        self._watch.police_ping(self._loop.time(), self._sent, bool(self._streams))
         self._control.append(frame(PING, ACK, 0, payload))
 
-    def _police_ping(self) -> None:
-        """gRPC's ping policy: a ping sooner than allowed is a strike; too many end it all."""
-        limits = self._limits
-        if self._sent != self._sent_at_last_ping:  # answers went out since: a fresh start
-            self._sent_at_last_ping = self._sent
-            self._ping_strikes = 0
-            self._last_ping_at = float("-inf")
-        now = self._loop.time()
-        if not self._streams and not limits.keepalive_permit_without_calls:
-            interval = 7200.0  # no call to keep alive: one ping in two hours, as gRPC allows
-        else:
-            interval = limits.min_recv_ping_interval_without_data
-        too_soon = now < self._last_ping_at + interval
-        self._last_ping_at = now
-        if not too_soon:
-            return
-        self._ping_strikes += 1
-        if limits.max_ping_strikes and self._ping_strikes > limits.max_ping_strikes:
-            raise Http2Error(ENHANCE_YOUR_CALM, "too_many_pings")
-
-    # -- writing ----------------------------------------------------------------------------
-
-    def send_headers(self, stream_id: int, block: bytes, end_stream: bool = False) -> None:
-        """Send a header block (answer headers or trailers) on a stream."""
-        stream = self._streams.get(stream_id)
-        if stream is None or stream.local_closed:
-            return
-        self._sent += 1
-        if end_stream:
-            stream.local_closed = True
-        if stream.outbound:  # behind data that waits for window
-            stream.outbound.append([block, end_stream, True])
-            return
-        self._write(self._header_frames(stream_id, block, end_stream))
-        if end_stream:
-            self._finish_local(stream)
-
-    def send_data(self, stream_id: int, data: bytes, end_stream: bool = False) -> None:
-        """Send data on a stream, as much as the windows allow now and the rest later."""
-        stream = self._streams.get(stream_id)
-        if stream is None or stream.local_closed:
-            return
-        if end_stream:
-            stream.local_closed = True
-        stream.outbound.append([memoryview(data), end_stream, False])
-        self._flush(stream)
-
-    def send_message(
-        self,
-        stream_id: int,
-        headers: bytes | None,
-        prefix: bytes,
-        data: bytes,
-        trailers: bytes | None,
-    ) -> None:
-        """Headers (when given), ``prefix + data`` and trailers (when given) on a stream.
-
-        The common answer to a unary call: three frames in one write, when the windows and
-        the frame size allow; otherwise as :meth:`send_headers` and :meth:`send_data` do.
-        """
-        stream = self._streams.get(stream_id)
-        if stream is None or stream.local_closed:
-            return
-        size = len(prefix) + len(data)
-        limit = self._peer_max_frame
-        if (
-            stream.outbound
-            or size > self._send_window
-            or size > stream.send_window
-            or size > limit
-            or (headers is not None and len(headers) > limit)
-            or (trailers is not None and len(trailers) > limit)
-        ):
-            if headers is not None:
-                self.send_headers(stream_id, headers)
-            self.send_data(stream_id, prefix + data, end_stream=False)
-            if trailers is not None:
-                self.send_headers(stream_id, trailers, end_stream=True)
-            return
-        self._sent += 1
-        self._send_window -= size
-        stream.send_window -= size
-        pack = _pack_frame_header
-        parts: list[bytes] = []
-        if headers is not None:
-            length = len(headers)
-            parts += (pack(length >> 16, length & 0xFFFF, HEADERS, END_HEADERS, stream_id), headers)
-        parts += (pack(size >> 16, size & 0xFFFF, DATA, 0, stream_id), prefix, data)
-        if trailers is not None:
-            stream.local_closed = True
-            length = len(trailers)
-            flags = END_HEADERS | END_STREAM
-            parts += (pack(length >> 16, length & 0xFFFF, HEADERS, flags, stream_id), trailers)
-        self._write(b"".join(parts))
-        if trailers is not None:
-            self._finish_local(stream)
-
-    def send_message_parts(
-        self,
-        stream_id: int,
-        headers: bytes | None,
-        parts: Sequence[Any],
-        trailers: bytes | None,
-    ) -> None:
-        """Headers (when given), the concatenation of ``parts`` (buffers) and trailers (when given).
-
-        For large messages: the parts are framed as the windows allow and written as they
-        are, never joined into one buffer; they must not change until sent.
-        """
-        stream = self._streams.get(stream_id)
-        if stream is None or stream.local_closed:
-            return
-        outbound = stream.outbound
-        if headers is not None:  # queued too: headers, data and trailers leave in one write
-            outbound.append([headers, False, True])
-        for part in parts:
-            if len(part):
-                outbound.append([memoryview(part).cast("B"), False, False])
-        if trailers is not None:
-            stream.local_closed = True
-            outbound.append([trailers, True, True])
-        self._sent += 1
-        self._flush(stream)
-
-    def reset_stream(self, stream_id: int, code: int = CANCEL) -> None:
-        """End a stream at once, dropping what waits to be sent on it."""
-        stream = self._streams.get(stream_id)
-        if stream is not None:
-            self._reset(stream, code)
-
-    def drained(self, stream_id: int) -> asyncio.Future[None] | None:
-        """A future done once the stream's queued data is sent and the client reads again.
-
-        None when nothing waits: the handler may write its next message at once.
-        """
-        stream = self._streams.get(stream_id)
-        if stream is None:
-            return None
-        if stream.outbound:
-            future = self._loop.create_future()
-            self._drain_waiters.setdefault(stream_id, []).append(future)
-            return future
-        if self._write_paused and not self._closed:
-            future = self._loop.create_future()
-            self._resume_waiters.append(future)
-            return future
-        return None
+    # -- the receive windows ----------------------------------------------------------------
 
     def hold_window(self, stream_id: int) -> None:
         """Stop opening the stream's window: its handler has not caught up with its data."""
@@ -915,205 +486,15 @@ class Http2Connection(asyncio.Protocol):
             self._open_stream_window(stream)
             self._write_control()
 
-    def go_away(self, code: int = NO_ERROR, reason: str = "") -> None:
-        """Refuse new streams; the connection closes once the open ones are done."""
-        if self._closed or self._going_away:
-            return
-        self._going_away = True
-        payload = _GOAWAY.pack(self._last_stream_id, code) + reason.encode()[:256]
-        self._write(frame(GOAWAY, 0, 0, payload))
-        self._close_if_idle()
-
-    def close(self) -> None:
-        """Close the connection once its output is sent; open streams are reset.
-
-        A client that does not read that output is dropped after the close timeout.
-        """
-        if self.transport is not None and not self._lost and not self._closing:
-            self._closed = self._closing = True  # a lingering connection closes now too
-            self.transport.close()
-            self._loop.call_later(self._limits.close_timeout, self._abort)
-
-    def _linger(self) -> None:
-        """Close after a GOAWAY: end the output and drop the input until the client closes.
-
-        Closing at once would reset the connection while client frames are unread, and a
-        reset may destroy the GOAWAY before the client reads it.
-        """
-        transport = self.transport
-        if transport is None or self._closed:
-            return
-        if not transport.can_write_eof():
-            self.close()
-            return
-        self._closed = True
-        try:
-            transport.write_eof()
-        except OSError:  # the client is gone already
-            self._abort()
-            return
-        if self._write_paused:
-            transport.resume_reading()  # to see the client close
-        self._loop.call_later(self._limits.close_timeout, self._abort)
-
-    def _abort(self) -> None:
-        if self.transport is not None and not self._lost:
-            self._closed = True
-            self.transport.abort()
-
-    @property
-    def open_streams(self) -> int:
-        return len(self._streams)
-
-    def _header_frames(self, stream_id: int, block: bytes, end_stream: bool) -> bytes:
-        flags = END_STREAM if end_stream else 0
-        limit = self._peer_max_frame
-        if len(block) <= limit:
-            return frame(HEADERS, flags | END_HEADERS, stream_id, block)
-        chunks = [block[i : i + limit] for i in range(0, len(block), limit)]
-        frames = [frame(HEADERS, flags, stream_id, chunks[0])]
-        frames += [frame(CONTINUATION, 0, stream_id, chunk) for chunk in chunks[1:-1]]
-        frames.append(frame(CONTINUATION, END_HEADERS, stream_id, chunks[-1]))
-        return b"".join(frames)
-
-    def _flush(self, stream: _Stream) -> None:
-        parts: list[bytes | memoryview] = []
-        written = 0
-        outbound = stream.outbound
-        while outbound:
-            item = outbound[0]
-            payload, end_stream, is_headers = item
-            if is_headers:
-                parts.append(self._header_frames(stream.id, payload, end_stream))
-                outbound.popleft()
-                continue
-            size = len(payload)
-            allowed = min(size, self._send_window, stream.send_window, self._peer_max_frame)
-            if size and allowed <= 0:
-                break
-            allowed = max(allowed, 0)
-            last = allowed == size
-            flags = END_STREAM if (last and end_stream) else 0
-            parts.append(frame_header(DATA, flags, stream.id, allowed))
-            parts.append(payload[:allowed])
-            written += allowed
-            self._send_window -= allowed
-            stream.send_window -= allowed
-            if last:
-                outbound.popleft()
-            else:
-                item[0] = payload[allowed:]
-        if parts:
-            self._sent += 1
-            if written >= _JOIN_LIMIT:
-                self._write_parts(parts)  # large data: the payloads are not copied here
-            else:
-                self._write(b"".join(parts))
-        if outbound:
-            self._blocked[stream.id] = stream
-            return
-        self._blocked.pop(stream.id, None)
-        self._release_drain_waiters(stream.id)
-        if stream.local_closed:
-            self._finish_local(stream)
-
-    def _flush_blocked(self) -> None:
-        for stream in list(self._blocked.values()):
-            if self._send_window <= 0:
-                return
-            self._flush(stream)
-
-    def _open_stream_window(self, stream: _Stream) -> None:
-        self._control.append(frame(WINDOW_UPDATE, 0, stream.id, _U32.pack(stream.received)))
+    def _open_stream_window(self, stream: Stream) -> None:
+        self._control.append(frame(WINDOW_UPDATE, 0, stream.id, U32.pack(stream.received)))
         stream.recv_window += stream.received
         stream.received = 0
 
-    def _finish_local(self, stream: _Stream) -> None:
-        if stream.outbound:
-            return
-        if not stream.remote_closed:
-            # the answer is complete: tell the client to stop sending (as gRPC servers do)
-            self._write(frame(RST_STREAM, 0, stream.id, _U32.pack(NO_ERROR)))
-        self._streams.pop(stream.id, None)
-        self._close_if_idle()
-
-    def _forget_if_done(self, stream: _Stream) -> None:
+    def _forget_if_done(self, stream: Stream) -> None:
         if stream.local_closed and not stream.outbound:
             self._streams.pop(stream.id, None)
             self._close_if_idle()
-
-    def _reset(self, stream: _Stream, code: int, notify: bool = False) -> None:
-        """A stream error: RST_STREAM; ``notify``: the handler learns its stream is gone."""
-        self._streams.pop(stream.id, None)
-        self._blocked.pop(stream.id, None)
-        stream.outbound.clear()
-        self._release_drain_waiters(stream.id)
-        self._write(frame(RST_STREAM, 0, stream.id, _U32.pack(code)))
-        if notify and stream.handler is not None:
-            stream.handler.stream_reset()
-        self._close_if_idle()
-
-    def _release_drain_waiters(self, stream_id: int | None = None) -> None:
-        if stream_id is None:
-            waiters = [f for group in self._drain_waiters.values() for f in group]
-            self._drain_waiters.clear()
-        else:
-            waiters = self._drain_waiters.pop(stream_id, [])
-        for future in waiters:
-            if not future.done():
-                future.set_result(None)
-
-    def _release_resume_waiters(self) -> None:
-        waiters, self._resume_waiters = self._resume_waiters, []
-        for future in waiters:
-            if not future.done():
-                future.set_result(None)
-
-    def _close_if_idle(self) -> None:
-        if self._streams:
-            return
-        self._idle_since = self._loop.time()
-        if self._going_away:
-            self._linger()
-
-    def _write_control(self) -> None:
-        if self._control:
-            control, self._control = self._control, []
-            self._write(b"".join(control))
-
-    def _write(self, data: bytes) -> None:
-        if self.transport is not None and not self._closed:
-            self.transport.write(data)
-            if self._write_paused:
-                self._police_output()
-
-    def _write_parts(self, parts: list[bytes | memoryview]) -> None:
-        if self.transport is not None and not self._closed:
-            self.transport.writelines(parts)
-            if self._write_paused:
-                self._police_output()
-
-    def _police_output(self) -> None:
-        """Drop a client that lets more than the queued-output bound pile up unread."""
-        transport = self.transport
-        limit = self._limits.max_queued_output
-        if transport is None or self._closed or transport.get_write_buffer_size() <= limit:
-            return
-        log.info(
-            "gRPC client %s reads nothing of %d queued bytes (--grpc-http2-max-queued-output"
-            " %d): dropped",
-            self.peer,
-            transport.get_write_buffer_size(),
-            limit,
-        )
-        # the GOAWAY goes into the same unread queue: the connection is dropped, not closed
-        self._abort()
-
-    def _fail(self, error: Http2Error) -> None:
-        log.debug("HTTP/2 connection error from %s: %s", self.peer, error.reason)
-        payload = _GOAWAY.pack(self._last_stream_id, error.code) + error.reason.encode()[:256]
-        self._write(frame(GOAWAY, 0, 0, payload))
-        self._linger()
 
     # -- time -------------------------------------------------------------------------------
 
@@ -1123,90 +504,21 @@ class Http2Connection(asyncio.Protocol):
         if self._closed:
             return
         now = self._loop.time()
-        if self._reads != self._reads_seen:
-            self._reads_seen = self._reads
-            self._last_read_at = now
-        reason = self._overdue(now)
+        watch = self._watch
+        partial_since = self._partial_since if self._pending else None
+        reason = watch.overdue(
+            now, self._reads, self._settings_seen, partial_since, not self._streams
+        )
         if reason is not None:
             self._fail(reason)
             return
-        self._keep_alive(now)
-        self._police_age(now)
-        if not self._closed:
-            self._timer = self._loop.call_later(self._tick_interval, self._tick)
-
-    def _overdue(self, now: float) -> Http2Error | None:
-        limits = self._limits
-        if not self._settings_seen and now - self._created > limits.handshake_timeout:
-            return Http2Error(
-                PROTOCOL_ERROR,
-                f"no preface and SETTINGS within {limits.handshake_timeout:g} s"
-                " (--grpc-http2-handshake-timeout)",
-            )
-        if self._pending and now - self._partial_since > limits.frame_timeout:
-            return Http2Error(
-                PROTOCOL_ERROR,
-                f"a frame incomplete after {limits.frame_timeout:g} s (--grpc-http2-frame-timeout)",
-            )
-        if (
-            limits.idle_timeout
-            and not self._streams
-            and now - self._last_read_at > limits.idle_timeout
-        ):
-            return Http2Error(NO_ERROR, "idle")
-        if self._keepalive_out is not None and now - self._keepalive_out[1] > (
-            limits.keepalive_timeout
-        ):
-            return Http2Error(NO_ERROR, "keepalive watchdog timeout")
-        return None
-
-    def _keep_alive(self, now: float) -> None:
-        limits = self._limits
-        if self._keepalive_out is not None or now - self._last_read_at < limits.keepalive_time:
-            return
-        if self._sent != self._sent_at_keepalive:
-            self._sent_at_keepalive = self._sent
-            self._keepalive_pings = 0
-        if limits.max_pings_without_data and (
-            self._keepalive_pings >= limits.max_pings_without_data
-        ):
-            return
-        self._keepalive_pings += 1
-        payload = struct.pack(">Q", self._reads)
-        self._keepalive_out = (payload, now)
-        self._write(frame(PING, 0, 0, payload))
-
-    def _police_age(self, now: float) -> None:
-        limits = self._limits
-        if limits.max_connection_age is None:
-            return
-        if self._age_deadline is None:
-            if now - self._created >= limits.max_connection_age:
-                grace = limits.max_connection_age_grace
-                self._age_deadline = now + grace if grace is not None else float("inf")
-                self.go_away(NO_ERROR, "max_age")
-        elif now >= self._age_deadline:
+        ping = watch.keepalive_ping(now, self._reads, self._sent)
+        if ping is not None:
+            self._write(frame(PING, 0, 0, ping))
+        age = watch.age(now)
+        if age == "go_away":
+            self.go_away(NO_ERROR, "max_age")
+        elif age == "close":
             self.close()
-
-
-def _tick_interval(limits: GrpcLimits) -> float:
-    """Often enough to meet the shortest deadline within a quarter of it, at most once a second."""
-    deadlines = [
-        limits.handshake_timeout,
-        limits.frame_timeout,
-        limits.keepalive_time,
-        limits.keepalive_timeout,
-    ]
-    deadlines += [t for t in (limits.idle_timeout, limits.max_connection_age) if t]
-    if limits.max_connection_age_grace:
-        deadlines.append(limits.max_connection_age_grace)
-    return min(1.0, max(0.02, min(deadlines) / 4))
-
-
-def _strip_padding(payload: bytes) -> bytes:
-    if not payload:
-        raise Http2Error(PROTOCOL_ERROR, "a padded frame without its pad length")
-    pad = payload[0]
-    if pad >= len(payload):
-        raise Http2Error(PROTOCOL_ERROR, "padding longer than the frame")
-    return payload[1 : len(payload) - pad]
+        if not self._closed:
+            self._timer = self._loop.call_later(watch.interval, self._tick)

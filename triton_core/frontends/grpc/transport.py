@@ -48,13 +48,10 @@ from triton_core.frontends.grpc.fields import (
     encode_status,
     parse_timeout,
 )
-from triton_core.frontends.grpc.http2 import (
-    Headers,
-    Http2Connection,
-    StreamHandler,
-    encode_literal,
-)
+from triton_core.frontends.grpc.hpack_codec import Headers, encode_literal
+from triton_core.frontends.grpc.http2 import Http2Connection
 from triton_core.frontends.grpc.limits import DEFAULT_LIMITS, GrpcLimits
+from triton_core.frontends.grpc.output import StreamHandler
 from triton_core.frontends.grpc.wire import EncodedMessage
 from triton_core.frontends.inflate import WBITS, InflatedTooLarge, inflate
 from triton_core.frontends.receive_buffers import DEFAULT_COUNT, BufferPool
