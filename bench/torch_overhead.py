@@ -257,7 +257,7 @@ def backend_overhead(repo: Path, backend: str, seconds: float) -> tuple[float, f
     """
     from google.protobuf import text_format
 
-    from triton_core.backend import InstanceSpec, ModelContext
+    from triton_core.backends.contract import InstanceSpec, ModelContext
     from triton_core.protos import model_config_pb2
     from triton_core.types import InferenceRequest, Tensor
 

@@ -1,4 +1,4 @@
-"""One stand-in for the real :class:`~triton_core.server.Server`, for frontend unit tests.
+"""One stand-in for the real :class:`~triton_core.server.core.Server`, for frontend unit tests.
 
 :class:`FakeServer` implements the whole :class:`~triton_core.frontends.server_api.ServerAPI`
 (mypy checks it: ``tests/fake_server.py`` is in ``[tool.mypy] files``) and answers as the
@@ -16,13 +16,13 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from triton_core.backends.streaming import ResponsePool
 from triton_core.config.model_config import config_to_json
 from triton_core.errors import invalid_arg
+from triton_core.observability.statistics import ModelStatistics
 from triton_core.protos import model_config_pb2
 from triton_core.shared_memory.region import CudaRegionStatus, RegionKind, SystemRegionStatus
 from triton_core.shared_memory.registry import SharedMemoryOptions, SharedMemoryRegistry
-from triton_core.statistics import ModelStatistics
-from triton_core.streaming import ResponsePool
 from triton_core.types import (
     InferenceRequest,
     InferenceResponse,

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import TypeVar
 
 from triton_core import testing
-from triton_core.plugins import PluginManager
-from triton_core.server import Server, ServerOptions
+from triton_core.plugins.manager import PluginManager
+from triton_core.server.core import Server, ServerOptions
 from triton_core.testing import plugin_manager
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -7,10 +7,10 @@ imported from ``triton_core`` itself::
 
     from triton_core import Backend, InferenceResponse, Tensor, TritonError, hookimpl
 
-The modules under ``triton_core`` (``triton_core.backend``, ``triton_core.dtypes`` ...) are
-internal and change without notice; ``triton_core.testing`` (pytest fixtures) and
-``triton_core.ray`` (a Ray Serve deployment, with the ``ray`` extra) are the public modules
-besides this one.
+The modules under ``triton_core`` (``triton_core.backends.contract``,
+``triton_core.tensors.dtypes`` ...) are internal and change without notice;
+``triton_core.testing`` (pytest fixtures) and ``triton_core.ray`` (a Ray Serve deployment,
+with the ``ray`` extra) are the public modules besides this one.
 
 Each name is imported on first use, so ``import triton_core`` costs almost nothing: plugins
 and processes that need a few contracts do not pay for the server. ``tests/unit/
@@ -27,7 +27,7 @@ __version__ = "0.1.0"
 
 #: module -> the public names it defines, imported from it on first access
 _EXPORTS: dict[str, tuple[str, ...]] = {
-    "triton_core.backend": (
+    "triton_core.backends.contract": (
         "Backend",
         "BackendModel",
         "EventDrivenInstance",
@@ -42,8 +42,8 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "parse_config_text",
         "wire_datatype",
     ),
-    "triton_core.device_tensors": ("DEVICE_DATATYPES", "DeviceBuffer"),
-    "triton_core.dtypes": (
+    "triton_core.tensors.device_tensors": ("DEVICE_DATATYPES", "DeviceBuffer"),
+    "triton_core.tensors.dtypes": (
         "CONFIG_TO_WIRE",
         "ELEMENT_SIZE",
         "NUMPY_DTYPES",
@@ -64,7 +64,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "unavailable",
         "unsupported",
     ),
-    "triton_core.framework.config": (
+    "triton_core.backends.framework.config": (
         "ReportedTensor",
         "available_cpus",
         "batchable",
@@ -81,7 +81,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "wire_type",
         "wire_types",
     ),
-    "triton_core.framework.execution": (
+    "triton_core.backends.framework.execution": (
         "BatchPlan",
         "Reshape",
         "RunBatch",
@@ -89,10 +89,10 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "output_reshapes",
         "reshaper",
     ),
-    "triton_core.framework.parameters": ("Parameters",),
-    "triton_core.hookspecs": ("hookimpl",),
-    "triton_core.plugins": ("PluginManager", "create_plugin_manager"),
-    "triton_core.ragged": ("RaggedBatching",),
+    "triton_core.backends.framework.parameters": ("Parameters",),
+    "triton_core.plugins.hookspecs": ("hookimpl",),
+    "triton_core.plugins.manager": ("PluginManager", "create_plugin_manager"),
+    "triton_core.tensors.ragged": ("RaggedBatching",),
     "triton_core.protos.model_config_pb2": (
         "DataType",
         "ModelConfig",
@@ -104,7 +104,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "ModelSequenceBatching",
         "ModelTensorReshape",
     ),
-    "triton_core.registry": (
+    "triton_core.plugins.registry": (
         "BackendRegistry",
         "BatchStrategyRegistry",
         "CacheRegistry",
@@ -118,8 +118,8 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     "triton_core.scheduling.base": ("Scheduler", "SchedulerContext"),
     "triton_core.scheduling.executor": ("InstancePool",),
     "triton_core.scheduling.strategy": ("BatchStrategy",),
-    "triton_core.server": ("Server", "ServerOptions"),
-    "triton_core.services": ("ModelServices",),
+    "triton_core.server.core": ("Server", "ServerOptions"),
+    "triton_core.backends.services": ("ModelServices",),
     "triton_core.shared_memory.refs": (
         "SharedMemoryInput",
         "SharedMemoryRef",
@@ -129,7 +129,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
     ),
     "triton_core.shared_memory.region": ("SystemRegionStatus",),
     "triton_core.shared_memory.registry": ("SharedMemoryOptions",),
-    "triton_core.statistics": ("ExecutionTimes", "ModelStatistics"),
+    "triton_core.observability.statistics": ("ExecutionTimes", "ModelStatistics"),
     "triton_core.types": (
         "InferenceRequest",
         "InferenceResponse",
@@ -145,7 +145,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
 }
 
 if TYPE_CHECKING:
-    from triton_core.backend import (
+    from triton_core.backends.contract import (
         Backend,
         BackendModel,
         EventDrivenInstance,
@@ -153,33 +153,7 @@ if TYPE_CHECKING:
         ModelContext,
         ModelInstance,
     )
-    from triton_core.cache.base import CacheStatistics, ResponseCache, response_size
-    from triton_core.config.model_config import (
-        config_from_json,
-        config_to_json,
-        parse_config_text,
-        wire_datatype,
-    )
-    from triton_core.device_tensors import DEVICE_DATATYPES, DeviceBuffer
-    from triton_core.dtypes import (
-        CONFIG_TO_WIRE,
-        ELEMENT_SIZE,
-        NUMPY_DTYPES,
-        WIRE_TO_CONFIG,
-        deserialize_bytes,
-        serialize_bytes,
-        wire_datatype_of,
-    )
-    from triton_core.errors import (
-        Status,
-        TritonError,
-        internal,
-        invalid_arg,
-        not_found,
-        unavailable,
-        unsupported,
-    )
-    from triton_core.framework.config import (
+    from triton_core.backends.framework.config import (
         ReportedTensor,
         available_cpus,
         batchable,
@@ -196,7 +170,7 @@ if TYPE_CHECKING:
         wire_type,
         wire_types,
     )
-    from triton_core.framework.execution import (
+    from triton_core.backends.framework.execution import (
         BatchPlan,
         Reshape,
         RunBatch,
@@ -204,12 +178,39 @@ if TYPE_CHECKING:
         output_reshapes,
         reshaper,
     )
-    from triton_core.framework.parameters import Parameters
+    from triton_core.backends.framework.parameters import Parameters
+    from triton_core.backends.services import ModelServices
+    from triton_core.cache.base import CacheStatistics, ResponseCache, response_size
+    from triton_core.config.model_config import (
+        config_from_json,
+        config_to_json,
+        parse_config_text,
+        wire_datatype,
+    )
+    from triton_core.errors import (
+        Status,
+        TritonError,
+        internal,
+        invalid_arg,
+        not_found,
+        unavailable,
+        unsupported,
+    )
     from triton_core.frontends.base import Endpoint, Frontend, FrontendSettings
     from triton_core.frontends.builtin.http_endpoint import HttpEndpointFrontend
     from triton_core.frontends.server_api import ServerAPI
-    from triton_core.hookspecs import hookimpl
-    from triton_core.plugins import PluginManager, create_plugin_manager
+    from triton_core.observability.statistics import ExecutionTimes, ModelStatistics
+    from triton_core.plugins.hookspecs import hookimpl
+    from triton_core.plugins.manager import PluginManager, create_plugin_manager
+    from triton_core.plugins.registry import (
+        BackendRegistry,
+        BatchStrategyRegistry,
+        CacheRegistry,
+        FrontendRegistry,
+        Registration,
+        RepositoryAgentRegistry,
+        SchedulerRegistry,
+    )
     from triton_core.protos.model_config_pb2 import (
         DataType,
         ModelConfig,
@@ -221,23 +222,12 @@ if TYPE_CHECKING:
         ModelSequenceBatching,
         ModelTensorReshape,
     )
-    from triton_core.ragged import RaggedBatching
-    from triton_core.registry import (
-        BackendRegistry,
-        BatchStrategyRegistry,
-        CacheRegistry,
-        FrontendRegistry,
-        Registration,
-        RepositoryAgentRegistry,
-        SchedulerRegistry,
-    )
     from triton_core.repository.agents import AgentAction, AgentModel, RepositoryAgent
     from triton_core.repository.layout import is_within
     from triton_core.scheduling.base import Scheduler, SchedulerContext
     from triton_core.scheduling.executor import InstancePool
     from triton_core.scheduling.strategy import BatchStrategy
-    from triton_core.server import Server, ServerOptions
-    from triton_core.services import ModelServices
+    from triton_core.server.core import Server, ServerOptions
     from triton_core.shared_memory.refs import (
         SharedMemoryInput,
         SharedMemoryRef,
@@ -247,7 +237,17 @@ if TYPE_CHECKING:
     )
     from triton_core.shared_memory.region import SystemRegionStatus
     from triton_core.shared_memory.registry import SharedMemoryOptions
-    from triton_core.statistics import ExecutionTimes, ModelStatistics
+    from triton_core.tensors.device_tensors import DEVICE_DATATYPES, DeviceBuffer
+    from triton_core.tensors.dtypes import (
+        CONFIG_TO_WIRE,
+        ELEMENT_SIZE,
+        NUMPY_DTYPES,
+        WIRE_TO_CONFIG,
+        deserialize_bytes,
+        serialize_bytes,
+        wire_datatype_of,
+    )
+    from triton_core.tensors.ragged import RaggedBatching
     from triton_core.types import (
         InferenceRequest,
         InferenceResponse,

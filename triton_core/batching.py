@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from triton_core.framework.execution import BatchPlan
+from triton_core.backends.framework.execution import BatchPlan
 from triton_core.types import InferenceRequest, InferenceResponse
 
 warnings.warn(

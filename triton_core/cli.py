@@ -12,7 +12,7 @@ import os
 import sys
 from collections.abc import Mapping, Sequence
 
-from triton_core import __version__, allocator
+from triton_core import __version__
 from triton_core.flags.build import (
     ServeOptions,
     add_serve_arguments,
@@ -28,9 +28,10 @@ from triton_core.frontends.runner import (
     run_on_event_loop,
     serve,
 )
-from triton_core.logsettings import LOG, HeldRecords, plugin_logger_names
-from triton_core.plugins import PluginManager, create_plugin_manager
-from triton_core.server import Server
+from triton_core.observability.logsettings import LOG, HeldRecords, plugin_logger_names
+from triton_core.plugins.manager import PluginManager, create_plugin_manager
+from triton_core.server.core import Server
+from triton_core.tensors import allocator
 
 logger = logging.getLogger("triton_core")
 

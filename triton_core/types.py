@@ -8,15 +8,15 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from triton_core.device_tensors import DeviceBuffer
 from triton_core.errors import TritonError
+from triton_core.tensors.device_tensors import DeviceBuffer
 
 if TYPE_CHECKING:
     import asyncio
 
+    from triton_core.observability.statistics import StepTimes
+    from triton_core.observability.tracing.trace import Trace
     from triton_core.shared_memory.refs import SharedMemorySpans, SharedMemoryTensors
-    from triton_core.statistics import StepTimes
-    from triton_core.tracing.trace import Trace
 
 #: request and response parameter values, as the parameters extension allows them
 ParameterValue = bool | int | float | str
@@ -32,11 +32,11 @@ class RequestFlag(enum.IntFlag):
 
 @dataclass(slots=True)
 class Tensor:
-    """A named tensor; ``data`` holds the values (see :mod:`triton_core.dtypes`).
+    """A named tensor; ``data`` holds the values (see :mod:`triton_core.tensors.dtypes`).
 
     ``data`` is a numpy array, except for instances that declare ``accepts_device_tensors``:
     they may get (and return) a :class:`~triton_core.DeviceBuffer` instead, see
-    :mod:`triton_core.device_tensors`.
+    :mod:`triton_core.tensors.device_tensors`.
     """
 
     name: str

@@ -8,7 +8,7 @@ import urllib.request
 import pytest
 
 from tests.support import ServerProcess, write_numpy_model
-from triton_core.devices import gpu_count
+from triton_core.tensors.devices import gpu_count
 
 GPU_FAMILIES = (
     "nv_gpu_utilization",

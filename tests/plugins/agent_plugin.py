@@ -14,7 +14,7 @@ import threading
 from pathlib import Path
 
 from triton_core.errors import invalid_arg
-from triton_core.hookspecs import hookimpl
+from triton_core.plugins.hookspecs import hookimpl
 from triton_core.repository.agents import AgentAction, AgentModel, RepositoryAgent
 
 #: agents told to hang (``hang_on``) go on when a test sets this

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 
 from triton_core import Endpoint, Frontend, FrontendRegistry, FrontendSettings, ServerAPI
-from triton_core.hookspecs import hookimpl
+from triton_core.plugins.hookspecs import hookimpl
 
 
 class FailingFrontend(Frontend):

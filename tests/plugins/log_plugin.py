@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 
-from triton_core.hookspecs import hookimpl
+from triton_core.plugins.hookspecs import hookimpl
 
 PLUGIN_LINE = "log_plugin: a verbose line of a plugin"
 LIBRARY_LINE = "log_plugin: a debug line of a third-party library"

@@ -13,7 +13,7 @@ import pytest
 
 from tests.plugins import agent_plugin, numpy_backend
 from tests.support import wait_until_async, write_numpy_model
-from triton_core.server import Server, ServerOptions
+from triton_core.server.core import Server, ServerOptions
 from triton_core.testing import inference_request, plugin_manager
 
 

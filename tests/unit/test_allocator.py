@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from triton_core import allocator
+from triton_core.tensors import allocator
 
 GLIBC = platform.libc_ver()[0] == "glibc"
 
@@ -17,7 +17,7 @@ GLIBC = platform.libc_ver()[0] == "glibc"
 #: gave back; with "child", a process started from there (as a Python model stub) reports
 _PROBE = """
 import subprocess, sys
-from triton_core import allocator
+from triton_core.tensors import allocator
 def resident():
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * 4096

@@ -18,9 +18,9 @@ from tests.plugins import numpy_backend
 from tests.support import numpy_plugins, write_broken_distribution, write_numpy_model
 from triton_core import InferenceRequest, Server, ServerOptions, Status, Tensor, TritonError
 from triton_core.cache.base import CacheStatistics, ResponseCache
-from triton_core.failures import RepeatedFailureLog
-from triton_core.hookspecs import hookimpl
-from triton_core.plugins import PLUGINS_ENV, create_plugin_manager
+from triton_core.plugins.failures import RepeatedFailureLog
+from triton_core.plugins.hookspecs import hookimpl
+from triton_core.plugins.manager import PLUGINS_ENV, create_plugin_manager
 from triton_core.scheduling.strategy import BatchStrategy
 
 

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
-from triton_core import buffer_manager
+from triton_core.tensors import buffer_manager
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ from triton_core.cli import build_parser
 from triton_core.flags import docs
 from triton_core.flags.build import serve_flags
 from triton_core.flags.model import GPU_ONLY
-from triton_core.server import EXTENSIONS
+from triton_core.server.core import EXTENSIONS
 
 DATA = ROOT / "tests" / "data"
 STATUSES = ("works", "partly", "accepted, no effect", "not supported")

@@ -17,8 +17,7 @@ import numpy as np
 import pytest
 
 from triton_core import SharedMemoryOptions, Status, TritonError
-from triton_core.devices import gpu_count
-from triton_core.server import EXTENSIONS, Server, ServerOptions
+from triton_core.server.core import EXTENSIONS, Server, ServerOptions
 from triton_core.shared_memory.cuda import (
     BAD_HANDLE,
     CUDA_IPC_HANDLE_SIZE,
@@ -29,6 +28,7 @@ from triton_core.shared_memory.cuda import (
 )
 from triton_core.shared_memory.region import RegionKind
 from triton_core.shared_memory.registry import CLIENT_SHM_DISABLED, SharedMemoryRegistry
+from triton_core.tensors.devices import gpu_count
 
 ALLOWED = SharedMemoryOptions(allow_client_shm=True)
 HANDLE = bytes(range(CUDA_IPC_HANDLE_SIZE))

@@ -4,8 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from triton_core.custom_metrics import COUNTER, GAUGE, HISTOGRAM, MAX_LABELS, CustomMetrics
 from triton_core.errors import Status, TritonError
+from triton_core.observability.custom_metrics import (
+    COUNTER,
+    GAUGE,
+    HISTOGRAM,
+    MAX_LABELS,
+    CustomMetrics,
+)
 
 
 def samples(registry: CustomMetrics) -> dict[str, list[tuple[str, dict[str, str], float]]]:

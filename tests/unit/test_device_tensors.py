@@ -434,7 +434,7 @@ async def test_regions_unregistered_by_a_client_gone_mid_batch_close_after_it(tm
 
 
 def test_host_copy_metrics_appear_only_where_cuda_regions_can_be_opened(monkeypatch) -> None:
-    from triton_core import metrics
+    from triton_core.observability import metrics
     from triton_core.shared_memory import cuda
 
     monkeypatch.setattr(metrics, "cuda_support", lambda: cuda.CudaSupport(reason="no GPU"))
@@ -468,7 +468,7 @@ def test_models_whose_schedulers_read_values_get_no_device_tensors(config, expec
     from types import SimpleNamespace
 
     from triton_core import parse_config_text
-    from triton_core.model import LoadedModel
+    from triton_core.server.model import LoadedModel
 
     parsed = parse_config_text(f'name: "m"\n{config}', "config.pbtxt")
     pool = SimpleNamespace(device_inputs=True)

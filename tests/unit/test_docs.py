@@ -6,7 +6,7 @@ import inspect
 import re
 
 from tests.support import ROOT
-from triton_core import hookspecs
+from triton_core.plugins import hookspecs
 
 
 def test_every_hook_has_a_docstring_and_a_heading_in_the_guide():

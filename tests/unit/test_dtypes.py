@@ -3,7 +3,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from triton_core import dtypes
+from triton_core.tensors import dtypes
 
 
 def test_bytes_round_trip_keeps_embedded_nul_and_empty_elements():

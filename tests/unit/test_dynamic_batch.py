@@ -31,7 +31,7 @@ from triton_core import (
 )
 from triton_core.config import normalize, parse_config_text, validate
 from triton_core.errors import Status, TritonError
-from triton_core.plugins import create_plugin_manager
+from triton_core.plugins.manager import create_plugin_manager
 
 strategy_plugin = pytest.importorskip("triton_core_test_batch_strategy")
 

@@ -24,9 +24,9 @@ from triton_core import (
     hookimpl,
 )
 from triton_core.config import parse_config_text
-from triton_core.plugins import create_plugin_manager
+from triton_core.plugins.manager import create_plugin_manager
 from triton_core.repository.ensembles import ensemble_load_order, validate_ensemble_config
-from triton_core.server import Server, ServerOptions
+from triton_core.server.core import Server, ServerOptions
 
 Step = tuple[str, dict[str, str], dict[str, str]]
 

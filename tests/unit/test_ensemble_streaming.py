@@ -17,8 +17,8 @@ from triton_core import (
     Tensor,
     hookimpl,
 )
-from triton_core.plugins import create_plugin_manager
-from triton_core.server import Server, ServerOptions
+from triton_core.plugins.manager import create_plugin_manager
+from triton_core.server.core import Server, ServerOptions
 
 
 class _Count(ModelInstance):

@@ -57,7 +57,7 @@ def finish(requests, responses, instance):  # type: ignore[no-untyped-def]
 
 
 def test_it_is_public_and_a_model_instance():
-    from triton_core.backend import EventDrivenInstance as defined
+    from triton_core.backends.contract import EventDrivenInstance as defined
 
     assert triton_core.EventDrivenInstance is defined
     assert "EventDrivenInstance" in triton_core.__all__

@@ -23,8 +23,8 @@ from triton_core.flags.build import (
 )
 from triton_core.flags.model import OWNERS, Flag, Triton
 from triton_core.frontends.runner import FrontendOptions
-from triton_core.logsettings import LogSettings
-from triton_core.server import ServerOptions
+from triton_core.observability.logsettings import LogSettings
+from triton_core.server.core import ServerOptions
 
 OPTIONS = {
     "log": LogSettings,

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from triton_core.devices import gpu_count
-from triton_core.gpu_metrics import GPU_FAMILIES, GpuCollector
+from triton_core.observability.gpu_metrics import GPU_FAMILIES, GpuCollector
+from triton_core.tensors.devices import gpu_count
 
 
 class NotSupported(Exception):
@@ -105,9 +105,11 @@ def test_only_the_gpus_cuda_may_use_are_reported(monkeypatch, visible, uuids):
 
 @pytest.mark.skipif(gpu_count() > 0, reason="checks the machine without a GPU")
 def test_without_a_gpu_there_is_no_collector_and_one_log_line(caplog):
-    with caplog.at_level(logging.INFO, logger="triton_core.gpu_metrics"):
+    with caplog.at_level(logging.INFO, logger="triton_core.observability.gpu_metrics"):
         assert GpuCollector.create() is None
-    lines = [r.getMessage() for r in caplog.records if r.name == "triton_core.gpu_metrics"]
+    lines = [
+        r.getMessage() for r in caplog.records if r.name == "triton_core.observability.gpu_metrics"
+    ]
     assert len(lines) == 1 and lines[0].startswith("GPU metrics: not collected"), lines
 
 

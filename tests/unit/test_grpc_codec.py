@@ -9,7 +9,6 @@ import tritonclient.grpc as tc
 from tritonclient.grpc import _utils as tc_utils
 from tritonclient.grpc import service_pb2 as tc_pb
 
-from triton_core.dtypes import NUMPY_DTYPES
 from triton_core.errors import Status, TritonError
 from triton_core.frontends.grpc.codec import (
     decode_infer_request,
@@ -20,6 +19,7 @@ from triton_core.frontends.grpc.codec import (
 )
 from triton_core.protos import grpc_service_pb2 as pb
 from triton_core.shared_memory.refs import SharedMemoryInput, SharedMemoryRef
+from triton_core.tensors.dtypes import NUMPY_DTYPES
 from triton_core.types import InferenceRequest, InferenceResponse, RequestFlag, Tensor
 
 FIXED_TYPES = [name for name in NUMPY_DTYPES if name != "BYTES"]

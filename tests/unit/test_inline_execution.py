@@ -13,7 +13,7 @@ import time
 import numpy as np
 import pytest
 
-from triton_core.backend import ModelInstance
+from triton_core.backends.contract import ModelInstance
 from triton_core.errors import Status, TritonError
 from triton_core.scheduling import inline
 from triton_core.scheduling.inline import InlineGate

@@ -9,7 +9,7 @@ import threading
 import numpy as np
 import pytest
 
-from triton_core.backend import EventDrivenInstance, ModelInstance
+from triton_core.backends.contract import EventDrivenInstance, ModelInstance
 from triton_core.scheduling.event_driven_pool import EventDrivenInstancePool
 from triton_core.scheduling.executor import InstancePool
 from triton_core.scheduling.threaded_pool import ThreadedInstancePool
@@ -164,7 +164,7 @@ async def test_pinned_instances_hold_one_batch_at_a_time() -> None:
 
 
 async def test_times_an_instance_reports_go_to_the_statistics() -> None:
-    from triton_core.statistics import ExecutionTimes
+    from triton_core.observability.statistics import ExecutionTimes
 
     instance = Pipelined()
     pool = EventDrivenInstancePool([instance], ["m_0"], asyncio.get_running_loop(), finish, "m")

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from triton_core.logsettings import (
+from triton_core.observability.logsettings import (
     LogControl,
     LogSettings,
     TritonFormatter,
@@ -21,7 +21,7 @@ CREATED = 1796161879.123456
 
 
 def record(
-    message: str, level: int = logging.INFO, name: str = "triton_core.server"
+    message: str, level: int = logging.INFO, name: str = "triton_core.server.core"
 ) -> logging.LogRecord:
     item = logging.LogRecord(name, level, "/src/triton_core/server.py", 123, message, None, None)
     item.created = CREATED
@@ -86,7 +86,7 @@ def test_settings_gate_severities_and_scope_verbose_levels() -> None:
     control = LogControl()
     control.scope(["some_plugin"])
     control.apply(LogSettings(verbose=2, warning=False))
-    assert logging.getLogger("triton_core.server").isEnabledFor(logging.DEBUG - 1)
+    assert logging.getLogger("triton_core.server.core").isEnabledFor(logging.DEBUG - 1)
     assert logging.getLogger("some_plugin.module").isEnabledFor(logging.DEBUG)
     assert not logging.getLogger("some_plugin.module").isEnabledFor(logging.DEBUG - 2)
     gate = _SeverityGate(control)
@@ -95,7 +95,7 @@ def test_settings_gate_severities_and_scope_verbose_levels() -> None:
     assert gate.filter(record("v2", logging.DEBUG - 1))
     assert not gate.filter(record("v3", logging.DEBUG - 2))
     control.apply(LogSettings())
-    assert not logging.getLogger("triton_core.server").isEnabledFor(logging.DEBUG)
+    assert not logging.getLogger("triton_core.server.core").isEnabledFor(logging.DEBUG)
 
 
 def test_plugin_logger_names_are_top_level_packages() -> None:
@@ -110,11 +110,11 @@ def test_plugin_logger_names_are_top_level_packages() -> None:
 def test_held_records_are_replayed_through_the_handlers_configured_later():
     import logging
 
-    from triton_core.logsettings import HeldRecords
+    from triton_core.observability.logsettings import HeldRecords
 
     with HeldRecords() as held:
-        logging.getLogger("triton_core.plugins").info("held info")
-        logging.getLogger("triton_core.plugins").debug("held debug")
+        logging.getLogger("triton_core.plugins.manager").info("held info")
+        logging.getLogger("triton_core.plugins.manager").debug("held debug")
         logging.getLogger("some_library").warning("held warning")
     assert [r.getMessage() for r in held.records] == ["held info", "held warning"]
     seen: list[str] = []

@@ -16,7 +16,7 @@ from tests.support import numpy_server, write_numpy_model
 from triton_core import InferenceRequest, InferenceResponse, RequestedOutput, Status, Tensor
 from triton_core.config import parse_config_text
 from triton_core.errors import TritonError
-from triton_core.outputs import OutputCheck
+from triton_core.server.outputs import OutputCheck
 
 #: misbehaving kind -> what the error must say about it (FP32 model, dims [4], batch 1)
 MISBEHAVIOURS = {

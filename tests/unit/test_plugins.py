@@ -4,7 +4,7 @@ import pytest
 
 from tests.plugins import numpy_backend
 from triton_core import hookimpl
-from triton_core.plugins import DISABLE_ENV, create_plugin_manager
+from triton_core.plugins.manager import DISABLE_ENV, create_plugin_manager
 
 
 def test_builtins_register_like_third_party_plugins():
@@ -155,7 +155,7 @@ def test_a_plugin_importing_core_internals_is_named_with_the_public_replacement(
         "    from triton_core.testing import ServerProcess\n"
     )
     (folder / "clean.py").write_text("from triton_core import hookimpl, ResponseCache\n")
-    with caplog.at_level("WARNING", logger="triton_core.migration"):
+    with caplog.at_level("WARNING", logger="triton_core.plugins.migration"):
         create_plugin_manager(autoload=False, directories=[("--plugin-dir", folder)])
     warnings = [record.getMessage() for record in caplog.records]
     assert len(warnings) == 2, warnings
@@ -171,7 +171,7 @@ def test_the_testing_kit_names_an_installed_plugin_as_serve_does(monkeypatch):
     an installed plugin has its entry point's name and its distribution."""
     import importlib
 
-    from triton_core.plugins import PLUGINS_ENV
+    from triton_core.plugins.manager import PLUGINS_ENV
     from triton_core.testing.inprocess import plugin_manager
 
     module = importlib.import_module("triton_core_example_numpy.plugin")

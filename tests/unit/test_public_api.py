@@ -96,7 +96,7 @@ def test_the_check_finds_a_private_import_wherever_it_is(tmp_path):
         "from triton_core import Tensor\n"
         "import triton_core.testing\n"
         "def load():\n"
-        "    import triton_core.dtypes as dtypes\n"
+        "    import triton_core.tensors.dtypes as dtypes\n"
         "    from triton_core.protos import model_config_pb2\n"
         "from triton_core_onnx import backend\n"
         "from tests.support import ROOT\n"
@@ -104,7 +104,7 @@ def test_the_check_finds_a_private_import_wherever_it_is(tmp_path):
     assert core_imports(source) == [
         (1, "triton_core"),
         (2, "triton_core.testing"),
-        (4, "triton_core.dtypes"),
+        (4, "triton_core.tensors.dtypes"),
         (5, "triton_core.protos"),
     ]
     assert core_imports(source, _is_core_tests_module) == [(7, "tests.support")]
@@ -158,7 +158,7 @@ def test_importing_triton_core_loads_nothing_else_until_a_name_is_used():
         "import sys, triton_core\n"
         "print(sorted(m for m in sys.modules if m.startswith('triton_core.')))\n"
         "from triton_core import hookimpl\n"
-        "print('triton_core.server' in sys.modules, 'numpy' in sys.modules)\n"
+        "print('triton_core.server.core' in sys.modules, 'numpy' in sys.modules)\n"
     )
     result = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT

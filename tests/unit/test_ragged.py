@@ -8,7 +8,7 @@ import pytest
 
 from triton_core.config import parse_config_text
 from triton_core.errors import TritonError
-from triton_core.ragged import RaggedBatching, validate_batch_io
+from triton_core.tensors.ragged import RaggedBatching, validate_batch_io
 from triton_core.types import InferenceRequest, Tensor
 
 CONFIG = """

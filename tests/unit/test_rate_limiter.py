@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from tests.support import wait_until_async
-from triton_core.backend import EventDrivenInstance, ModelInstance
+from triton_core.backends.contract import EventDrivenInstance, ModelInstance
 from triton_core.errors import TritonError
 from triton_core.scheduling.rate_limiter import (
     GLOBAL,

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from triton_core.re2_patterns import compile_re2
+from triton_core.frontends.re2_patterns import compile_re2
 
 
 @pytest.mark.parametrize(

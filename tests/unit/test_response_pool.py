@@ -15,9 +15,9 @@ from tests.plugins import stream_backend
 from tests.plugins.stream_backend import read_progress
 from tests.support import stays_true_async, wait_until_async
 from triton_core import InferenceRequest, InferenceResponse, Tensor
-from triton_core.plugins import create_plugin_manager
-from triton_core.server import Server, ServerOptions
-from triton_core.streaming import ResponsePool, StreamSender
+from triton_core.backends.streaming import ResponsePool, StreamSender
+from triton_core.plugins.manager import create_plugin_manager
+from triton_core.server.core import Server, ServerOptions
 
 #: how long a producer that must wait is watched before it counts as waiting
 WAITING_SECS = 0.3

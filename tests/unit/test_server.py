@@ -108,7 +108,7 @@ async def test_the_model_ready_endpoints_ask_instances_that_check_readiness(serv
 
     instance.checks_readiness = True
     instance.check_ready = not_ready
-    with caplog.at_level(logging.DEBUG, logger="triton_core.server"):
+    with caplog.at_level(logging.DEBUG, logger="triton_core.server.core"):
         assert not await server.check_model_ready("identity")
     assert "Model 'identity' version 1 is not ready: warming up" in caplog.text
     assert server.model_ready("identity")  # its lifecycle state is unchanged
@@ -171,7 +171,7 @@ async def test_failed_model_is_reported_and_others_serve_without_exit_on_error(t
 
 async def test_same_model_in_two_repositories_is_unavailable(tmp_path):
     from tests.support import numpy_plugins
-    from triton_core.server import Server, ServerOptions
+    from triton_core.server.core import Server, ServerOptions
 
     first, second = tmp_path / "a", tmp_path / "b"
     write_numpy_model(first, "twin")

@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 
 from tests.fake_server import FakeModel, FakeServer
+from triton_core.backends.services import ModelServices
 from triton_core.errors import Status, TritonError
 from triton_core.frontends.server_api import ServerAPI
-from triton_core.server import Server
-from triton_core.services import ModelServices
+from triton_core.server.core import Server
 from triton_core.types import TensorMetadata
 
 PROTOCOL_METHODS = sorted(

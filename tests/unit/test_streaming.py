@@ -8,7 +8,7 @@ import pytest
 from tests.plugins import numpy_backend, stream_backend
 from tests.support import wait_until_async, write_numpy_model, write_stream_model
 from triton_core import InferenceRequest, Server, ServerOptions, Status, Tensor, TritonError
-from triton_core.plugins import create_plugin_manager
+from triton_core.plugins.manager import create_plugin_manager
 
 
 def server_for(repo):

@@ -14,13 +14,13 @@ import pytest
 
 from tests.plugins import numpy_backend
 from tests.support import numpy_server, wait_until_async, write_numpy_model
-from triton_core.backend import EventDrivenInstance, ModelInstance
+from triton_core.backends.contract import EventDrivenInstance, ModelInstance
 from triton_core.config import ModelConfig, validate
 from triton_core.errors import Status, TritonError
-from triton_core.metrics import MetricsOptions, create_registry, exposition
+from triton_core.observability.metrics import MetricsOptions, create_registry, exposition
 from triton_core.scheduling.executor import InstancePool
 from triton_core.scheduling.runtime import pool_class
-from triton_core.server import Server
+from triton_core.server.core import Server
 from triton_core.testing import inference_request
 from triton_core.types import InferenceRequest, InferenceResponse, Tensor
 

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from triton_core.errors import Status, TritonError
-from triton_core.statistics import ExecutionTimes
-from triton_core.tracing import (
+from triton_core.observability.statistics import ExecutionTimes
+from triton_core.observability.tracing import (
     SettingUpdate,
     TraceConfig,
     TraceFlags,
@@ -20,8 +20,8 @@ from triton_core.tracing import (
     parse_trace_flags,
     parse_update,
 )
-from triton_core.tracing.settings import CLEAR
-from triton_core.tracing.trace import tensor_text
+from triton_core.observability.tracing.settings import CLEAR
+from triton_core.observability.tracing.trace import tensor_text
 from triton_core.types import Tensor
 
 

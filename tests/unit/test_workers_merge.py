@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from triton_core.statistics import ExecutionTimes, ModelStatistics
+from triton_core.observability.statistics import ExecutionTimes, ModelStatistics
 from triton_core.workers.control import (
     MAX_MESSAGE_BYTES,
     ControlServer,

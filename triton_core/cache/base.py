@@ -7,7 +7,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from triton_core.dtypes import serialize_bytes
+from triton_core.tensors.dtypes import serialize_bytes
 
 if TYPE_CHECKING:
     from triton_core.types import InferenceRequest, InferenceResponse

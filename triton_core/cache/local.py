@@ -10,10 +10,10 @@ from time import monotonic_ns
 from typing import TYPE_CHECKING
 
 from triton_core.cache.base import CacheStatistics, ResponseCache, response_size
-from triton_core.hookspecs import hookimpl
+from triton_core.plugins.hookspecs import hookimpl
 
 if TYPE_CHECKING:
-    from triton_core.registry import CacheRegistry
+    from triton_core.plugins.registry import CacheRegistry
     from triton_core.types import InferenceResponse
 
 

@@ -9,7 +9,6 @@ from typing import Any
 
 from google.protobuf import json_format, text_format
 
-from triton_core.dtypes import CONFIG_TO_WIRE
 from triton_core.errors import invalid_arg
 from triton_core.protos.model_config_pb2 import (
     DataType,
@@ -20,6 +19,7 @@ from triton_core.protos.model_config_pb2 import (
     ModelQueuePolicy,
     ModelSequenceBatching,
 )
+from triton_core.tensors.dtypes import CONFIG_TO_WIRE
 
 CONFIG_FILENAME = "config.pbtxt"
 

@@ -10,8 +10,6 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from triton_core import allocator
-from triton_core.devices import gpu_count
 from triton_core.flags.model import (
     GPU_ONLY,
     NOT_SUPPORTED,
@@ -24,8 +22,10 @@ from triton_core.flags.model import (
 from triton_core.flags.parsers import parse_bool
 from triton_core.flags.table import FLAGS
 from triton_core.frontends.runner import FrontendOptions
-from triton_core.logsettings import LogSettings
-from triton_core.server import ServerOptions
+from triton_core.observability.logsettings import LogSettings
+from triton_core.server.core import ServerOptions
+from triton_core.tensors import allocator
+from triton_core.tensors.devices import gpu_count
 
 logger = logging.getLogger("triton_core")
 

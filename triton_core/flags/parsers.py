@@ -10,9 +10,9 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from triton_core import host_policy
-from triton_core.re2_patterns import compile_re2
+from triton_core.frontends.re2_patterns import compile_re2
 from triton_core.scheduling.rate_limiter import parse_resource
+from triton_core.server import host_policy
 
 #: a flag's value parser, as argparse's ``type``
 Parser = Callable[[str], Any]

@@ -10,7 +10,6 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any, Final
 
-from triton_core import allocator
 from triton_core.flags import converters as to
 from triton_core.flags import parsers
 from triton_core.flags.model import (
@@ -31,11 +30,12 @@ from triton_core.flags.plugin_folders import (
 from triton_core.frontends import cloud
 from triton_core.frontends.grpc import limits as grpc_limits
 from triton_core.frontends.restricted import API_GROUPS
-from triton_core.logsettings import LOG_FORMATS
+from triton_core.observability.logsettings import LOG_FORMATS
+from triton_core.observability.tracing.settings import DEPRECATED as TRACE_DEPRECATED
 from triton_core.scheduling import inline
 from triton_core.scheduling.rate_limiter import MODES as RATE_LIMIT_MODES
 from triton_core.shared_memory import registry as shm_registry
-from triton_core.tracing.settings import DEPRECATED as TRACE_DEPRECATED
+from triton_core.tensors import allocator
 
 WORKS: Final = Triton()
 #: ``--grpc-infer-response-compression-level``: Triton's levels

@@ -25,7 +25,7 @@ from triton_core.frontends.tracing import sent, start_trace, tracer_of
 if TYPE_CHECKING:
     from triton_core.frontends.header_forwarding import HeaderForwarder
     from triton_core.frontends.server_api import ServerAPI
-    from triton_core.tracing import Trace, Tracer
+    from triton_core.observability.tracing import Trace, Tracer
     from triton_core.types import InferenceRequest, InferenceResponse
 
 logger = logging.getLogger(__name__)

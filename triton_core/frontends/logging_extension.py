@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any, Final
 
 from triton_core.errors import TritonError, internal, invalid_arg, unavailable, unsupported
-from triton_core.logsettings import LOG, LOG_FORMATS
+from triton_core.observability.logsettings import LOG, LOG_FORMATS
 
 #: the keys a client may change, with the LogSettings field each sets
 SETTABLE: Final = {

@@ -23,14 +23,14 @@ from triton_core.frontends.cloud import SageMakerOptions, VertexAiOptions, check
 from triton_core.frontends.grpc.limits import DEFAULT_LIMITS, GrpcLimits
 from triton_core.frontends.restricted import Restrictions
 from triton_core.frontends.tls import TlsOptions
-from triton_core.metrics import MetricsOptions
-from triton_core.server import Server
+from triton_core.observability.metrics import MetricsOptions
+from triton_core.server.core import Server
 
 if TYPE_CHECKING:
     from triton_core.frontends.http.codec import JsonLimits
     from triton_core.frontends.http.fast_path import ASGIApp
     from triton_core.frontends.http.protocol import HttpLimits
-    from triton_core.plugins import PluginManager
+    from triton_core.plugins.manager import PluginManager
 
 logger = logging.getLogger("triton_core")
 

@@ -1,4 +1,4 @@
-"""What every frontend needs from :class:`triton_core.server.Server`: one protocol.
+"""What every frontend needs from :class:`triton_core.server.core.Server`: one protocol.
 
 The HTTP, gRPC, SageMaker and Vertex AI frontends are typed against :class:`ServerAPI`, so
 they can be served by the real server or by a stand-in in tests; a test checks that the real
@@ -13,10 +13,10 @@ if TYPE_CHECKING:
     import asyncio
     from collections.abc import AsyncIterator
 
+    from triton_core.backends.streaming import ResponsePool
+    from triton_core.observability.statistics import ModelStatistics
     from triton_core.protos.model_config_pb2 import ModelConfig
     from triton_core.shared_memory.region import CudaRegionStatus, SystemRegionStatus
-    from triton_core.statistics import ModelStatistics
-    from triton_core.streaming import ResponsePool
     from triton_core.types import (
         InferenceRequest,
         InferenceResponse,

@@ -11,10 +11,10 @@ from time import monotonic_ns
 from typing import TYPE_CHECKING
 
 from triton_core.errors import TritonError, invalid_arg, unavailable
-from triton_core.tracing import OPENTELEMETRY, Tracer, parse_update
+from triton_core.observability.tracing import OPENTELEMETRY, Tracer, parse_update
 
 if TYPE_CHECKING:
-    from triton_core.tracing import Trace
+    from triton_core.observability.tracing import Trace
 
 #: the tracer of a server that has none (a test double): never enabled
 TRACING_OFF = Tracer()

@@ -31,7 +31,7 @@ from ray.serve import Application
 
 from triton_core.errors import TritonError, invalid_arg, unavailable
 from triton_core.frontends.http.fast_path import ASGIApp, Receive, Scope, Send, create_asgi_app
-from triton_core.server import Server, ServerOptions
+from triton_core.server.core import Server, ServerOptions
 from triton_core.types import InferenceRequest, InferenceResponse, ModelIndexEntry, ModelMetadata
 
 logger = logging.getLogger(__name__)

@@ -17,7 +17,6 @@ from triton_core.errors import (
     unavailable,
     unsupported,
 )
-from triton_core.model import LoadedModel
 from triton_core.repository.ensembles import EnsembleMembers
 from triton_core.repository.records import (
     READY,
@@ -27,6 +26,7 @@ from triton_core.repository.records import (
     qualified_key,
 )
 from triton_core.repository.sources import MappedSource, ModelSource
+from triton_core.server.model import LoadedModel
 from triton_core.types import ModelIndexEntry
 
 logger = logging.getLogger("triton_core.repository.manager")

@@ -26,7 +26,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from triton_core.backend import BackendModel
+from triton_core.backends.contract import BackendModel
 from triton_core.errors import TritonError, invalid_arg, unsupported
 from triton_core.protos.model_config_pb2 import DataType
 from triton_core.types import RequestedOutput
@@ -34,7 +34,7 @@ from triton_core.types import RequestedOutput
 if TYPE_CHECKING:
     from collections.abc import Iterable, Sequence
 
-    from triton_core.backend import InstanceSpec, ModelInstance
+    from triton_core.backends.contract import InstanceSpec, ModelInstance
     from triton_core.protos.model_config_pb2 import ModelConfig, ModelEnsembling
 
 ENSEMBLE_PLATFORM = "ensemble"

@@ -11,7 +11,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from triton_core.backend import Backend, BackendModel, InstanceSpec, ModelContext, ModelInstance
+from triton_core.backends.contract import (
+    Backend,
+    BackendModel,
+    InstanceSpec,
+    ModelContext,
+    ModelInstance,
+)
 from triton_core.config import (
     CONFIG_FILENAME,
     ModelConfig,
@@ -22,11 +28,9 @@ from triton_core.config import (
 )
 from triton_core.config.audit import audit
 from triton_core.errors import TritonError, internal, invalid_arg
-from triton_core.failures import exception_text, model_label, raised
-from triton_core.host_policy import run_this_thread_on
-from triton_core.model import LoadedModel, ModelSignature
-from triton_core.ragged import validate_batch_io
-from triton_core.registry import BackendRegistry
+from triton_core.observability.statistics import ModelStatistics
+from triton_core.plugins.failures import exception_text, model_label, raised
+from triton_core.plugins.registry import BackendRegistry
 from triton_core.repository.agent_set import AgentSet
 from triton_core.repository.ensembles import (
     EnsembleMembers,
@@ -37,11 +41,13 @@ from triton_core.repository.ensembles import (
 )
 from triton_core.repository.layout import is_within, select_versions, version_folders
 from triton_core.repository.runtime import ModelRuntime, VersionParts, discard
-from triton_core.statistics import ModelStatistics
-from triton_core.warmup import build_samples
+from triton_core.server.host_policy import run_this_thread_on
+from triton_core.server.model import LoadedModel, ModelSignature
+from triton_core.server.warmup import build_samples
+from triton_core.tensors.ragged import validate_batch_io
 
 if TYPE_CHECKING:
-    from triton_core.services import ModelServices
+    from triton_core.backends.services import ModelServices
 
 logger = logging.getLogger(__name__)
 

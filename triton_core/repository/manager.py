@@ -37,8 +37,7 @@ from triton_core.errors import (
     invalid_arg,
     unavailable,
 )
-from triton_core.model import LoadedModel
-from triton_core.registry import RepositoryAgentRegistry
+from triton_core.plugins.registry import RepositoryAgentRegistry
 from triton_core.repository.agent_set import AgentSet, notify, run_detached
 from triton_core.repository.agents import AgentAction, AgentModel, RepositoryAgent
 from triton_core.repository.catalog import ModelCatalog
@@ -68,6 +67,7 @@ from triton_core.repository.records import (
 )
 from triton_core.repository.remote import MAX_COMPONENT_BYTES
 from triton_core.repository.sources import ModelSource, check_name
+from triton_core.server.model import LoadedModel
 
 logger = logging.getLogger(__name__)
 

@@ -11,9 +11,9 @@ from pathlib import Path
 
 from triton_core.config import ModelConfig
 from triton_core.errors import Status, TritonError
-from triton_core.model import LoadedModel
 from triton_core.repository.agent_set import AgentSet
 from triton_core.repository.sources import ModelSource
+from triton_core.server.model import LoadedModel
 
 logger = logging.getLogger("triton_core.repository.manager")
 

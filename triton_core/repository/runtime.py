@@ -15,12 +15,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from triton_core.backend import BackendModel, InstanceSpec, ModelInstance
-    from triton_core.model import LoadedModel, ModelSignature
+    from triton_core.backends.contract import BackendModel, InstanceSpec, ModelInstance
+    from triton_core.observability.statistics import ModelStatistics
     from triton_core.protos.model_config_pb2 import ModelConfig
     from triton_core.repository.ensembles import EnsemblePlan
-    from triton_core.statistics import ModelStatistics
-    from triton_core.warmup import WarmupSample
+    from triton_core.server.model import LoadedModel, ModelSignature
+    from triton_core.server.warmup import WarmupSample
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,12 +9,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from triton_core.backends.services import ModelServices
+    from triton_core.observability.statistics import ModelStatistics
     from triton_core.protos.model_config_pb2 import ModelConfig
     from triton_core.repository.ensembles import EnsemblePlan
     from triton_core.scheduling.executor import InstancePool
     from triton_core.scheduling.strategy import BatchStrategy
-    from triton_core.services import ModelServices
-    from triton_core.statistics import ModelStatistics
     from triton_core.types import InferenceRequest, InferenceResponse
 
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING
 
-from triton_core.hookspecs import hookimpl
+from triton_core.plugins.hookspecs import hookimpl
 from triton_core.scheduling.base import Scheduler, SchedulerContext
 
 if TYPE_CHECKING:
-    from triton_core.registry import SchedulerRegistry
+    from triton_core.plugins.registry import SchedulerRegistry
     from triton_core.types import InferenceRequest, InferenceResponse
 
 

@@ -21,13 +21,13 @@ from collections import deque
 from typing import TYPE_CHECKING, Any
 
 from triton_core.errors import Status, TritonError
-from triton_core.failures import RepeatedFailureLog, exception_text
-from triton_core.hookspecs import hookimpl
+from triton_core.plugins.failures import RepeatedFailureLog, exception_text
+from triton_core.plugins.hookspecs import hookimpl
 from triton_core.protos.model_config_pb2 import ModelQueuePolicy
 from triton_core.scheduling.base import Scheduler, SchedulerContext
 
 if TYPE_CHECKING:
-    from triton_core.registry import SchedulerRegistry
+    from triton_core.plugins.registry import SchedulerRegistry
     from triton_core.scheduling.strategy import BatchStrategy
     from triton_core.types import InferenceRequest, InferenceResponse
 

@@ -22,18 +22,18 @@ from collections.abc import AsyncGenerator, Callable
 from time import monotonic_ns
 from typing import TYPE_CHECKING
 
+from triton_core.backends.streaming import ResponsePool, StreamSender
 from triton_core.errors import Status, TritonError, internal
-from triton_core.hookspecs import hookimpl
-from triton_core.model import ModelSignature
+from triton_core.observability.statistics import StepTimes
+from triton_core.plugins.hookspecs import hookimpl
 from triton_core.scheduling.base import Scheduler, SchedulerContext
-from triton_core.statistics import StepTimes
-from triton_core.streaming import ResponsePool, StreamSender
+from triton_core.server.model import ModelSignature
 from triton_core.types import InferenceRequest, InferenceResponse, Tensor
 
 if TYPE_CHECKING:
-    from triton_core.registry import SchedulerRegistry
+    from triton_core.backends.services import ModelServices
+    from triton_core.plugins.registry import SchedulerRegistry
     from triton_core.repository.ensembles import EnsemblePlan, EnsembleStep
-    from triton_core.services import ModelServices
 
 
 # -- running requests -------------------------------------------------------------------------

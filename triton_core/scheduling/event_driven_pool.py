@@ -16,14 +16,14 @@ from collections.abc import Sequence
 from time import monotonic_ns
 from typing import TYPE_CHECKING
 
-from triton_core.backend import EventDrivenInstance
+from triton_core.backends.contract import EventDrivenInstance
+from triton_core.backends.streaming import note_instance
+from triton_core.observability.statistics import ExecutionTimes
 from triton_core.scheduling.executor import Batch, InstancePool, fail_futures
-from triton_core.statistics import ExecutionTimes
-from triton_core.streaming import note_instance
 
 if TYPE_CHECKING:
+    from triton_core.server.warmup import Warmup
     from triton_core.types import InferenceRequest, InferenceResponse
-    from triton_core.warmup import Warmup
 
 
 class EventDrivenInstancePool(InstancePool):

@@ -27,16 +27,16 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from triton_core.errors import Status, TritonError
-from triton_core.failures import RepeatedFailureLog, model_label, raised
+from triton_core.observability.statistics import ExecutionTimes, ModelStatistics
+from triton_core.plugins.failures import RepeatedFailureLog, model_label, raised
 from triton_core.scheduling.inline import InlineGate
 from triton_core.scheduling.timeouts import ExecuteWatch
-from triton_core.statistics import ExecutionTimes, ModelStatistics
 
 if TYPE_CHECKING:
-    from triton_core.backend import ModelInstance
+    from triton_core.backends.contract import ModelInstance
     from triton_core.scheduling.rate_limiter import InstanceSlot, RateLimiter, ResourceMap
+    from triton_core.server.warmup import Warmup
     from triton_core.types import InferenceRequest, InferenceResponse
-    from triton_core.warmup import Warmup
 
 logger = logging.getLogger(__name__)
 

@@ -6,30 +6,30 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING
 
-from triton_core.backend import EventDrivenInstance
+from triton_core.backends.contract import EventDrivenInstance
 from triton_core.config import EXECUTE_TIMEOUT_PARAMETER, scheduling_choice, timeout_parameter
 from triton_core.errors import invalid_arg
-from triton_core.model import LoadedModel
-from triton_core.ragged import RaggedBatching
-from triton_core.registry import BatchStrategyRegistry, SchedulerRegistry
+from triton_core.plugins.registry import BatchStrategyRegistry, SchedulerRegistry
 from triton_core.repository.ensembles import is_ensemble
 from triton_core.scheduling.base import SchedulerContext
 from triton_core.scheduling.event_driven_pool import EventDrivenInstancePool
 from triton_core.scheduling.executor import InstancePool
 from triton_core.scheduling.rate_limiter import RateLimiter, ResourceMap, slot_needs
 from triton_core.scheduling.threaded_pool import ThreadedInstancePool
-from triton_core.warmup import Warmup
+from triton_core.server.model import LoadedModel
+from triton_core.server.warmup import Warmup
+from triton_core.tensors.ragged import RaggedBatching
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from triton_core.backend import InstanceSpec, ModelInstance
+    from triton_core.backends.contract import InstanceSpec, ModelInstance
+    from triton_core.backends.services import ModelServices
+    from triton_core.plugins.registry import Registration, SchedulerFactory
     from triton_core.protos.model_config_pb2 import ModelConfig
-    from triton_core.registry import Registration, SchedulerFactory
     from triton_core.repository.runtime import ServeVersion, VersionParts
     from triton_core.scheduling.base import Scheduler
     from triton_core.scheduling.strategy import BatchStrategy
-    from triton_core.services import ModelServices
 
 
 def pool_class(instances: Sequence[ModelInstance]) -> type[InstancePool]:

@@ -59,17 +59,17 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from triton_core.config import wire_datatype
-from triton_core.dtypes import NUMPY_DTYPES, deserialize_bytes, element_count
 from triton_core.errors import TritonError, internal, invalid_arg, unavailable
-from triton_core.hookspecs import hookimpl
+from triton_core.plugins.hookspecs import hookimpl
 from triton_core.protos.model_config_pb2 import DataType, ModelSequenceBatching
 from triton_core.repository.layout import is_within
 from triton_core.scheduling.base import Scheduler, SchedulerContext
+from triton_core.tensors.dtypes import NUMPY_DTYPES, deserialize_bytes, element_count
 from triton_core.types import InferenceRequest, RequestedOutput, RequestFlag, Tensor
 
 if TYPE_CHECKING:
+    from triton_core.plugins.registry import SchedulerRegistry
     from triton_core.protos.model_config_pb2 import ModelConfig
-    from triton_core.registry import SchedulerRegistry
     from triton_core.types import InferenceResponse
 
 logger = logging.getLogger(__name__)

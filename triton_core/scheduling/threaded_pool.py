@@ -18,18 +18,18 @@ from queue import Empty, SimpleQueue
 from time import monotonic_ns, thread_time_ns
 from typing import TYPE_CHECKING
 
-from triton_core.host_policy import format_cpus, run_this_thread_on
+from triton_core.backends.streaming import note_instance
+from triton_core.observability.statistics import ExecutionTimes
 from triton_core.scheduling.executor import Batch, InstancePool, fail_futures
-from triton_core.statistics import ExecutionTimes
-from triton_core.streaming import note_instance
+from triton_core.server.host_policy import format_cpus, run_this_thread_on
 from triton_core.threads import name_native_thread
 from triton_core.types import release_leases, request_to_host
 
 if TYPE_CHECKING:
-    from triton_core.backend import ModelInstance
+    from triton_core.backends.contract import ModelInstance
     from triton_core.errors import TritonError
+    from triton_core.server.warmup import Warmup
     from triton_core.types import InferenceRequest, InferenceResponse
-    from triton_core.warmup import Warmup
 
 logger = logging.getLogger(__name__)
 

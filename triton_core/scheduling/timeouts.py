@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 from triton_core.errors import TritonError, unavailable
 
 if TYPE_CHECKING:
-    from triton_core.backend import ModelInstance
+    from triton_core.backends.contract import ModelInstance
     from triton_core.types import InferenceResponse
 
 logger = logging.getLogger(__name__)

@@ -8,7 +8,7 @@ handle's length, the device id against the devices present, the byte size agains
 registry's limits and then against the real size of the exported allocation.
 
 Instances that accept device tensors (ONNX Runtime's CUDA provider, PyTorch on CUDA) read
-inputs and write outputs in the region itself (:mod:`triton_core.device_tensors`); for every
+inputs and write outputs in the region itself (:mod:`triton_core.tensors.device_tensors`); for every
 other backend an input is copied device to host once when the request is resolved, and an
 output host to device once when it is written. :data:`HOST_COPIES` counts those copies.
 """
@@ -23,9 +23,9 @@ from typing import Any, Final
 
 import numpy as np
 
-from triton_core.devices import gpu_count
 from triton_core.errors import internal, invalid_arg
 from triton_core.shared_memory.region import CudaRegionStatus, RegionKind
+from triton_core.tensors.devices import gpu_count
 
 logger = logging.getLogger(__name__)
 

@@ -21,19 +21,19 @@ from typing import TYPE_CHECKING, Final, cast
 
 import numpy as np
 
-from triton_core.device_tensors import DEVICE_DATATYPES, DeviceBuffer, output_too_small
-from triton_core.dtypes import NUMPY_DTYPES, deserialize_bytes, serialize_bytes
 from triton_core.errors import internal, invalid_arg
 from triton_core.shared_memory.refs import SharedMemorySpans, SystemSpan
 from triton_core.shared_memory.region import RegionKind
 from triton_core.shared_memory.system import SystemRegion
+from triton_core.tensors.device_tensors import DEVICE_DATATYPES, DeviceBuffer, output_too_small
+from triton_core.tensors.dtypes import NUMPY_DTYPES, deserialize_bytes, serialize_bytes
 from triton_core.types import InferenceRequest, InferenceResponse, Tensor
 
 if TYPE_CHECKING:
-    from triton_core.device_tensors import DeviceMemory
     from triton_core.shared_memory.refs import SharedMemoryInput, SharedMemoryRef
     from triton_core.shared_memory.region import Region
     from triton_core.shared_memory.registry import SharedMemoryRegistry
+    from triton_core.tensors.device_tensors import DeviceMemory
 
 #: outputs larger than this (all together) are written from a thread, off the event loop
 OFFLOAD_BYTES: Final = 1 << 20

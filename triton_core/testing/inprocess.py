@@ -16,8 +16,8 @@ from types import ModuleType
 from typing import Any, TypeVar
 
 from triton_core.frontends.base import Frontend
-from triton_core.plugins import PluginManager, create_plugin_manager, installed_name
-from triton_core.server import Server, ServerOptions
+from triton_core.plugins.manager import PluginManager, create_plugin_manager, installed_name
+from triton_core.server.core import Server, ServerOptions
 from triton_core.types import InferenceRequest, InferenceResponse
 
 T = TypeVar("T")

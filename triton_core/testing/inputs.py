@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 
 import numpy as np
 
-from triton_core.dtypes import wire_datatype_of
+from triton_core.tensors.dtypes import wire_datatype_of
 from triton_core.types import InferenceRequest, RequestedOutput, Tensor
 
 if TYPE_CHECKING:

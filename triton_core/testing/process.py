@@ -21,7 +21,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from triton_core.plugins import NO_AUTOLOAD_ENV, PLUGINS_ENV
+from triton_core.plugins.manager import NO_AUTOLOAD_ENV, PLUGINS_ENV
 
 if TYPE_CHECKING:
     import tritonclient.grpc

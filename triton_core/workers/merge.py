@@ -10,7 +10,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, Final
 
-from triton_core.statistics import BatchStatistics, Duration, Histogram, ModelStatistics
+from triton_core.observability.statistics import (
+    BatchStatistics,
+    Duration,
+    Histogram,
+    ModelStatistics,
+)
 
 #: the Duration attributes of ModelStatistics, in Triton's order
 _DURATIONS: Final = (

@@ -17,16 +17,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from triton_core.errors import TritonError, unavailable
+from triton_core.observability.statistics import ModelStatistics
 from triton_core.repository.manager import ControlMode
-from triton_core.server import Server, ServerOptions
-from triton_core.statistics import ModelStatistics
+from triton_core.server.core import Server, ServerOptions
 from triton_core.workers.control import ControlServer, WorkerError, WorkerGone, ask, peer_pids
 from triton_core.workers.merge import statistics_to_json, sum_expositions, sum_statistics
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
 
-    from triton_core.plugins import PluginManager
+    from triton_core.plugins.manager import PluginManager
 
 logger = logging.getLogger("triton_core.workers")
 
@@ -221,7 +221,7 @@ class WorkerServer(Server):
         return [statistics_to_json(s) for s in stats]
 
     def _local_exposition(self) -> bytes:
-        from triton_core.metrics import exposition
+        from triton_core.observability.metrics import exposition
 
         return exposition(self.registry) if self.registry is not None else b""
 

@@ -45,8 +45,8 @@ from triton_core.workers.server import WorkerServer, WorkerSettings
 if TYPE_CHECKING:
     from triton_core.frontends.base import Frontend
     from triton_core.frontends.http.fast_path import ASGIApp
-    from triton_core.metrics import MetricsOptions
-    from triton_core.server import Server
+    from triton_core.observability.metrics import MetricsOptions
+    from triton_core.server.core import Server
 
 logger = logging.getLogger("triton_core.workers")
 
@@ -408,7 +408,7 @@ def _metrics_app_factory(server: Server, options: MetricsOptions) -> ASGIApp:
     import falcon
     import falcon.asgi
 
-    from triton_core.metrics import CONTENT_TYPE, create_registry, exposition
+    from triton_core.observability.metrics import CONTENT_TYPE, create_registry, exposition
 
     assert isinstance(server, WorkerServer)
     worker_server = server

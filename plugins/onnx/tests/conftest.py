@@ -11,7 +11,7 @@ import pytest
 from google.protobuf import text_format
 from triton_core_onnx.backend import OnnxRuntimeBackend, OnnxRuntimeInstance, OnnxRuntimeModel
 
-from triton_core.backend import InstanceSpec, ModelContext
+from triton_core.backends.contract import InstanceSpec, ModelContext
 from triton_core.protos import model_config_pb2
 from triton_core.types import InferenceRequest, RequestedOutput, Tensor
 

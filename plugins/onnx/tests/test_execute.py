@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from triton_core.dtypes import NUMPY_DTYPES
 from triton_core.errors import Status, TritonError
+from triton_core.tensors.dtypes import NUMPY_DTYPES
 
 IDENTITY_DATATYPES = (
     "BOOL",

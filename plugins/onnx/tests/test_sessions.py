@@ -10,7 +10,7 @@ from triton_core_onnx import settings as ort_settings
 from triton_core_onnx.backend import OnnxRuntimeBackend
 
 from triton_core.errors import Status, TritonError
-from triton_core.registry import BackendRegistry
+from triton_core.plugins.registry import BackendRegistry
 
 HAS_CUDA = "CUDAExecutionProvider" in ort.get_available_providers()
 

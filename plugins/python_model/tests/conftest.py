@@ -16,8 +16,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from triton_core.plugins import create_plugin_manager
-from triton_core.server import Server, ServerOptions
+from triton_core.plugins.manager import create_plugin_manager
+from triton_core.server.core import Server, ServerOptions
 from triton_core.testing import ServerProcess
 
 ADD_SUB = """

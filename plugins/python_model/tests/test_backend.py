@@ -97,7 +97,7 @@ async def test_identity_round_trips_every_datatype(repo, write_model, models, ma
         elif datatype == "BF16":
             values = np.array([0x3F80, 0x4000, 0], dtype=np.uint16)
         else:
-            from triton_core.dtypes import NUMPY_DTYPES
+            from triton_core.tensors.dtypes import NUMPY_DTYPES
 
             values = (rng.random(3) * 100).astype(NUMPY_DTYPES[datatype])
         sent[f"INPUT{index}"] = Tensor(f"INPUT{index}", datatype, values)

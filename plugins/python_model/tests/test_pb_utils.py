@@ -10,7 +10,7 @@ import pytest
 import triton_python_backend_utils as pb_utils
 from triton_core_python.wire import NUMPY_DTYPES
 
-from triton_core.dtypes import NUMPY_DTYPES as CORE_DTYPES
+from triton_core.tensors.dtypes import NUMPY_DTYPES as CORE_DTYPES
 
 
 def test_the_stub_keeps_the_cores_datatype_table():

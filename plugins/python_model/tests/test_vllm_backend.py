@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from triton_core.devices import gpu_count
+from triton_core.tensors.devices import gpu_count
 from triton_core.testing import ServerProcess
 
 pytestmark = [pytest.mark.gpu, pytest.mark.timeout(600)]

@@ -17,7 +17,7 @@ import numpy as np
 
 from triton_core_python.shm import Arena, align
 
-#: wire datatype -> numpy dtype of its values (as triton_core.dtypes; BF16 as uint16 bits)
+#: wire datatype -> numpy dtype of its values (as triton_core.tensors.dtypes; BF16 as uint16 bits)
 NUMPY_DTYPES: Final[dict[str, np.dtype]] = {
     "BOOL": np.dtype(np.bool_),
     "UINT8": np.dtype(np.uint8),

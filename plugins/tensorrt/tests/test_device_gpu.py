@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from triton_core_tensorrt import device
 
-from triton_core.devices import gpu_count
+from triton_core.tensors.devices import gpu_count
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(gpu_count() == 0, reason="no CUDA device")]
 

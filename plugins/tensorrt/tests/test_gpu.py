@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from triton_core import InferenceRequest, InstanceSpec, ModelContext, Status, Tensor, TritonError
-from triton_core.devices import gpu_count
+from triton_core.tensors.devices import gpu_count
 from triton_core.testing import ModelRepository, ServerProcess, http_inputs
 
 pytestmark = [

@@ -15,7 +15,7 @@ torch = pytest.importorskip("torch")
 from triton_core_torch.backend import PyTorchBackend  # noqa: E402
 from triton_core_torch.runtime import PyTorchInstance, PyTorchModel  # noqa: E402
 
-from triton_core.backend import InstanceSpec, ModelContext  # noqa: E402
+from triton_core.backends.contract import InstanceSpec, ModelContext  # noqa: E402
 from triton_core.protos import model_config_pb2  # noqa: E402
 from triton_core.types import InferenceRequest, RequestedOutput, Tensor  # noqa: E402
 

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from triton_core.dtypes import NUMPY_DTYPES
 from triton_core.errors import Status, TritonError
+from triton_core.tensors.dtypes import NUMPY_DTYPES
 
 HAS_CUDA = torch.cuda.is_available()
 

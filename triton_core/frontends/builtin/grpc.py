@@ -7,12 +7,12 @@ from typing import TYPE_CHECKING, Any
 
 from triton_core.frontends.base import Endpoint, Frontend, FrontendSettings
 from triton_core.frontends.header_forwarding import forwarder
-from triton_core.hookspecs import hookimpl
+from triton_core.plugins.hookspecs import hookimpl
 
 if TYPE_CHECKING:
     from triton_core.frontends.runner import FrontendOptions
     from triton_core.frontends.server_api import ServerAPI
-    from triton_core.registry import FrontendRegistry
+    from triton_core.plugins.registry import FrontendRegistry
 
 logger = logging.getLogger("triton_core")
 

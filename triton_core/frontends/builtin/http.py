@@ -8,13 +8,13 @@ from typing import TYPE_CHECKING
 from triton_core.frontends.base import Endpoint, FrontendSettings
 from triton_core.frontends.builtin.http_endpoint import HttpEndpointFrontend
 from triton_core.frontends.header_forwarding import forwarder
-from triton_core.hookspecs import hookimpl
+from triton_core.plugins.hookspecs import hookimpl
 
 if TYPE_CHECKING:
     from triton_core.frontends.http.fast_path import ASGIApp
     from triton_core.frontends.runner import FrontendOptions
     from triton_core.frontends.server_api import ServerAPI
-    from triton_core.registry import FrontendRegistry
+    from triton_core.plugins.registry import FrontendRegistry
 
 
 class HttpFrontend(HttpEndpointFrontend):

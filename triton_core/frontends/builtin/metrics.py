@@ -7,13 +7,13 @@ from typing import TYPE_CHECKING
 
 from triton_core.frontends.base import Endpoint, FrontendSettings
 from triton_core.frontends.builtin.http_endpoint import HttpEndpointFrontend
-from triton_core.hookspecs import hookimpl
+from triton_core.plugins.hookspecs import hookimpl
 
 if TYPE_CHECKING:
     from triton_core.frontends.http.fast_path import ASGIApp
     from triton_core.frontends.runner import FrontendOptions
     from triton_core.frontends.server_api import ServerAPI
-    from triton_core.registry import FrontendRegistry
+    from triton_core.plugins.registry import FrontendRegistry
 
 #: the ``/metrics`` app of each server: the metrics and Vertex AI endpoints share it
 _APPS: weakref.WeakKeyDictionary[ServerAPI, ASGIApp] = weakref.WeakKeyDictionary()
@@ -24,7 +24,7 @@ def metrics_app(server: ServerAPI, options: FrontendOptions) -> ASGIApp:
     ``--workers`` process's, which sums every worker's)."""
     app = _APPS.get(server)
     if app is None:
-        from triton_core.metrics import create_metrics_app, create_registry
+        from triton_core.observability.metrics import create_metrics_app, create_registry
 
         factory = options.metrics_app_factory
         if factory is not None:

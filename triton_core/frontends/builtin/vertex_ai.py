@@ -9,13 +9,13 @@ from triton_core.frontends.builtin.cloud import decode_threads, http_limits_of, 
 from triton_core.frontends.builtin.http_endpoint import HttpEndpointFrontend
 from triton_core.frontends.builtin.metrics import metrics_app
 from triton_core.frontends.cloud import vertex_ai_refused
-from triton_core.hookspecs import hookimpl
+from triton_core.plugins.hookspecs import hookimpl
 
 if TYPE_CHECKING:
     from triton_core.frontends.http.fast_path import ASGIApp
     from triton_core.frontends.runner import FrontendOptions
     from triton_core.frontends.server_api import ServerAPI
-    from triton_core.registry import FrontendRegistry
+    from triton_core.plugins.registry import FrontendRegistry
 
 
 class VertexAiFrontend(HttpEndpointFrontend):

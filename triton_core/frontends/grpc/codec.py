@@ -13,7 +13,6 @@ from typing import Any, Final
 
 import numpy as np
 
-from triton_core.dtypes import NUMPY_DTYPES, deserialize_bytes, serialize_bytes
 from triton_core.errors import TritonError, invalid_arg
 from triton_core.frontends.common import apply_request_parameters, parse_version
 from triton_core.frontends.grpc.wire import (
@@ -23,13 +22,14 @@ from triton_core.frontends.grpc.wire import (
     SplitInferRequest,
     encode_with_raw_outputs,
 )
+from triton_core.observability.statistics import Duration, ModelStatistics
 from triton_core.protos import grpc_service_pb2 as pb
 from triton_core.shared_memory.refs import (
     SharedMemoryInput,
     SharedMemoryRef,
     SharedMemoryTensors,
 )
-from triton_core.statistics import Duration, ModelStatistics
+from triton_core.tensors.dtypes import NUMPY_DTYPES, deserialize_bytes, serialize_bytes
 from triton_core.types import (
     InferenceRequest,
     InferenceResponse,

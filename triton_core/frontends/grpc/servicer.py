@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Final, NamedTuple, NoReturn, Protocol, Ty
 
 import grpc
 
+from triton_core.backends.streaming import ResponsePool
 from triton_core.errors import Status, TritonError, invalid_arg, unsupported
 from triton_core.frontends import logging_extension
 from triton_core.frontends.common import parse_version
@@ -44,7 +45,6 @@ from triton_core.frontends.tracing import trace_setting
 from triton_core.protos import grpc_service_pb2 as pb
 from triton_core.protos import grpc_service_pb2_grpc as pb_grpc
 from triton_core.protos import health_pb2, health_pb2_grpc
-from triton_core.streaming import ResponsePool
 
 if TYPE_CHECKING:
     from triton_core.types import (

@@ -11,13 +11,13 @@ from typing import Any, Final
 import numpy as np
 import orjson
 
-from triton_core.dtypes import (
+from triton_core.errors import internal, invalid_arg
+from triton_core.frontends.http.codec import HEADER_LENGTH, NO_JSON
+from triton_core.observability.statistics import Duration, ModelStatistics
+from triton_core.tensors.dtypes import (
     NUMPY_DTYPES,
     serialize_bytes,
 )
-from triton_core.errors import internal, invalid_arg
-from triton_core.frontends.http.codec import HEADER_LENGTH, NO_JSON
-from triton_core.statistics import Duration, ModelStatistics
 from triton_core.types import (
     InferenceResponse,
 )

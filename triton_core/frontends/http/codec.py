@@ -12,18 +12,18 @@ from typing import Any, Final, NamedTuple
 import numpy as np
 import orjson
 
-from triton_core.dtypes import (
-    CONFIG_TO_WIRE,
-    NUMPY_DTYPES,
-    deserialize_bytes,
-    element_count,
-)
 from triton_core.errors import invalid_arg
 from triton_core.frontends.common import FRONTEND_PARAMETERS, apply_request_parameters
 from triton_core.shared_memory.refs import (
     SharedMemoryInput,
     SharedMemoryRef,
     SharedMemoryTensors,
+)
+from triton_core.tensors.dtypes import (
+    CONFIG_TO_WIRE,
+    NUMPY_DTYPES,
+    deserialize_bytes,
+    element_count,
 )
 from triton_core.types import (
     InferenceRequest,

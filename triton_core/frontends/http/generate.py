@@ -32,7 +32,6 @@ from urllib.parse import unquote
 import numpy as np
 import orjson
 
-from triton_core.dtypes import NUMPY_DTYPES
 from triton_core.errors import TritonError, internal, invalid_arg
 from triton_core.frontends.common import apply_request_parameters, parse_version
 from triton_core.frontends.http import compression
@@ -45,13 +44,14 @@ from triton_core.frontends.http.codec import (
 from triton_core.frontends.infer import InferPath
 from triton_core.frontends.server_api import ServerAPI
 from triton_core.frontends.tracing import sent
+from triton_core.tensors.dtypes import NUMPY_DTYPES
 from triton_core.types import InferenceRequest, Tensor
 
 if TYPE_CHECKING:
     import falcon.asgi
 
     from triton_core.frontends.header_forwarding import HeaderForwarder
-    from triton_core.tracing import Trace
+    from triton_core.observability.tracing import Trace
     from triton_core.types import InferenceResponse, ModelMetadata, TensorMetadata
 
 SSE_CONTENT_TYPE: Final = "text/event-stream; charset=utf-8"

@@ -2,7 +2,7 @@
 
 A model that calls other models (a Python model's BLS calls, an ensemble's steps) or manages
 them (``pb_utils.load_model``) gets :class:`ModelServices` as ``ModelContext.server`` and
-``SchedulerContext.server``, not the concrete :class:`~triton_core.server.Server`: plugins see
+``SchedulerContext.server``, not the concrete :class:`~triton_core.server.core.Server`: plugins see
 only what they may call, and the core's layers below the server do not depend on it. A test
 checks that the real ``Server`` implements every method with a compatible signature.
 """
@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Protocol
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
 
-    from triton_core.streaming import ResponsePool
+    from triton_core.backends.streaming import ResponsePool
     from triton_core.types import InferenceRequest, InferenceResponse
 
 

@@ -22,17 +22,17 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 
 from triton_core.config import wire_datatype
-from triton_core.dtypes import ELEMENT_SIZE, NUMPY_DTYPES, deserialize_bytes, element_count
 from triton_core.errors import TritonError, invalid_arg
-from triton_core.failures import exception_text
+from triton_core.observability.statistics import ExecutionTimes
+from triton_core.plugins.failures import exception_text
 from triton_core.protos.model_config_pb2 import DataType, ModelConfig, ModelWarmup
 from triton_core.repository.layout import is_within
-from triton_core.statistics import ExecutionTimes
+from triton_core.tensors.dtypes import ELEMENT_SIZE, NUMPY_DTYPES, deserialize_bytes, element_count
 from triton_core.types import InferenceRequest, Tensor
 
 if TYPE_CHECKING:
-    from triton_core.backend import EventDrivenInstance, ModelInstance
-    from triton_core.statistics import ModelStatistics
+    from triton_core.backends.contract import EventDrivenInstance, ModelInstance
+    from triton_core.observability.statistics import ModelStatistics
     from triton_core.types import InferenceResponse
 
 logger = logging.getLogger(__name__)
@@ -45,8 +45,9 @@ MAX_COUNT = 100_000
 
 
 class RequestChecks(Protocol):
-    """What warm-up needs of a model's signature (:class:`~triton_core.model.ModelSignature`):
-    its request checks, and whether the model is decoupled."""
+    """What warm-up needs of a model's signature
+    (:class:`~triton_core.server.model.ModelSignature`): its request checks, and whether the
+    model is decoupled."""
 
     decoupled: bool
 

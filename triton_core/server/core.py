@@ -15,15 +15,15 @@ from pathlib import Path
 from time import monotonic_ns
 from typing import TYPE_CHECKING, Any
 
-from triton_core import __version__, buffer_manager, host_policy
+from triton_core import __version__
+from triton_core.backends.streaming import ResponsePool, StreamSender
 from triton_core.cache.base import ResponseCache, request_key
 from triton_core.config import ModelConfig, config_to_json
-from triton_core.custom_metrics import CustomMetrics
-from triton_core.devices import gpu_count
 from triton_core.errors import TritonError, internal, invalid_arg, unavailable, unsupported
-from triton_core.failures import RepeatedFailureLog, exception_text
-from triton_core.model import ModelRetired
-from triton_core.plugins import PluginManager, create_plugin_manager
+from triton_core.observability.custom_metrics import CustomMetrics
+from triton_core.observability.tracing import TraceConfig, Tracer
+from triton_core.plugins.failures import RepeatedFailureLog, exception_text
+from triton_core.plugins.manager import PluginManager, create_plugin_manager
 from triton_core.repository.loader import LoaderOptions, ModelLoader
 from triton_core.repository.manager import ControlMode, ModelRepositoryManager
 from triton_core.repository.sources import open_source
@@ -32,12 +32,14 @@ from triton_core.scheduling.rate_limiter import MODES as RATE_LIMIT_MODES
 from triton_core.scheduling.rate_limiter import OFF as RATE_LIMIT_OFF
 from triton_core.scheduling.rate_limiter import RateLimiter
 from triton_core.scheduling.runtime import SchedulingRuntime
+from triton_core.server import host_policy
+from triton_core.server.model import ModelRetired
 from triton_core.shared_memory import tensors as shm_tensors
 from triton_core.shared_memory.cuda import cuda_support
 from triton_core.shared_memory.region import CudaRegionStatus, RegionKind, SystemRegionStatus
 from triton_core.shared_memory.registry import SharedMemoryOptions, SharedMemoryRegistry
-from triton_core.streaming import ResponsePool, StreamSender
-from triton_core.tracing import TraceConfig, Tracer
+from triton_core.tensors import buffer_manager
+from triton_core.tensors.devices import gpu_count
 from triton_core.types import (
     InferenceRequest,
     InferenceResponse,
@@ -47,9 +49,9 @@ from triton_core.types import (
 )
 
 if TYPE_CHECKING:
-    from triton_core.model import LoadedModel
-    from triton_core.statistics import ModelStatistics
-    from triton_core.tracing import Trace
+    from triton_core.observability.statistics import ModelStatistics
+    from triton_core.observability.tracing import Trace
+    from triton_core.server.model import LoadedModel
 
 logger = logging.getLogger(__name__)
 

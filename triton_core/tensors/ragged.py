@@ -26,9 +26,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from triton_core import buffer_manager
 from triton_core.errors import Status, TritonError, invalid_arg
 from triton_core.protos.model_config_pb2 import BatchInput, BatchOutput, DataType, ModelConfig
+from triton_core.tensors import buffer_manager
 from triton_core.types import InferenceRequest, Tensor
 
 _Kind = BatchInput.Kind

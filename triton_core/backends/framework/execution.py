@@ -23,13 +23,13 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from triton_core import buffer_manager
 from triton_core.errors import Status, TritonError
+from triton_core.tensors import buffer_manager
 from triton_core.types import InferenceRequest, InferenceResponse, Tensor
 
 if TYPE_CHECKING:
     from triton_core.protos.model_config_pb2 import ModelConfig
-    from triton_core.ragged import RaggedBatching
+    from triton_core.tensors.ragged import RaggedBatching
 
 #: ``run(inputs, output_names)`` -> one array per name, batch dimension first. It may
 #: replace values in ``inputs`` (a dict of its own) while converting them for the framework.

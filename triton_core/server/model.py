@@ -8,19 +8,19 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from triton_core.classification import classify
 from triton_core.config import wire_datatype
 from triton_core.errors import Status, TritonError, invalid_arg
-from triton_core.failures import model_label
-from triton_core.outputs import OutputCheck, format_shape, shape_matches
+from triton_core.plugins.failures import model_label
+from triton_core.server.outputs import OutputCheck, format_shape, shape_matches
+from triton_core.tensors.classification import classify
 from triton_core.types import InferenceRequest, InferenceResponse, Tensor, TensorMetadata
 
 if TYPE_CHECKING:
-    from triton_core.backend import BackendModel
+    from triton_core.backends.contract import BackendModel
+    from triton_core.observability.statistics import ModelStatistics
     from triton_core.protos.model_config_pb2 import ModelConfig
     from triton_core.scheduling.base import Scheduler
     from triton_core.scheduling.executor import InstancePool
-    from triton_core.statistics import ModelStatistics
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,7 +188,7 @@ class ModelSignature:
     ) -> InferenceResponse | TritonError:
         """One backend response made final: its error, or checked, named, numbered, trimmed.
 
-        Outputs that break the config (:mod:`triton_core.outputs`) fail the request with
+        Outputs that break the config (:mod:`triton_core.server.outputs`) fail the request with
         INTERNAL, naming the model, version, instance and backend plugin.
         """
         if response.error is not None:

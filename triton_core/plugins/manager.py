@@ -17,11 +17,11 @@ from typing import TYPE_CHECKING, Any
 
 import pluggy
 
-from triton_core import hookspecs
-from triton_core.failures import exception_text
-from triton_core.hookspecs import NAME
-from triton_core.migration import warn_internal_imports
-from triton_core.registry import (
+from triton_core.plugins import hookspecs
+from triton_core.plugins.failures import exception_text
+from triton_core.plugins.hookspecs import NAME
+from triton_core.plugins.migration import warn_internal_imports
+from triton_core.plugins.registry import (
     BackendRegistry,
     BatchStrategyRegistry,
     CacheRegistry,
@@ -279,7 +279,7 @@ def _report_broken(broken: dict[str, str], name: str, where: str, exc: Exception
 
 
 class PluginManager:
-    """Typed calls onto the hooks; see :mod:`triton_core.hookspecs` for their contracts."""
+    """Typed calls onto the hooks; see :mod:`triton_core.plugins.hookspecs` for their contracts."""
 
     def __init__(
         self,

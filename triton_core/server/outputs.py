@@ -9,7 +9,7 @@ lookup and a few compares per output tensor, never a loop over elements. The rul
 * only outputs the config declares (``output``, and implicit-state ``output_name``\\ s of
   ``sequence_batching``) - an undeclared output is an error, as in Triton's core;
 * the tensor's datatype is a wire name (``FP32``, not ``float32``) and its data is a numpy
-  array of the dtype that holds it (:data:`triton_core.dtypes.NUMPY_DTYPES`; BYTES may be
+  array of the dtype that holds it (:data:`triton_core.tensors.dtypes.NUMPY_DTYPES`; BYTES may be
   object, bytes or str arrays), so that the codecs write what the datatype says;
 * a tensor in the config's ``reshape`` shape is reshaped to its dims, as Triton presents it
   to clients.
@@ -25,8 +25,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from triton_core.device_tensors import DeviceBuffer
-from triton_core.dtypes import NUMPY_DTYPES
+from triton_core.tensors.device_tensors import DeviceBuffer
+from triton_core.tensors.dtypes import NUMPY_DTYPES
 
 if TYPE_CHECKING:
     from triton_core.protos.model_config_pb2 import ModelConfig

@@ -18,10 +18,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from triton_core.tracing.settings import TraceLevel
+from triton_core.observability.tracing.settings import TraceLevel
 
 if TYPE_CHECKING:
-    from triton_core.statistics import ExecutionTimes
+    from triton_core.observability.statistics import ExecutionTimes
 
 _COMPACT = {"separators": (",", ":"), "ensure_ascii": False}
 

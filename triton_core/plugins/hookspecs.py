@@ -2,7 +2,7 @@
 
 A plugin is a module or object with functions named like the hooks below, marked with
 ``triton_core.hookimpl``. Plugins are found in the ``triton_core`` entry-point group; the core's
-own defaults are built-in plugins registered the same way (see :mod:`triton_core.plugins`).
+own defaults are built-in plugins registered the same way (see :mod:`triton_core.plugins.manager`).
 
 Hooks run on the cold path only (start-up, model load, shutdown). Per-request work goes through
 the objects that registration hooks hand to the server (backends, schedulers).
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     import argparse
 
     from triton_core.frontends.server_api import ServerAPI
-    from triton_core.registry import (
+    from triton_core.plugins.registry import (
         BackendRegistry,
         BatchStrategyRegistry,
         CacheRegistry,

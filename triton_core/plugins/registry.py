@@ -12,10 +12,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar
 
-from triton_core.failures import PluginOrigin
+from triton_core.plugins.failures import PluginOrigin
 
 if TYPE_CHECKING:
-    from triton_core.backend import Backend
+    from triton_core.backends.contract import Backend
     from triton_core.cache.base import ResponseCache
     from triton_core.frontends.base import FrontendFactory
     from triton_core.protos.model_config_pb2 import ModelConfig

@@ -16,10 +16,10 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
-from triton_core.tracing.settings import DEFAULT_OTLP_URL, TraceConfig
+from triton_core.observability.tracing.settings import DEFAULT_OTLP_URL, TraceConfig
 
 if TYPE_CHECKING:
-    from triton_core.tracing.trace import Trace
+    from triton_core.observability.tracing.trace import Trace
 
 TRACER_NAME = "triton-server"
 ROOT_SPAN = "InferRequest"

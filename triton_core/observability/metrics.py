@@ -1,7 +1,7 @@
 """Prometheus metrics with Triton's names, read from the statistics at scrape time.
 
 A collector on a registry of the server's own (never the global one) turns each model
-version's :class:`~triton_core.statistics.ModelStatistics` into metric families when
+version's :class:`~triton_core.observability.statistics.ModelStatistics` into metric families when
 ``/metrics`` is scraped, so requests pay nothing for metrics.
 """
 
@@ -16,16 +16,16 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
+from triton_core.observability.statistics import DEFAULT_SUMMARY_QUANTILES, Histogram
 from triton_core.shared_memory.cuda import HOST_COPIES, cuda_support
-from triton_core.statistics import DEFAULT_SUMMARY_QUANTILES, Histogram
 
 if TYPE_CHECKING:
     import falcon.asgi
 
     from triton_core.cache.base import CacheStatistics
-    from triton_core.model import LoadedModel
-    from triton_core.server import Server
-    from triton_core.statistics import Duration, ModelStatistics, Summary
+    from triton_core.observability.statistics import Duration, ModelStatistics, Summary
+    from triton_core.server.core import Server
+    from triton_core.server.model import LoadedModel
 
 #: Prometheus text exposition format
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -41,7 +41,7 @@ class MetricsOptions:
     #: ``summary_quantiles``: (quantile, allowed error) pairs
     summary_quantiles: tuple[tuple[float, float], ...] = DEFAULT_SUMMARY_QUANTILES
     allow_cpu_metrics: bool = True
-    #: ``--allow-gpu-metrics``: NVML's GPU families (see triton_core.gpu_metrics)
+    #: ``--allow-gpu-metrics``: NVML's GPU families (see triton_core.observability.gpu_metrics)
     allow_gpu_metrics: bool = True
     #: how often the sampled gauges (CPU utilisation and memory) refresh, in milliseconds
     interval_ms: float = 2000.0
@@ -496,7 +496,7 @@ def create_registry(server: Server, options: MetricsOptions) -> CollectorRegistr
     registry = CollectorRegistry(auto_describe=False)
     registry.register(TritonCollector(server, options))
     if options.allow_gpu_metrics:
-        from triton_core.gpu_metrics import GpuCollector
+        from triton_core.observability.gpu_metrics import GpuCollector
 
         gpu = GpuCollector.create()
         if gpu is not None:

@@ -21,13 +21,15 @@ logger = logging.getLogger(__name__)
 
 #: internal modules plugins of earlier releases imported -> what to use instead
 REPLACEMENTS: Final[dict[str, str]] = {
-    "triton_core.backend": "triton_core.Backend, BackendModel, ModelInstance, ModelContext",
+    "triton_core.backends.contract": (
+        "triton_core.Backend, BackendModel, ModelInstance, ModelContext"
+    ),
     "triton_core.batching": "triton_core.BatchPlan(...).execute(requests, run)",
     "triton_core.cache.base": "triton_core.ResponseCache, CacheStatistics, response_size",
-    "triton_core.dtypes": "triton_core.NUMPY_DTYPES, CONFIG_TO_WIRE, serialize_bytes ...",
+    "triton_core.tensors.dtypes": "triton_core.NUMPY_DTYPES, CONFIG_TO_WIRE, serialize_bytes ...",
     "triton_core.errors": "triton_core.TritonError, Status, invalid_arg ...",
     "triton_core.protos": "triton_core.ModelConfig, ModelInput, ModelOutput, DataType ...",
-    "triton_core.registry": "triton_core.BackendRegistry, SchedulerRegistry ...",
+    "triton_core.plugins.registry": "triton_core.BackendRegistry, SchedulerRegistry ...",
     "triton_core.repository.agents": "triton_core.RepositoryAgent, AgentAction, AgentModel",
     "triton_core.scheduling.base": "triton_core.Scheduler, SchedulerContext",
     "triton_core.scheduling.strategy": "triton_core.BatchStrategy",

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from triton_core.errors import TritonError, internal, invalid_arg
-from triton_core.failures import exception_text
+from triton_core.plugins.failures import exception_text
 from triton_core.types import InferenceRequest, InferenceResponse
 
 _Item = tuple[InferenceResponse | TritonError | None, bool]

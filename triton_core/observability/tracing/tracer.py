@@ -2,8 +2,9 @@
 
 As Triton's ``TraceManager``: one global setting and optional per-model settings that fall
 back to it field by field; a frontend asks :meth:`Tracer.sample` for a trace per request;
-only a sampled request carries a :class:`~triton_core.tracing.trace.Trace`, so the cost of
-tracing when it is off is one attribute check (:attr:`Tracer.enabled`) per request.
+only a sampled request carries a
+:class:`~triton_core.observability.tracing.trace.Trace`, so the cost of tracing when it is
+off is one attribute check (:attr:`Tracer.enabled`) per request.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, TextIO
 
 from triton_core.errors import invalid_arg
-from triton_core.tracing.settings import (
+from triton_core.observability.tracing.settings import (
     CLEAR,
     OPENTELEMETRY,
     TRITON,
@@ -27,8 +28,8 @@ from triton_core.tracing.settings import (
 )
 
 if TYPE_CHECKING:
-    from triton_core.tracing.otel import OtelExporter
-    from triton_core.tracing.trace import Trace
+    from triton_core.observability.tracing.otel import OtelExporter
+    from triton_core.observability.tracing.trace import Trace
 
 logger = logging.getLogger(__name__)
 
@@ -268,7 +269,7 @@ class Tracer:
     def start(self) -> None:
         """Set up the OpenTelemetry exporter (opentelemetry mode); raises if it cannot."""
         if self.config.mode == OPENTELEMETRY and self.exporter is None:
-            from triton_core.tracing.otel import OtelExporter
+            from triton_core.observability.tracing.otel import OtelExporter
 
             self.exporter = OtelExporter(self.config)
 
@@ -381,11 +382,11 @@ class Tracer:
             parent = self.exporter.extract(traceparent)
         if not setting.sample(force=parent is not None):
             return None
-        from triton_core.tracing.trace import Trace
+        from triton_core.observability.tracing.trace import Trace
 
         trace = Trace.new(self.next_id, setting)
         if setting.mode == OPENTELEMETRY:
-            from triton_core.tracing.otel import OtelSpans
+            from triton_core.observability.tracing.otel import OtelSpans
 
             assert self.exporter is not None
             trace.spans = OtelSpans(self.exporter, trace, parent)

@@ -23,8 +23,8 @@ if TYPE_CHECKING:
     import asyncio
     from collections.abc import Callable
 
+    from triton_core.backends.services import ModelServices
     from triton_core.protos.model_config_pb2 import ModelConfig
-    from triton_core.services import ModelServices
     from triton_core.types import InferenceRequest, InferenceResponse
 
 

@@ -21,8 +21,8 @@ from typing import Any, Final, Protocol
 
 import numpy as np
 
-from triton_core.dtypes import NUMPY_DTYPES
 from triton_core.errors import internal
+from triton_core.tensors.dtypes import NUMPY_DTYPES
 
 #: datatypes that can stay on the device: fixed-size elements numpy (and so the CUDA array
 #: interface) can describe. BYTES is serialized with lengths; BF16 has no typestr.

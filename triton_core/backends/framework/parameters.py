@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Final, overload
 from triton_core.errors import Status, TritonError
 
 if TYPE_CHECKING:
-    from triton_core.backend import Backend
+    from triton_core.backends.contract import Backend
     from triton_core.protos.model_config_pb2 import ModelConfig
 
 _TRUE: Final = frozenset({"1", "true", "yes", "on"})

@@ -12,14 +12,14 @@ import os
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Final, Protocol, cast
 
-from triton_core.dtypes import CONFIG_TO_WIRE
 from triton_core.errors import Status, TritonError
 from triton_core.protos.model_config_pb2 import DataType, ModelInstanceGroup
+from triton_core.tensors.dtypes import CONFIG_TO_WIRE
 
 if TYPE_CHECKING:
     from typing import TypeAlias
 
-    from triton_core.backend import Backend
+    from triton_core.backends.contract import Backend
     from triton_core.protos.model_config_pb2 import ModelConfig, ModelInput, ModelOutput
 
     ConfigTensor: TypeAlias = ModelInput | ModelOutput

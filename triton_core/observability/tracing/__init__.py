@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from triton_core.tracing.settings import (
+from triton_core.observability.tracing.settings import (
     OPENTELEMETRY,
     TRITON,
     SettingUpdate,
@@ -12,8 +12,8 @@ from triton_core.tracing.settings import (
     parse_trace_flags,
     parse_update,
 )
-from triton_core.tracing.trace import Trace
-from triton_core.tracing.tracer import Tracer, TraceSettingsView
+from triton_core.observability.tracing.trace import Trace
+from triton_core.observability.tracing.tracer import Tracer, TraceSettingsView
 
 __all__ = [
     "OPENTELEMETRY",

@@ -1,0 +1,1 @@
+"""The contract backends implement, and what they may call."""

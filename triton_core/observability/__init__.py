@@ -1,0 +1,1 @@
+"""What an operator sees: statistics, metrics, logs, traces."""

@@ -1,0 +1,1 @@
+"""Typed tensor data: datatypes, device buffers, ragged batches."""
