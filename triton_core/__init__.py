@@ -10,7 +10,9 @@ imported from ``triton_core`` itself::
 The modules under ``triton_core`` (``triton_core.backends.contract``,
 ``triton_core.tensors.dtypes`` ...) are internal and change without notice;
 ``triton_core.testing`` (pytest fixtures) and ``triton_core.ray`` (a Ray Serve deployment,
-with the ``ray`` extra) are the public modules besides this one.
+with the ``ray`` extra) are the public modules besides this one. The modules that moved into
+the layers' packages import at their old paths for one release, with a DeprecationWarning
+(``triton_core.plugins.migration``, whose finder importing this package installs).
 
 Each name is imported on first use, so ``import triton_core`` costs almost nothing: plugins
 and processes that need a few contracts do not pay for the server. ``tests/unit/
@@ -23,7 +25,11 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from triton_core.plugins.migration import install_moved_module_finder
+
 __version__ = "0.1.0"
+
+install_moved_module_finder()
 
 #: module -> the public names it defines, imported from it on first access
 _EXPORTS: dict[str, tuple[str, ...]] = {

@@ -6,23 +6,17 @@ imported from it still are, loaded from :mod:`triton_core.plugins.manager` on fi
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from triton_core.plugins.migration import names_of_moved_module
 
-#: the names of the module this package replaces
-_MOVED = (
-    "DEFAULT_PLUGINS",
-    "DISABLE_ENV",
-    "NO_AUTOLOAD_ENV",
-    "PLUGINS_ENV",
-    "PluginManager",
-    "create_plugin_manager",
+__getattr__ = names_of_moved_module(
+    __name__,
+    "triton_core.plugins.manager",
+    (
+        "DEFAULT_PLUGINS",
+        "DISABLE_ENV",
+        "NO_AUTOLOAD_ENV",
+        "PLUGINS_ENV",
+        "PluginManager",
+        "create_plugin_manager",
+    ),
 )
-
-
-def __getattr__(name: str) -> Any:
-    if name not in _MOVED:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module("triton_core.plugins.manager"), name)
-    globals()[name] = value  # later lookups skip this function
-    return value

@@ -6,20 +6,8 @@ imported from it still are, loaded from :mod:`triton_core.server.core` on first 
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from triton_core.plugins.migration import names_of_moved_module
 
-#: the names of the module this package replaces
-_MOVED = (
-    "EXTENSIONS",
-    "Server",
-    "ServerOptions",
+__getattr__ = names_of_moved_module(
+    __name__, "triton_core.server.core", ("EXTENSIONS", "Server", "ServerOptions")
 )
-
-
-def __getattr__(name: str) -> Any:
-    if name not in _MOVED:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module("triton_core.server.core"), name)
-    globals()[name] = value  # later lookups skip this function
-    return value
