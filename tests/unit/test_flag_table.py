@@ -22,7 +22,7 @@ from triton_core.flags.build import (
     serve_options,
 )
 from triton_core.flags.model import OWNERS, Flag, Triton
-from triton_core.frontends.runner import FrontendOptions
+from triton_core.frontends.options import FrontendOptions
 from triton_core.observability.logsettings import LogSettings
 from triton_core.server.core import ServerOptions
 

@@ -188,7 +188,8 @@ def test_the_testing_kit_names_an_installed_plugin_as_serve_does(monkeypatch):
 
 def test_the_built_in_frontends_are_plugins_and_run_in_registration_order():
     from triton_core.frontends.base import FrontendSettings
-    from triton_core.frontends.runner import FrontendOptions, build_frontends
+    from triton_core.frontends.options import FrontendOptions
+    from triton_core.frontends.runner import build_frontends
 
     plugins = create_plugin_manager(autoload=False)
     names = {info.name: info.provides for info in plugins.describe()}
@@ -205,7 +206,8 @@ def test_the_built_in_frontends_are_plugins_and_run_in_registration_order():
 
 def test_a_disabled_built_in_frontend_is_not_built():
     from triton_core.frontends.base import FrontendSettings
-    from triton_core.frontends.runner import FrontendOptions, build_frontends
+    from triton_core.frontends.options import FrontendOptions
+    from triton_core.frontends.runner import build_frontends
 
     plugins = create_plugin_manager(["http_frontend"], autoload=False)
     frontends = build_frontends(plugins, FrontendSettings(FrontendOptions()))

@@ -17,7 +17,8 @@ from tests.support import numpy_server, wait_until_async, write_numpy_model
 from triton_core.backends.contract import EventDrivenInstance, ModelInstance
 from triton_core.config import ModelConfig, validate
 from triton_core.errors import Status, TritonError
-from triton_core.observability.metrics import MetricsOptions, create_registry, exposition
+from triton_core.observability.metrics import create_registry, exposition
+from triton_core.observability.metrics_options import MetricsOptions
 from triton_core.scheduling.executor import InstancePool
 from triton_core.scheduling.runtime import pool_class
 from triton_core.server.core import Server

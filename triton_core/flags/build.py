@@ -21,7 +21,7 @@ from triton_core.flags.model import (
 )
 from triton_core.flags.parsers import parse_bool
 from triton_core.flags.table import FLAGS
-from triton_core.frontends.runner import FrontendOptions
+from triton_core.frontends.options import FrontendOptions
 from triton_core.observability.logsettings import LogSettings
 from triton_core.server.core import ServerOptions
 from triton_core.tensors import allocator

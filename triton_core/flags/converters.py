@@ -14,7 +14,7 @@ from triton_core.frontends import cloud
 from triton_core.frontends.grpc import limits as grpc_limits
 from triton_core.frontends.restricted import GRPC_HEADER_PREFIX, parse_restrictions
 from triton_core.frontends.tls import TlsOptions
-from triton_core.observability.metrics import MetricsOptions
+from triton_core.observability.metrics_options import MetricsOptions
 from triton_core.observability.statistics import DEFAULT_LATENCY_BUCKETS_MS
 from triton_core.observability.tracing import settings as trace_settings
 from triton_core.shared_memory.registry import SharedMemoryOptions

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from triton_core.frontends.cloud import Endpoint
 
 if TYPE_CHECKING:
+    from triton_core.frontends.options import FrontendOptions
     from triton_core.frontends.server_api import ServerAPI
 
 __all__ = ["Endpoint", "Frontend", "FrontendFactory", "FrontendSettings"]
@@ -41,9 +42,7 @@ class FrontendSettings:
     added with ``triton_add_serve_arguments`` included (``arguments.openai_port`` ...).
     """
 
-    #: a :class:`~triton_core.frontends.runner.FrontendOptions` (typed loosely here: the
-    #: runner depends on this contract, not the other way round)
-    options: Any
+    options: FrontendOptions
     arguments: argparse.Namespace = field(default_factory=argparse.Namespace)
 
     def argument(self, dest: str, default: Any = None) -> Any:

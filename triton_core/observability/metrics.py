@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
-from triton_core.observability.statistics import DEFAULT_SUMMARY_QUANTILES, Histogram
+from triton_core.observability.metrics_options import MetricsOptions
+from triton_core.observability.statistics import Histogram
 from triton_core.shared_memory.cuda import HOST_COPIES, cuda_support
 
 if TYPE_CHECKING:
@@ -31,73 +31,9 @@ if TYPE_CHECKING:
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
-@dataclass(slots=True)
-class MetricsOptions:
-    """``--metrics-config`` settings, ``--allow-cpu-metrics`` and ``--metrics-interval-ms``."""
-
-    counter_latencies: bool = True
-    histogram_latencies: bool = False
-    summary_latencies: bool = False
-    #: ``summary_quantiles``: (quantile, allowed error) pairs
-    summary_quantiles: tuple[tuple[float, float], ...] = DEFAULT_SUMMARY_QUANTILES
-    allow_cpu_metrics: bool = True
-    #: ``--allow-gpu-metrics``: NVML's GPU families (see triton_core.observability.gpu_metrics)
-    allow_gpu_metrics: bool = True
-    #: how often the sampled gauges (CPU utilisation and memory) refresh, in milliseconds
-    interval_ms: float = 2000.0
-    #: ``--pinned-memory-pool-byte-size``: the pool size nv_pinned_memory_pool_total_bytes
-    #: reports (Triton's default, 256 MiB)
-    pinned_memory_pool_bytes: int = 1 << 28
-
-    @classmethod
-    def parse(
-        cls, settings: list[str], allow_cpu_metrics: bool = True, interval_ms: float = 2000.0
-    ) -> MetricsOptions:
-        """From ``key=value`` strings; raises ValueError naming an unknown key or bad value."""
-        options = cls(allow_cpu_metrics=allow_cpu_metrics, interval_ms=interval_ms)
-        for setting in settings:
-            key, sep, value = setting.partition("=")
-            if sep and key == "summary_quantiles":
-                options.summary_quantiles = _quantiles(value)
-                continue
-            if not sep or key not in _BOOL_SETTINGS:
-                raise ValueError(
-                    f"--metrics-config: unknown setting '{setting}' (known: counter_latencies="
-                    "<bool>, histogram_latencies=<bool>, summary_latencies=<bool>, "
-                    "summary_quantiles=<quantile>:<error>,...)"
-                )
-            if value.lower() not in ("true", "false", "1", "0"):
-                raise ValueError(f"--metrics-config: {key} must be true or false, got '{value}'")
-            setattr(options, key, value.lower() in ("true", "1"))
-        return options
-
-
 #: families beyond Triton's for decoupled models' streams
 RESPONSE_INTERVAL_FAMILY = "nv_inference_response_interval_histogram_ms"
 RESPONSES_PER_REQUEST_FAMILY = "nv_inference_responses_per_request"
-_BOOL_SETTINGS = ("counter_latencies", "histogram_latencies", "summary_latencies")
-#: a bound on the quantiles one summary reports
-_MAX_QUANTILES = 32
-
-
-def _quantiles(text: str) -> tuple[tuple[float, float], ...]:
-    """``<quantile>:<error>,...`` as Triton's summary_quantiles; each within [0, 1]."""
-    pairs = []
-    for item in text.strip('"').split(","):
-        quantile, sep, error = item.strip().partition(":")
-        try:
-            pair = (float(quantile), float(error))
-        except ValueError:
-            pair = (-1.0, -1.0)
-        if not sep or not all(0.0 <= value <= 1.0 for value in pair):
-            raise ValueError(
-                f"--metrics-config: summary_quantiles expects <quantile>:<error>,... with "
-                f"values within [0, 1], got '{item}'"
-            )
-        pairs.append(pair)
-    if not 0 < len(pairs) <= _MAX_QUANTILES:
-        raise ValueError(f"--metrics-config: summary_quantiles takes 1 to {_MAX_QUANTILES} pairs")
-    return tuple(sorted(pairs))
 
 
 _COUNTERS = {

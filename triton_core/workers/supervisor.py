@@ -45,8 +45,8 @@ from triton_core.workers.server import WorkerServer, WorkerSettings
 if TYPE_CHECKING:
     from triton_core.frontends.base import Frontend
     from triton_core.frontends.http.fast_path import ASGIApp
-    from triton_core.observability.metrics import MetricsOptions
-    from triton_core.server.core import Server
+    from triton_core.frontends.server_api import ServerAPI
+    from triton_core.observability.metrics_options import MetricsOptions
 
 logger = logging.getLogger("triton_core.workers")
 
@@ -403,7 +403,7 @@ async def _heartbeat(worker: ServeWorker) -> None:
         await asyncio.sleep(period)
 
 
-def _metrics_app_factory(server: Server, options: MetricsOptions) -> ASGIApp:
+def _metrics_app_factory(server: ServerAPI, options: MetricsOptions) -> ASGIApp:
     """``/metrics`` of the whole server: this worker's registry summed with the others'."""
     import falcon
     import falcon.asgi

@@ -8,7 +8,7 @@ from triton_core.threads import OffloadThreads
 
 if TYPE_CHECKING:
     from triton_core.frontends.http.fast_path import ASGIApp
-    from triton_core.frontends.runner import FrontendOptions
+    from triton_core.frontends.options import FrontendOptions
     from triton_core.frontends.server_api import ServerAPI
 
 

@@ -10,7 +10,7 @@ from triton_core.frontends.header_forwarding import forwarder
 from triton_core.plugins.hookspecs import hookimpl
 
 if TYPE_CHECKING:
-    from triton_core.frontends.runner import FrontendOptions
+    from triton_core.frontends.options import FrontendOptions
     from triton_core.frontends.server_api import ServerAPI
     from triton_core.plugins.registry import FrontendRegistry
 

@@ -15,7 +15,7 @@ from triton_core.frontends.common import listen_socket
 if TYPE_CHECKING:
     from triton_core.frontends.http.fast_path import ASGIApp
     from triton_core.frontends.http.server import HttpServer
-    from triton_core.frontends.runner import FrontendOptions
+    from triton_core.frontends.options import FrontendOptions
     from triton_core.frontends.server_api import ServerAPI
 
 logger = logging.getLogger("triton_core")

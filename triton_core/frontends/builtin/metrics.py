@@ -11,7 +11,7 @@ from triton_core.plugins.hookspecs import hookimpl
 
 if TYPE_CHECKING:
     from triton_core.frontends.http.fast_path import ASGIApp
-    from triton_core.frontends.runner import FrontendOptions
+    from triton_core.frontends.options import FrontendOptions
     from triton_core.frontends.server_api import ServerAPI
     from triton_core.plugins.registry import FrontendRegistry
 
@@ -28,7 +28,7 @@ def metrics_app(server: ServerAPI, options: FrontendOptions) -> ASGIApp:
 
         factory = options.metrics_app_factory
         if factory is not None:
-            app = factory(server, options.metrics)  # type: ignore[arg-type]
+            app = factory(server, options.metrics)
         else:
             app = create_metrics_app(create_registry(server, options.metrics))  # type: ignore[arg-type]
         _APPS[server] = app

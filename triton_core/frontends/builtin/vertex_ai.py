@@ -13,7 +13,7 @@ from triton_core.plugins.hookspecs import hookimpl
 
 if TYPE_CHECKING:
     from triton_core.frontends.http.fast_path import ASGIApp
-    from triton_core.frontends.runner import FrontendOptions
+    from triton_core.frontends.options import FrontendOptions
     from triton_core.frontends.server_api import ServerAPI
     from triton_core.plugins.registry import FrontendRegistry
 

@@ -12,7 +12,7 @@ if TYPE_CHECKING:
     from triton_core.frontends.http.fast_path import ASGIApp
     from triton_core.frontends.http.protocol import ErrorBody, HttpLimits
     from triton_core.frontends.http.server import HttpServer
-    from triton_core.frontends.runner import FrontendOptions
+    from triton_core.frontends.options import FrontendOptions
 
 
 def http_limits(options: FrontendOptions) -> HttpLimits:
