@@ -642,7 +642,7 @@ class Server:
             raise
         # callbacks, not a task: no coroutine to run per request on the way back
         answer: asyncio.Future[InferenceResponse] = asyncio.get_running_loop().create_future()
-        future.add_done_callback(lambda done: _answer_in_regions(answer, use, done))
+        future.add_done_callback(lambda done: shm_tensors.answer_in_regions(answer, use, done))
         # released however the answer ends (after an offloaded write); a client that went
         # away cancels the answer, and with it the inference
         answer.add_done_callback(lambda _: use.release())
@@ -815,7 +815,7 @@ class Server:
             assert isinstance(stream, AsyncGenerator)
             async with contextlib.aclosing(stream) as responses:
                 async for response in responses:
-                    await _write_outputs(use, response)
+                    await shm_tensors.write_outputs(use, response)
                     yield response
         finally:
             use.release()
@@ -833,70 +833,3 @@ def _trace_end(trace: Trace, done: asyncio.Future[InferenceResponse]) -> None:
     if not done.cancelled() and done.exception() is None:
         trace.tensors("TENSOR_BACKEND_OUTPUT", done.result().outputs)
     trace.request_end()
-
-
-def _answer_in_regions(
-    answer: asyncio.Future[InferenceResponse],
-    use: shm_tensors.SharedMemoryUse,
-    done: asyncio.Future[InferenceResponse],
-) -> None:
-    """The model answered (``done``): write the outputs asked into regions, then ``answer``."""
-    if answer.done():
-        return  # cancelled: the client went away
-    if done.cancelled():
-        answer.cancel()
-        return
-    error = done.exception()
-    if error is not None:
-        answer.set_exception(error)
-        return
-    response = done.result()
-    try:
-        writing = _start_writing(use, response)
-    except Exception as exc:  # an output region too small, say
-        answer.set_exception(exc)
-        return
-    if writing is None:
-        answer.set_result(response)
-    else:
-        writing.add_done_callback(lambda written: _written(answer, response, written))
-
-
-def _written(
-    answer: asyncio.Future[InferenceResponse],
-    response: InferenceResponse,
-    written: asyncio.Future[None],
-) -> None:
-    if answer.done():
-        return
-    if written.cancelled():
-        answer.cancel()
-    elif (error := written.exception()) is not None:
-        answer.set_exception(error)
-    else:
-        answer.set_result(response)
-
-
-def _start_writing(
-    use: shm_tensors.SharedMemoryUse, response: InferenceResponse
-) -> asyncio.Future[None] | None:
-    """Write a response's shared-memory outputs: small ones at once (None), large ones from
-    a thread (numpy copies without the GIL), so that the event loop goes on serving
-    meanwhile; the regions stay held until that write ends."""
-    if use.bytes_to_write(response) <= shm_tensors.OFFLOAD_BYTES:
-        use.write_outputs(response)
-        return None
-    copiers = buffer_manager.threads()  # --buffer-manager-thread-count, when given
-    if copiers is not None:
-        writing = copiers.run(use.write_outputs, response)
-    else:
-        writing = asyncio.get_running_loop().run_in_executor(None, use.write_outputs, response)
-    use.writing = writing  # a cancelled caller's release waits for the write to end
-    return writing
-
-
-async def _write_outputs(use: shm_tensors.SharedMemoryUse, response: InferenceResponse) -> None:
-    """:func:`_start_writing`, awaited."""
-    writing = _start_writing(use, response)
-    if writing is not None:
-        await writing

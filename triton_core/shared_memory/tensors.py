@@ -25,6 +25,7 @@ from triton_core.errors import internal, invalid_arg
 from triton_core.shared_memory.refs import SharedMemorySpans, SystemSpan
 from triton_core.shared_memory.region import RegionKind
 from triton_core.shared_memory.system import SystemRegion
+from triton_core.tensors import buffer_manager
 from triton_core.tensors.device_tensors import DEVICE_DATATYPES, DeviceBuffer, output_too_small
 from triton_core.tensors.dtypes import NUMPY_DTYPES, deserialize_bytes, serialize_bytes
 from triton_core.types import InferenceRequest, InferenceResponse, Tensor
@@ -297,3 +298,71 @@ def _views_mapping(array: np.ndarray) -> bool:
     if isinstance(base, memoryview):
         base = base.obj
     return isinstance(base, mmap.mmap)
+
+
+def answer_in_regions(
+    answer: asyncio.Future[InferenceResponse],
+    use: SharedMemoryUse,
+    done: asyncio.Future[InferenceResponse],
+) -> None:
+    """The model answered (``done``): write the outputs asked into regions, then ``answer``
+    (the server's answer to a request with shared-memory tensors)."""
+    if answer.done():
+        return  # cancelled: the client went away
+    if done.cancelled():
+        answer.cancel()
+        return
+    error = done.exception()
+    if error is not None:
+        answer.set_exception(error)
+        return
+    response = done.result()
+    try:
+        writing = _start_writing(use, response)
+    except Exception as exc:  # an output region too small, say
+        answer.set_exception(exc)
+        return
+    if writing is None:
+        answer.set_result(response)
+    else:
+        writing.add_done_callback(lambda written: _written(answer, response, written))
+
+
+def _written(
+    answer: asyncio.Future[InferenceResponse],
+    response: InferenceResponse,
+    written: asyncio.Future[None],
+) -> None:
+    if answer.done():
+        return
+    if written.cancelled():
+        answer.cancel()
+    elif (error := written.exception()) is not None:
+        answer.set_exception(error)
+    else:
+        answer.set_result(response)
+
+
+def _start_writing(
+    use: SharedMemoryUse, response: InferenceResponse
+) -> asyncio.Future[None] | None:
+    """Write a response's shared-memory outputs: small ones at once (None), large ones from
+    a thread (numpy copies without the GIL), so that the event loop goes on serving
+    meanwhile; the regions stay held until that write ends."""
+    if use.bytes_to_write(response) <= OFFLOAD_BYTES:
+        use.write_outputs(response)
+        return None
+    copiers = buffer_manager.threads()  # --buffer-manager-thread-count, when given
+    if copiers is not None:
+        writing = copiers.run(use.write_outputs, response)
+    else:
+        writing = asyncio.get_running_loop().run_in_executor(None, use.write_outputs, response)
+    use.writing = writing  # a cancelled caller's release waits for the write to end
+    return writing
+
+
+async def write_outputs(use: SharedMemoryUse, response: InferenceResponse) -> None:
+    """:func:`_start_writing`, awaited."""
+    writing = _start_writing(use, response)
+    if writing is not None:
+        await writing
