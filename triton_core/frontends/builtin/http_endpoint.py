@@ -56,7 +56,7 @@ class HttpEndpointFrontend(Frontend):
     def metrics_app(self, server: ServerAPI) -> ASGIApp:
         """The server's ``/metrics`` app, the one ``--metrics-port`` serves, for an endpoint
         that answers ``GET /metrics`` too."""
-        from triton_core.frontends.builtin.metrics import metrics_app
+        from triton_core.frontends.builtin.metrics_app import metrics_app
 
         return metrics_app(server, self.options)
 

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 from triton_core.frontends.base import Endpoint, FrontendSettings
 from triton_core.frontends.builtin.cloud import decode_threads, http_limits_of, v2_app
 from triton_core.frontends.builtin.http_endpoint import HttpEndpointFrontend
-from triton_core.frontends.builtin.metrics import metrics_app
+from triton_core.frontends.builtin.metrics_app import metrics_app
 from triton_core.frontends.cloud import vertex_ai_refused
 from triton_core.plugins.hookspecs import hookimpl
 
