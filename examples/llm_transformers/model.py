@@ -35,6 +35,7 @@ from __future__ import annotations
 import inspect
 import json
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -318,6 +319,10 @@ class TritonPythonModel:
         self.engine = Engine(folder / parameters.get("hf_model", "hf"), kv_cache)
         #: correlation ID -> the request's Generation
         self.generations = {}
+        #: threads that ask the server whether requests were cancelled, all at once
+        self.askers = ThreadPoolExecutor(
+            max(1, min(16, config.get("max_batch_size", 1))), thread_name_prefix="is_cancelled"
+        )
         self.steps = 0
         step_log = parameters.get("step_log")
         self.step_log = open(step_log, "a", buffering=1) if step_log else None  # noqa: SIM115
@@ -358,23 +363,31 @@ class TritonPythonModel:
                     self._fail(request, key, error)
                 running = []
         finished, cancelled = [], []
+        gone = self._cancelled([request for request, _, _ in running])
         for row, (request, key, generation) in enumerate(running):
             sender = request.get_response_sender()
-            # asked after the forward pass: by then the server has sent the last step's
-            # responses and answers at once
-            if request.is_cancelled():
+            if gone[row]:
                 del self.generations[key]
                 sender.send(flags=FINAL)
                 cancelled.append(generation.name)
                 continue
-            delta = generation.advance(generation.choose(logits[row]), engine.tokenizer)
+            try:
+                delta = generation.advance(generation.choose(logits[row]), engine.tokenizer)
+                # streamed: a response for each token; otherwise one at the end
+                response = None
+                if generation.stream or generation.done:
+                    response = self._response(generation, delta)
+            except Exception as error:  # this request ends with it, the others go on
+                self._fail(request, key, error)
+                failed.append(generation.name)
+                continue
             if generation.done:
                 del self.generations[key]
-                sender.send(self._response(generation, delta), flags=FINAL)
+                sender.send(response, flags=FINAL)
                 finished.append(generation.name)
                 continue
-            if generation.stream:
-                sender.send(self._response(generation, delta))
+            if response is not None:
+                sender.send(response)
             request.set_release_flags(RESCHEDULE)
         if running:
             self.batch_sizes.observe(len(running))
@@ -394,6 +407,15 @@ class TritonPythonModel:
             self.step_log.write(json.dumps(record) + "\n")
         return None
 
+    def _cancelled(self, requests):
+        """``request.is_cancelled()`` of each request. Each is a round trip to the server,
+        so they are asked at once, from a few threads: a step waits for one round trip
+        rather than one per request. Asked after the forward pass, when the server has
+        sent the last step's responses and answers at once."""
+        if len(requests) == 1:
+            return [requests[0].is_cancelled()]
+        return list(self.askers.map(lambda request: request.is_cancelled(), requests))
+
     @staticmethod
     def _response(generation, delta):
         text, input_count, output_count = generation.outputs(delta)
@@ -411,5 +433,6 @@ class TritonPythonModel:
         )
 
     def finalize(self):
+        self.askers.shutdown()
         if self.step_log is not None:
             self.step_log.close()

@@ -180,3 +180,18 @@ def test_the_model_reports_its_batches_as_metrics(llm_server, stream):
         metrics = reply.read().decode()
     assert f'llm_step_batch_size_count{{model="{MODEL}"}}' in metrics
     assert f'llm_generated_tokens{{model="{MODEL}"}}' in metrics
+
+
+def test_a_request_the_model_cannot_take_fails_alone(llm_server, tiny_model):
+    _, _, steps = tiny_model
+    client = grpcclient.InferenceServerClient(llm_server.process.grpc_url)
+    results: queue.Queue = queue.Queue()
+    client.start_stream(callback=lambda result, error: results.put((result, error)))
+    try:
+        client.async_stream_infer(MODEL, inputs("hello", {"n": 2}), request_id="two")
+        _, error = results.get(timeout=60)
+    finally:
+        client.stop_stream()
+        client.close()
+    assert error is not None and "only n=1 is supported" in error.message()
+    steps.wait_for(lambda records: any("two" in r["failed"] for r in records))
