@@ -18,7 +18,7 @@ pytestmark = pytest.mark.timeout(300)
 
 #: long enough that a request outlives anything the test waits for, well below the tiny
 #: model's 512 positions; the tests cancel such requests once done with them
-LONG = 400
+LONG = 480
 
 
 @pytest.fixture(scope="module")
