@@ -2,6 +2,7 @@
 causal language model, and the tokenizer for the OpenAI frontend's ``--tokenizer``.
 
     python examples/llm_transformers/build_model.py OUTPUT [--max-batch-size 16] [--from FOLDER]
+        [--name tiny_llm]
 
 writes::
 
@@ -76,6 +77,9 @@ def build_model(folder: Path, *, layers: int = 2, hidden: int = 64, seed: int = 
     """A Llama with random weights for the tokenizer in ``folder``, saved beside it."""
     import torch
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+    from transformers.utils import logging
+
+    logging.disable_progress_bar()
 
     tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
     config = LlamaConfig(
@@ -145,13 +149,14 @@ def build(
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("output", type=Path)
+    parser.add_argument("--name", default=MODEL_NAME, help=f"the model's name ({MODEL_NAME})")
     parser.add_argument("--max-batch-size", type=int, default=16, help="1: one request at a time")
     parser.add_argument(
         "--from", dest="source", type=Path, help="a save_pretrained folder to serve instead"
     )
     args = parser.parse_args()
     repository, tokenizer = build(
-        args.output, max_batch_size=args.max_batch_size, source=args.source
+        args.output, max_batch_size=args.max_batch_size, source=args.source, name=args.name
     )
     print(
         f"triton-core serve --model-repository {repository} --openai-port 9000 "
