@@ -32,6 +32,7 @@ curiosity).
 
 from __future__ import annotations
 
+import gc
 import inspect
 import json
 import time
@@ -333,6 +334,10 @@ class TritonPythonModel:
         self.tokens = pb_utils.MetricFamily(
             "llm_generated_tokens", "Tokens generated", pb_utils.MetricFamily.COUNTER
         ).Metric(labels=labels)
+        # torch, transformers and the model are here for good: keep them out of the
+        # collector's full passes, which would scan them all in the middle of a step
+        gc.collect()
+        gc.freeze()
 
     def execute(self, requests):
         started = time.perf_counter()
