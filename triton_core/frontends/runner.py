@@ -7,6 +7,7 @@ the built-in ones and of the run itself (exit timeout, ports file, ``--workers``
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import logging
 import os
@@ -114,6 +115,12 @@ async def serve(
         await server.stop(options.exit_timeout_secs)
         return 1
     logger.info("Started server process [%d]", os.getpid())
+    # what start-up made (modules, configs, a frontend's tokenizer) lives as long as the
+    # process: out of the collector's full passes, which otherwise scan it all and stall the
+    # event loop (100-200 ms each with transformers imported, as the OpenAI frontend does).
+    # Only reference cycles among it are never freed (a start-up model unloaded later)
+    gc.collect()
+    gc.freeze()
     if options.ports_file:
         ports: dict[str, int] = {}
         for frontend in frontends:

@@ -4,7 +4,8 @@ conventions Triton's OpenAI frontend speaks:
 - ``vllm`` (a model whose config says ``backend: "vllm"``, or ``--backend vllm``): inputs
   ``text_input``, ``stream``, ``sampling_parameters`` (the request's sampling fields as one
   JSON string), ``exclude_input_in_output`` (``not echo``), ``return_num_input_tokens``,
-  ``return_num_output_tokens``, ``return_logprobs``; shape ``[1]``.
+  ``return_num_output_tokens``, ``return_logprobs``; shape ``[1]`` (``[1, 1]`` for a model
+  with ``max_batch_size`` > 0, such as one that batches requests by iterative sequences).
 - ``tensorrtllm`` (every other model: TensorRT-LLM, an ensemble, a BLS or Python model):
   one input per parameter (``max_tokens`` INT32, ``temperature``/``top_p``/penalties FP32,
   ``seed`` UINT64, ``stop_words`` BYTES, ``stream`` BOOL ...); shape ``[1, 1]``.
@@ -75,6 +76,8 @@ class ModelInfo:
     #: declared inputs: name -> datatype (config form, TYPE_*)
     inputs: dict[str, str] = field(default_factory=dict)
     echo_input: str | None = None
+    #: ``max_batch_size`` > 0: inputs have a batch dimension
+    batching: bool = False
 
 
 def model_info(server: ServerAPI, name: str, override: str | None) -> ModelInfo:
@@ -83,7 +86,7 @@ def model_info(server: ServerAPI, name: str, override: str | None) -> ModelInfo:
     inputs = {tensor.name: tensor.data_type for tensor in config.input}
     convention = override or (VLLM if backend == VLLM else TENSORRTLLM)
     echo = next((candidate for candidate in _ECHO_INPUTS if candidate in inputs), None)
-    return ModelInfo(name, backend, convention, inputs, echo)
+    return ModelInfo(name, backend, convention, inputs, echo, config.max_batch_size > 0)
 
 
 def _bytes(value: str) -> np.ndarray:
@@ -97,7 +100,7 @@ class _Inputs:
     def __init__(self, info: ModelInfo) -> None:
         self.info = info
         self.tensors: dict[str, Tensor] = {}
-        self.batched = info.convention == TENSORRTLLM  # shape [1, ...]
+        self.batched = info.convention == TENSORRTLLM or info.batching  # shape [1, ...]
 
     def add(self, name: str, datatype: str, values: np.ndarray, required: bool = False) -> None:
         if not required and name not in self.info.inputs:

@@ -1,0 +1,443 @@
+"""A causal language model from Hugging Face transformers, served with continuous batching.
+
+Triton's Python-model API (``model.py``) in the request convention of Triton's vLLM backend:
+``text_input`` (the prompt), ``stream``, ``sampling_parameters`` (JSON: ``max_tokens``,
+``min_tokens``, ``temperature``, ``top_p``, ``top_k``, ``seed``, ``stop``,
+``stop_token_ids``, ``ignore_eos``), ``exclude_input_in_output``,
+``return_num_input_tokens``, ``return_num_output_tokens``; the answer in ``text_output``.
+
+Continuous batching through the core's iterative sequences (``sequence_batching {
+iterative_sequence: true }``, decoupled): every ``execute(requests)`` is ONE decoding step
+for every request in the batch. Each request gets its next token (a response; streamed: one
+per token, the last with the FINAL flag; otherwise the whole text at the end), and each
+unfinished one is released with ``TRITONSERVER_REQUEST_RELEASE_RESCHEDULE``, which puts it
+back in the batcher: requests that arrived meanwhile join the next step, finished ones
+leave. A request's state between steps (tokens, KV cache, sampler) is kept here, by its
+correlation ID (the batcher gives each request one of its own; its first step has START).
+
+A step is one forward pass for the requests already running (their last token, over their
+KV caches, left-padded to the longest, with an attention mask and position ids) and, when
+requests joined, one for their prompts (left-padded likewise). With ``kv_cache`` off,
+every step runs each whole sequence again in one pass instead: slower, but it works for any
+model ``AutoModelForCausalLM`` loads, whatever its cache.
+
+A request whose client went away (``request.is_cancelled()``, asked every step) ends at
+once: no more steps run for it.
+
+Config parameters: ``hf_model`` (the ``save_pretrained`` folder, relative to the version
+folder; default ``hf``), ``torch_threads`` (default 1), ``kv_cache`` (default ``true``),
+``step_log`` (a file: one JSON line per step, which requests it ran; for tests and
+curiosity).
+"""
+
+from __future__ import annotations
+
+import gc
+import inspect
+import json
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import torch
+import triton_python_backend_utils as pb_utils
+from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
+
+FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+RESCHEDULE = pb_utils.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE
+START = pb_utils.TRITONSERVER_REQUEST_FLAG_SEQUENCE_START
+#: vLLM's default when a request names no max_tokens
+DEFAULT_MAX_TOKENS = 16
+#: temperatures below this sample greedily
+GREEDY = 1e-5
+
+
+def _input(request, name, default=None):
+    tensor = pb_utils.get_input_tensor_by_name(request, name)
+    if tensor is None:
+        return default
+    value = tensor.as_numpy().reshape(-1)[0]
+    return value.decode("utf-8") if isinstance(value, bytes) else value
+
+
+class Generation:
+    """One request between steps: its tokens, its KV cache, how the next token is chosen,
+    what was sent."""
+
+    def __init__(self, prompt, sampling, ids, positions, eos_ids):
+        if not isinstance(sampling, dict):
+            raise ValueError("sampling_parameters must be a JSON object")
+        if int(sampling.get("n") or 1) != 1:
+            raise ValueError("only n=1 is supported")
+        if not ids:
+            raise ValueError("the prompt has no tokens")
+        if len(ids) >= positions:
+            raise ValueError(
+                f"the prompt has {len(ids)} tokens; the model takes at most {positions - 1}"
+            )
+        self.name = ""
+        self.prompt = prompt
+        self.ids = list(ids)
+        self.prompt_count = len(ids)
+        #: the KV cache, (keys, values) per layer, each [1, heads, len(ids) - 1, dim]: every
+        #: token but the last, which is the next step's input; None before the first step
+        self.past = None
+        self.stream = False
+        self.echo = False
+        self.want_input_count = self.want_output_count = False
+        max_tokens = int(sampling.get("max_tokens") or DEFAULT_MAX_TOKENS)
+        self.max_tokens = min(max_tokens, positions - len(ids))
+        self.min_tokens = int(sampling.get("min_tokens") or 0)
+        self.temperature = float(sampling.get("temperature", 1.0))
+        self.top_p = float(sampling.get("top_p", 1.0))
+        self.top_k = int(sampling.get("top_k") or 0)
+        self.stop_ids = set() if sampling.get("ignore_eos") else set(eos_ids)
+        self.stop_ids.update(int(token) for token in sampling.get("stop_token_ids") or ())
+        stop = sampling.get("stop") or []
+        self.stops = [text for text in ([stop] if isinstance(stop, str) else stop) if text]
+        seed = sampling.get("seed")
+        self.generator = torch.Generator()
+        if seed is None:
+            self.generator.seed()
+        else:
+            self.generator.manual_seed(int(seed))
+        self.generated = []
+        self.text = ""
+        self.sent = 0
+        self.echoed = False
+        self.done = False
+
+    @classmethod
+    def from_request(cls, request, tokenizer, positions, eos_ids):
+        prompt = _input(request, "text_input", "")
+        sampling = json.loads(_input(request, "sampling_parameters", None) or "{}")
+        ids = tokenizer(prompt)["input_ids"]
+        generation = cls(prompt, sampling, ids, positions, eos_ids)
+        generation.name = request.request_id() or str(request.correlation_id())
+        generation.stream = bool(_input(request, "stream", False))
+        exclude = _input(request, "exclude_input_in_output", None)
+        # as the vLLM backend: the prompt is prepended unless excluded, and by default only
+        # to an answer that is not streamed
+        generation.echo = (not exclude) if exclude is not None else not generation.stream
+        generation.want_input_count = bool(_input(request, "return_num_input_tokens", False))
+        generation.want_output_count = bool(_input(request, "return_num_output_tokens", False))
+        return generation
+
+    def choose(self, logits):
+        """The next token, from this request's row of the step's logits."""
+        if len(self.generated) < self.min_tokens and self.stop_ids:
+            logits = logits.clone()
+            logits[list(self.stop_ids)] = float("-inf")
+        if self.temperature < GREEDY:
+            return int(torch.argmax(logits))
+        logits = logits / self.temperature
+        if 0 < self.top_k < logits.numel():
+            kth = torch.topk(logits, self.top_k).values[-1]
+            logits = logits.masked_fill(logits < kth, float("-inf"))
+        probabilities = torch.softmax(logits, dim=-1)
+        if self.top_p < 1.0:
+            ordered, order = torch.sort(probabilities, descending=True)
+            outside = torch.cumsum(ordered, dim=-1) - ordered > self.top_p
+            probabilities[order[outside]] = 0.0
+        return int(torch.multinomial(probabilities, 1, generator=self.generator))
+
+    def advance(self, token, tokenizer):
+        """Add ``token``; the text to send for it (what is sure not to change any more)."""
+        self.ids.append(token)
+        if token in self.stop_ids and len(self.generated) >= self.min_tokens:
+            self.done = True  # the stop token itself is not part of the answer
+        else:
+            self.generated.append(token)
+            self.text = tokenizer.decode(self.generated, skip_special_tokens=True)
+        if len(self.generated) >= self.max_tokens:
+            self.done = True
+        self._cut_at_stop()
+        end = len(self.text) if self.done else self._settled()
+        delta, self.sent = self.text[self.sent : end], max(self.sent, end)
+        return delta
+
+    def _cut_at_stop(self):
+        if not self.stops:
+            return
+        start = max(0, self.sent - max(len(stop) for stop in self.stops))
+        found = [i for i in (self.text.find(stop, start) for stop in self.stops) if i >= 0]
+        if found:
+            self.text = self.text[: min(found)]
+            self.done = True
+
+    def _settled(self):
+        """How much of the text may be sent: not a trailing partial UTF-8 character, nor a
+        tail that may still become a stop string."""
+        end = len(self.text.rstrip("\ufffd"))
+        for stop in self.stops:
+            for size in range(min(len(stop) - 1, end), 0, -1):
+                if self.text.endswith(stop[:size], 0, end):
+                    end = min(end, len(self.text) - size)
+                    break
+        return max(end, self.sent)
+
+    def outputs(self, delta):
+        """(text, input token count, output token count) of this step's response: the
+        token's text (streamed) or the whole answer (at the end)."""
+        if self.stream:
+            text = delta
+            if self.echo and not self.echoed:
+                text, self.echoed = self.prompt + delta, True
+            return text, self.prompt_count, 1
+        text = self.prompt + self.text if self.echo else self.text
+        return text, self.prompt_count, len(self.generated)
+
+
+def _padded(rows, pad):
+    """Token rows left-padded to the longest: (ids, attention mask, position ids)."""
+    width = max(len(row) for row in rows)
+    ids = torch.full((len(rows), width), pad, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for index, row in enumerate(rows):
+        ids[index, width - len(row) :] = torch.tensor(row, dtype=torch.long)
+        mask[index, width - len(row) :] = 1
+    return ids, mask, (mask.cumsum(-1) - 1).clamp_(min=0)
+
+
+class Engine:
+    """The model and its tokenizer, and the forward passes of a step."""
+
+    def __init__(self, path, kv_cache=True):
+        self.tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+        self.model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True)
+        self.model.eval()
+        eos = self.model.generation_config.eos_token_id
+        eos = eos if isinstance(eos, list) else [eos]
+        self.eos_ids = {t for t in [*eos, self.tokenizer.eos_token_id] if t is not None}
+        self.pad_id = self.tokenizer.pad_token_id or 0
+        self.positions = int(getattr(self.model.config, "max_position_embeddings", 2048))
+        self.kv_cache = kv_cache
+        # transformers 5 names the argument `cache` (`past_key_values` before)
+        parameters = inspect.signature(self.model.forward).parameters
+        self.cache_argument = "cache" if "cache" in parameters else "past_key_values"
+
+    def generation(self, prompt, sampling=None):
+        ids = self.tokenizer(prompt)["input_ids"]
+        return Generation(prompt, sampling or {}, ids, self.positions, self.eos_ids)
+
+    def step(self, generations):
+        """The logits of the next token of each generation (rows in their order)."""
+        if not self.kv_cache:
+            return self._run([g.ids for g in generations], None)
+        fresh = [index for index, g in enumerate(generations) if g.past is None]
+        if len(fresh) == len(generations):
+            return self._prefill(generations)
+        if not fresh:
+            return self._decode(generations)
+        running = [index for index, g in enumerate(generations) if g.past is not None]
+        logits = torch.empty((len(generations), self.model.config.vocab_size))
+        logits[fresh] = self._prefill([generations[index] for index in fresh])
+        logits[running] = self._decode([generations[index] for index in running])
+        return logits
+
+    def _run(self, rows, cache, mask=None, positions=None):
+        if mask is None:
+            ids, mask, positions = _padded(rows, self.pad_id)
+        else:
+            ids = torch.tensor(rows, dtype=torch.long)
+        arguments = {self.cache_argument: cache} if cache is not None else {}
+        with torch.inference_mode():
+            output = self.model(
+                input_ids=ids,
+                attention_mask=mask,
+                position_ids=positions,
+                use_cache=cache is not None,
+                logits_to_keep=1,
+                **arguments,
+            )
+        return output.logits[:, -1, :].float()
+
+    def _keep(self, generations, cache, width):
+        """Each generation's rows of the step's cache, without the left padding."""
+        layers = [(layer.keys, layer.values) for layer in cache.layers]
+        for row, generation in enumerate(generations):
+            start = width - len(generation.ids)
+            generation.past = [
+                (keys[row : row + 1, :, start:], values[row : row + 1, :, start:])
+                for keys, values in layers
+            ]
+
+    def _prefill(self, generations):
+        """The prompts, left-padded, in one pass that fills their caches."""
+        cache = DynamicCache(config=self.model.config)
+        logits = self._run([g.ids for g in generations], cache)
+        self._keep(generations, cache, max(len(g.ids) for g in generations))
+        return logits
+
+    def _decode(self, generations):
+        """The last token of each generation over its cache, the caches left-padded to the
+        longest."""
+        lengths = [len(g.ids) - 1 for g in generations]
+        width = max(lengths)
+        if len(generations) == 1:
+            past = generations[0].past
+        else:
+            past = []
+            for layer in range(len(generations[0].past)):
+                first = generations[0].past[layer][0]
+                keys = first.new_zeros((len(generations), first.shape[1], width, first.shape[3]))
+                values = torch.zeros_like(keys)
+                for row, generation in enumerate(generations):
+                    layer_keys, layer_values = generation.past[layer]
+                    keys[row, :, width - lengths[row] :] = layer_keys[0]
+                    values[row, :, width - lengths[row] :] = layer_values[0]
+                past.append((keys, values))
+        mask = torch.zeros((len(generations), width + 1), dtype=torch.long)
+        for row, length in enumerate(lengths):
+            mask[row, width - length :] = 1
+        positions = torch.tensor([[length] for length in lengths], dtype=torch.long)
+        cache = DynamicCache(past)
+        rows = [[g.ids[-1]] for g in generations]
+        logits = self._run(rows, cache, mask, positions)
+        self._keep(generations, cache, width + 1)
+        return logits
+
+
+def _text(value):
+    return np.array([[value.encode("utf-8")]], dtype=object)
+
+
+def _count(value):
+    return np.array([[value]], dtype=np.uint32)
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        config = json.loads(args["model_config"])
+        parameters = {
+            key: value.get("string_value", "")
+            for key, value in (config.get("parameters") or {}).items()
+        }
+        folder = Path(args["model_repository"]) / args["model_version"]
+        torch.set_num_threads(int(parameters.get("torch_threads", "1")))
+        kv_cache = parameters.get("kv_cache", "true").lower() not in ("false", "0", "no")
+        self.engine = Engine(folder / parameters.get("hf_model", "hf"), kv_cache)
+        #: correlation ID -> the request's Generation
+        self.generations = {}
+        #: threads that ask the server whether requests were cancelled, all at once
+        self.askers = ThreadPoolExecutor(
+            max(1, min(16, config.get("max_batch_size", 1))), thread_name_prefix="is_cancelled"
+        )
+        self.steps = 0
+        step_log = parameters.get("step_log")
+        self.step_log = open(step_log, "a", buffering=1) if step_log else None  # noqa: SIM115
+        labels = {"model": args["model_name"]}
+        self.batch_sizes = pb_utils.MetricFamily(
+            "llm_step_batch_size", "Requests in each decoding step", pb_utils.MetricFamily.HISTOGRAM
+        ).Metric(labels=labels, buckets=[1, 2, 4, 8, 16, 32, 64])
+        self.tokens = pb_utils.MetricFamily(
+            "llm_generated_tokens", "Tokens generated", pb_utils.MetricFamily.COUNTER
+        ).Metric(labels=labels)
+        # torch, transformers and the model are here for good: keep them out of the
+        # collector's full passes, which would scan them all in the middle of a step
+        gc.collect()
+        gc.freeze()
+
+    def execute(self, requests):
+        started = time.perf_counter()
+        engine = self.engine
+        running, new, failed = [], [], []
+        for request in requests:
+            key = request.correlation_id()
+            generation = self.generations.get(key)
+            if generation is None or request.flags() & START:
+                try:
+                    generation = Generation.from_request(
+                        request, engine.tokenizer, engine.positions, engine.eos_ids
+                    )
+                except Exception as error:  # the request's own fault: it alone fails
+                    self._fail(request, key, error)
+                    failed.append(request.request_id() or str(key))
+                    continue
+                self.generations[key] = generation
+                new.append(generation.name)
+            running.append((request, key, generation))
+        logits = None
+        if running:
+            try:
+                logits = engine.step([generation for _, _, generation in running])
+            except Exception as error:  # every request of the step fails with it
+                pb_utils.Logger.log_error(f"the forward pass failed: {error!r}")
+                for request, key, _ in running:
+                    self._fail(request, key, error)
+                running = []
+        finished, cancelled = [], []
+        gone = self._cancelled([request for request, _, _ in running])
+        for row, (request, key, generation) in enumerate(running):
+            sender = request.get_response_sender()
+            if gone[row]:
+                del self.generations[key]
+                sender.send(flags=FINAL)
+                cancelled.append(generation.name)
+                continue
+            try:
+                delta = generation.advance(generation.choose(logits[row]), engine.tokenizer)
+                # streamed: a response for each token; otherwise one at the end
+                response = None
+                if generation.stream or generation.done:
+                    response = self._response(generation, delta)
+            except Exception as error:  # this request ends with it, the others go on
+                self._fail(request, key, error)
+                failed.append(generation.name)
+                continue
+            if generation.done:
+                del self.generations[key]
+                sender.send(response, flags=FINAL)
+                finished.append(generation.name)
+                continue
+            if response is not None:
+                sender.send(response)
+            request.set_release_flags(RESCHEDULE)
+        if running:
+            self.batch_sizes.observe(len(running))
+            self.tokens.increment(len(running) - len(cancelled))
+        self.steps += 1
+        if self.step_log is not None:
+            record = {
+                "step": self.steps,
+                "time": time.monotonic(),
+                "ms": round((time.perf_counter() - started) * 1000, 3),
+                "batch": [generation.name for _, _, generation in running],
+                "new": new,
+                "finished": finished,
+                "cancelled": cancelled,
+                "failed": failed,
+            }
+            self.step_log.write(json.dumps(record) + "\n")
+        return None
+
+    def _cancelled(self, requests):
+        """``request.is_cancelled()`` of each request. Each is a round trip to the server,
+        so they are asked at once, from a few threads: a step waits for one round trip
+        rather than one per request. Asked after the forward pass, when the server has
+        sent the last step's responses and answers at once."""
+        if len(requests) == 1:
+            return [requests[0].is_cancelled()]
+        return list(self.askers.map(lambda request: request.is_cancelled(), requests))
+
+    @staticmethod
+    def _response(generation, delta):
+        text, input_count, output_count = generation.outputs(delta)
+        outputs = [pb_utils.Tensor("text_output", _text(text))]
+        if generation.want_input_count:
+            outputs.append(pb_utils.Tensor("num_input_tokens", _count(input_count)))
+        if generation.want_output_count:
+            outputs.append(pb_utils.Tensor("num_output_tokens", _count(output_count)))
+        return pb_utils.InferenceResponse(outputs)
+
+    def _fail(self, request, key, error):
+        self.generations.pop(key, None)
+        request.get_response_sender().send(
+            pb_utils.InferenceResponse(error=pb_utils.TritonError(str(error))), flags=FINAL
+        )
+
+    def finalize(self):
+        self.askers.shutdown()
+        if self.step_log is not None:
+            self.step_log.close()
