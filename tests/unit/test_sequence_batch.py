@@ -300,6 +300,30 @@ async def test_direct_without_ready_control_sends_no_filler(tmp_path):
         assert [(corrid, ready) for _, corrid, ready, _, _ in log[-1]] == [(1, True), (3, True)]
 
 
+async def test_direct_batches_the_longest_waiting_shape_first(tmp_path):
+    # A request of another shape in a higher slot must not wait behind lower slots' requests.
+    repo = tmp_path / "models"
+    write_sequence_model(repo, "shapes", dims="-1")
+    async with numpy_server(repo) as server:
+        for correlation_id in (1, 3):  # slots 0 and 1
+            await server.infer(seq("shapes", correlation_id, 1, START))
+        with held(instance(server, "shapes")) as gate:
+            blocker = asyncio.ensure_future(server.infer(seq("shapes", 3, 100)))
+            await until(lambda: pending(server, "shapes") == 0, "the blocker to execute")
+            wide = asyncio.ensure_future(server.infer(seq("shapes", 2, 7, START, width=8)))
+            await until(lambda: pending(server, "shapes") == 1, "the wide request to queue")
+            narrow = asyncio.ensure_future(server.infer(seq("shapes", 1, 10)))
+            await until(lambda: pending(server, "shapes") == 2, "the narrow request to queue")
+            gate.set()
+            await blocker
+            assert total(await wide) == 7 and total(await narrow) == 11
+        log = instance(server, "shapes").sequence_log
+        # the wide request (slot 2) ran alone first, padded to its slot; then the narrow one
+        assert [entry[1] for entry in log[-2] if entry[2]] == [2]
+        assert [entry[1] for entry in log[-1] if entry[2]] == [1]
+        assert log[-2][2][:2] == (2, 2)
+
+
 async def test_direct_slots_keep_sequences_on_their_instance(tmp_path):
     repo = tmp_path / "models"
     write_sequence_model(repo, "spread", max_batch_size=2, instances=2, sleep_ms=20)

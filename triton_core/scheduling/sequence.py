@@ -544,13 +544,16 @@ class SequenceBatcher(Scheduler):
         return ready
 
     def _compatible(self, ready: list[_Sequence]) -> list[_Sequence]:
-        """The sequences whose next request can share a batch with the first one's."""
-        if not self._batching:
-            return ready[:1]
+        """The sequences whose next request can share a batch with the one that has waited
+        longest, in ``ready``'s order. Seeding from the longest wait, not the first slot, keeps
+        a request of another shape from waiting behind a stream of requests in lower slots."""
         if len(ready) == 1:
             return ready
-        first = self._shape_key(ready[0])
-        return [ready[0]] + [s for s in ready[1:] if self._shape_key(s) == first]
+        seed = min(ready, key=lambda sequence: sequence.queue[0].arrival)
+        if not self._batching:
+            return [seed]
+        key = self._shape_key(seed)
+        return [s for s in ready if s is seed or self._shape_key(s) == key]
 
     def _shape_key(self, sequence: _Sequence) -> tuple:
         # Requests batch together only when every non-batch dimension matches.
