@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from triton_core.backends.streaming import ResponsePool
@@ -52,6 +53,8 @@ class FakeModel:
     platform: str = "python"
     #: 0: no batching; else the metadata's shapes lead with -1 for the batch
     max_batch_size: int = 8
+    #: its folder in a local repository (version folders inside), or None as for a cloud one
+    folder: Path | None = None
 
     def config(self) -> model_config_pb2.ModelConfig:
         config = model_config_pb2.ModelConfig(
@@ -185,6 +188,12 @@ class FakeServer:
             for version in model.versions
             if version in model.ready or not ready_only
         ]
+
+    def model_version_path(self, name: str, version: int = -1) -> Path | None:
+        model = self.model(name, version)
+        if model.folder is None:
+            return None
+        return model.folder / str(max(model.ready or model.versions) if version == -1 else version)
 
     async def load_model(
         self, name: str, config: str | None = None, files: dict[str, bytes] | None = None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support import S3Server, write_numpy_model
+from tests.support import S3Server, numpy_server, write_numpy_model
 from triton_core.errors import TritonError
 from triton_core.repository.remote import (
     RemoteRepository,
@@ -73,3 +73,10 @@ def test_missing_repository_is_reported(s3, tmp_path):
     repository = RemoteRepository(f"s3://127.0.0.1:{s3.port}/nobucket/x", tmp_path)
     with pytest.raises(TritonError, match="nobucket"):
         repository.list_models()
+
+
+async def test_a_model_from_a_cloud_repository_has_no_version_folder(s3, tmp_path):
+    url = f"s3://127.0.0.1:{s3.port}/models/repo"
+    async with numpy_server(url, repository_cache_dir=tmp_path) as server:
+        assert server.model_ready("alpha")
+        assert server.model_version_path("alpha") is None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 
 import numpy as np
@@ -96,6 +97,21 @@ async def test_metadata_and_readiness(server):
     assert server.model_ready("add_sub", 1) and not server.model_ready("add_sub", 2)
     assert not server.model_ready("nope")  # as Triton: not ready, not an error
     assert server.metadata().name == "triton"
+
+
+async def test_a_version_folder_is_given_for_a_model_in_a_local_repository(tmp_path):
+    repo = tmp_path / "models"
+    write_numpy_model(repo, "two", versions=(1, 2), extra="version_policy: { all {} }")
+    async with numpy_server(repo, model_control_mode="explicit", load_models=["*"]) as server:
+        assert server.model_version_path("two") == repo / "two" / "2"
+        assert server.model_version_path("two", 1) == repo / "two" / "1"
+        with pytest.raises(TritonError, match="'two' version 3 is not found"):
+            server.model_version_path("two", 3)
+        with pytest.raises(TritonError, match="'nope' is not found"):
+            server.model_version_path("nope")
+        config = json.dumps(server.model_config_json("two"))
+        await server.load_model("two", config, {"1/model.npy": b""})
+        assert server.model_version_path("two") is None  # uploaded files: no repository folder
 
 
 async def test_the_model_ready_endpoints_ask_instances_that_check_readiness(server, caplog):

@@ -48,9 +48,9 @@ def incompatibilities(
 
 
 def test_the_protocol_lists_what_the_frontends_call():
-    assert {"infer", "submit", "infer_stream", "model_config_json", "check_client_shm"} <= set(
-        PROTOCOL_METHODS
-    )
+    called = {"infer", "submit", "infer_stream", "model_config_json", "check_client_shm"}
+    # the OpenAI frontend reads multi_lora.json in the version folder
+    assert called | {"model_version_path"} <= set(PROTOCOL_METHODS)
 
 
 @pytest.mark.parametrize("implementation", [Server, FakeServer], ids=["Server", "FakeServer"])
@@ -99,6 +99,14 @@ def test_the_fake_refuses_unknown_models_and_versions_in_the_real_servers_words(
         fake.model_config("m", 3)
     with pytest.raises(TritonError, match="requested model version is not available"):
         fake.statistics("m", 2)
+
+
+def test_the_fake_gives_a_version_folder_only_for_a_model_in_a_local_folder(tmp_path):
+    fake = _fake()
+    assert fake.model_version_path("m") is None
+    fake.models["m"].folder = tmp_path / "m"
+    assert fake.model_version_path("m") == tmp_path / "m" / "1"
+    assert fake.model_version_path("m", 2) == tmp_path / "m" / "2"
 
 
 def test_the_fake_serves_a_real_config_and_metadata_that_agree():

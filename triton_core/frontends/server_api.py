@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     import asyncio
     from collections.abc import AsyncIterator
+    from pathlib import Path
 
     from triton_core.backends.streaming import ResponsePool
     from triton_core.observability.statistics import ModelStatistics
@@ -52,6 +53,9 @@ class ServerAPI(Protocol):
 
     # -- repository
     def repository_index(self, ready_only: bool = False) -> list[ModelIndexEntry]: ...
+    def model_version_path(self, name: str, version: int = -1) -> Path | None:
+        """A ready version's folder in a local repository; None for a cloud or uploaded model."""
+
     async def load_model(
         self, name: str, config: str | None = None, files: dict[str, bytes] | None = None
     ) -> None: ...

@@ -26,7 +26,7 @@ from triton_core.plugins.failures import RepeatedFailureLog, exception_text
 from triton_core.plugins.manager import PluginManager, create_plugin_manager
 from triton_core.repository.loader import LoaderOptions, ModelLoader
 from triton_core.repository.manager import ControlMode, ModelRepositoryManager
-from triton_core.repository.sources import open_source
+from triton_core.repository.sources import LocalSource, open_source
 from triton_core.scheduling import inline
 from triton_core.scheduling.rate_limiter import MODES as RATE_LIMIT_MODES
 from triton_core.scheduling.rate_limiter import OFF as RATE_LIMIT_OFF
@@ -510,6 +510,20 @@ class Server:
 
     def repository_index(self, ready_only: bool = False) -> list[ModelIndexEntry]:
         return self.models.index(ready_only)
+
+    def model_version_path(self, name: str, version: int = -1) -> Path | None:
+        """The folder of a ready model version in a local model repository
+        (``<repository>/<model>/<version>``), for a frontend that reads a file kept beside the
+        model, as the OpenAI frontend reads ``multi_lora.json``. ``version`` -1 is the version
+        serving version-less requests. None for a model from a cloud repository or built from
+        uploaded files: it has no such folder. Raises Triton's errors for a model (version)
+        that is not ready."""
+        model = self.models.get(name, version)
+        record = self.models.record(name)
+        uploaded = record.override is not None and record.override.folder is not None
+        if uploaded or record.folder is None or not isinstance(record.source, LocalSource):
+            return None
+        return record.folder / str(model.version)
 
     def model(self, name: str, version: int = -1) -> LoadedModel:
         return self.models.get(name, version)

@@ -23,6 +23,7 @@ import numpy as np
 import orjson
 from triton_core_openai import chat, engine
 from triton_core_openai.errors import OpenAIError, client_error, not_found, server_error
+from triton_core_openai.lora import LoraCatalog
 from triton_core_openai.tools import StreamingToolCalls, ToolCallParser, parser_for
 
 from triton_core import InferenceRequest, ServerAPI, TritonError
@@ -62,6 +63,7 @@ class OpenAIService:
         self.parser: ToolCallParser | None = None
         self._created: dict[str, int] = {}
         self._management = asyncio.Lock()
+        self._loras = LoraCatalog()
 
     def load(self) -> None:
         """Load the tokenizer and template (the frontend's start; ValueError names the flag)."""
@@ -81,17 +83,35 @@ class OpenAIService:
             self._created.setdefault(name, now)
         return names
 
-    def _model(self, name: str) -> dict[str, Any]:
+    def _model(self, name: str, listed_as: str | None = None) -> dict[str, Any]:
         created = self._created.setdefault(name, int(time.time()))
-        return {"id": name, "object": "model", "created": created, "owned_by": OWNED_BY}
+        return {
+            "id": listed_as or name,
+            "object": "model",
+            "created": created,
+            "owned_by": OWNED_BY,
+        }
+
+    def _listed(self, name: str) -> list[dict[str, Any]]:
+        """The model, then with --lora-separator one entry per LoRA it is known to have."""
+        entries = [self._model(name)]
+        separator = self.settings.lora_separator
+        if separator:
+            for lora in self._adapters(name) or ():
+                entries.append(self._model(name, f"{name}{separator}{lora}"))
+        return entries
 
     def models(self) -> dict[str, Any]:
-        return {"object": "list", "data": [self._model(name) for name in self._model_names()]}
+        data = [entry for name in self._model_names() for entry in self._listed(name)]
+        return {"object": "list", "data": data}
 
     def model(self, name: str) -> dict[str, Any]:
-        if name not in self._model_names():
-            raise not_found(f"Unknown model: {name}")
-        return self._model(name)
+        base, _ = self._split(name)
+        if base in self._model_names():
+            for entry in self._listed(base):
+                if entry["id"] == name:
+                    return entry
+        raise not_found(f"Unknown model: {name}")
 
     def _explicit_only(self) -> None:
         if self.settings.model_control_mode != "explicit":
@@ -124,14 +144,40 @@ class OpenAIService:
             self._created.pop(name, None)
         return {"status": "success", "model": name}
 
-    def _served(self, requested: str) -> tuple[engine.ModelInfo, str | None]:
-        """The model a request names (and its LoRA after --lora-separator)."""
-        name, lora = requested, None
+    def _split(self, requested: str) -> tuple[str, str | None]:
+        """A requested name as (model, LoRA named after --lora-separator or None)."""
         separator = self.settings.lora_separator
         if separator:
             parts = requested.split(separator)
             if len(parts) == 2:
-                name, lora = parts
+                return parts[0], parts[1]
+        return requested, None
+
+    def _adapters(self, name: str) -> tuple[str, ...] | None:
+        """The model's LoRA names from its multi_lora.json (None: unknown, see
+        :mod:`triton_core_openai.lora`); only a vLLM-convention model's are read, as Triton."""
+        try:
+            info = engine.model_info(self.server, name, self.settings.backend)
+            folder = self.server.model_version_path(name)
+        except TritonError:  # unloaded in between
+            return None
+        return self._loras.adapters(name, folder) if info.convention == engine.VLLM else None
+
+    def _lora(self, name: str, lora: str | None, requested: str) -> str | None:
+        """The LoRA passed to the model: a listed one, or None when the request names none or
+        the model's are unknown. One the model does not list is refused, as Triton does."""
+        if lora is None:
+            return None
+        adapters = self._adapters(name)
+        if adapters is None:
+            return None
+        if lora not in adapters:
+            raise client_error(f"Unknown LoRA: {lora}; for model: {requested}")
+        return lora
+
+    def _served(self, requested: str) -> tuple[engine.ModelInfo, str | None]:
+        """The model a request names (and its LoRA after --lora-separator)."""
+        name, lora = self._split(requested)
         if not name or not self.server.model_ready(name):
             raise client_error(f"Unknown model: {requested}")
         try:
@@ -163,6 +209,7 @@ class OpenAIService:
 
     async def completion(self, body: dict[str, Any]) -> dict[str, Any] | AsyncIterator[bytes]:
         info, lora = self._served(body["model"])
+        lora = self._lora(info.name, lora, body["model"])
         _check_completion(body, info)
         request = engine.generate_request(
             info,
@@ -220,6 +267,9 @@ class OpenAIService:
 
     async def chat(self, body: dict[str, Any]) -> dict[str, Any] | AsyncIterator[bytes]:
         info, lora = self._served(body["model"])
+        if self.tokenizer is None:
+            raise server_error("Unknown tokenizer")
+        lora = self._lora(info.name, lora, body["model"])
         self._check_chat(body, info)
         turns = chat.conversation(body["messages"])
         tools = None if body["tools"] is None else [_tool_document(t) for t in body["tools"]]
@@ -359,8 +409,6 @@ class OpenAIService:
         yield DONE
 
     def _check_chat(self, body: dict[str, Any], info: engine.ModelInfo) -> None:
-        if self.tokenizer is None:
-            raise server_error("Unknown tokenizer")
         if body["n"] and body["n"] > 1:
             raise client_error(
                 f"Received n={body['n']}, but only single choice (n=1) is currently supported"
