@@ -24,7 +24,7 @@ import orjson
 from triton_core_openai import chat, engine
 from triton_core_openai.errors import OpenAIError, client_error, not_found, server_error
 from triton_core_openai.lora import LoraCatalog
-from triton_core_openai.tools import StreamingToolCalls, ToolCallParser, parser_for
+from triton_core_openai.tools import Streamed, StreamingToolCalls, ToolCallParser, parser_for
 
 from triton_core import InferenceRequest, ServerAPI, TritonError
 
@@ -45,6 +45,18 @@ class ServiceSettings:
     backend: str | None = None
     #: --model-control-mode: load and unload are allowed in "explicit" only
     model_control_mode: str = "none"
+
+
+def _content_delta(text: str) -> dict[str, Any]:
+    return {"role": None, "content": text, "function_call": None}
+
+
+def _streamed_deltas(streamed: Streamed) -> list[dict[str, Any]]:
+    """A streamed tool-call reading's chat deltas: one per tool-call delta."""
+    deltas = [{"tool_calls": [call]} for call in streamed.calls]
+    if streamed.content:
+        deltas.insert(0, _content_delta(streamed.content))
+    return deltas
 
 
 def _event(document: dict[str, Any]) -> bytes:
@@ -357,7 +369,7 @@ class OpenAIService:
                     content = engine.chat_logprobs(output.logprobs)
                     logprobs = None if content is None else {"content": content}
                 finish = None
-                delta: dict[str, Any] | None
+                deltas: list[dict[str, Any]]
                 if named:
                     function = {"arguments": output.text}
                     call: dict[str, Any] = {"index": 0, "function": function}
@@ -365,35 +377,25 @@ class OpenAIService:
                         call.update(id=request_id, type="function")
                         function["name"] = named
                         named_sent = True
-                    delta = {"tool_calls": [call]}
+                    deltas = [{"tool_calls": [call]}]
                 elif held is not None:
-                    text, over = held.feed(output.text)
-                    if over:
+                    streamed = held.feed(output.text)
+                    if streamed.over:
                         truncated = True
                         break  # leaving the loop cancels the generation
-                    delta = (
-                        None
-                        if text is None
-                        else {"role": None, "content": text, "function_call": None}
-                    )
+                    deltas = _streamed_deltas(streamed)
+                    if output.final:
+                        deltas += _streamed_deltas(held.finish())
                 else:
-                    delta = {"role": None, "content": output.text, "function_call": None}
+                    deltas = [_content_delta(output.text)]
                 if output.final:
-                    finish = "stop"
-                    if held is not None:
-                        content_text, calls = held.finish()
-                        if calls:
-                            for index, call_made in enumerate(calls):
-                                document = call_made.message()
-                                yield chunk({"tool_calls": [{"index": index, **document}]}, None)
-                            finish = "tool_calls"
-                        elif content_text:
-                            yield chunk(
-                                {"role": None, "content": content_text, "function_call": None}, None
-                            )
-                if delta is None and finish is None:
+                    finish = "tool_calls" if held is not None and held.called else "stop"
+                if not deltas and finish is None:
                     continue
-                yield chunk(delta or {"content": ""}, finish, logprobs)
+                deltas = deltas or [{"content": ""}]
+                for number, delta in enumerate(deltas):
+                    last = number == len(deltas) - 1
+                    yield chunk(delta, finish if last else None, logprobs if number == 0 else None)
         if truncated:
             logger.warning(
                 "streamed tool call of %s passed %d bytes (--max-tool-call-parse-bytes): "
