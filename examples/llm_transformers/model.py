@@ -126,21 +126,11 @@ class Generation:
 
     def choose(self, logits):
         """The next token, from this request's row of the step's logits."""
-        if len(self.generated) < self.min_tokens and self.stop_ids:
-            logits = logits.clone()
-            logits[list(self.stop_ids)] = float("-inf")
-        if self.temperature < GREEDY:
-            return int(torch.argmax(logits))
-        logits = logits / self.temperature
-        if 0 < self.top_k < logits.numel():
-            kth = torch.topk(logits, self.top_k).values[-1]
-            logits = logits.masked_fill(logits < kth, float("-inf"))
-        probabilities = torch.softmax(logits, dim=-1)
-        if self.top_p < 1.0:
-            ordered, order = torch.sort(probabilities, descending=True)
-            outside = torch.cumsum(ordered, dim=-1) - ordered > self.top_p
-            probabilities[order[outside]] = 0.0
-        return int(torch.multinomial(probabilities, 1, generator=self.generator))
+        return choose_tokens([self], logits.unsqueeze(0))[0]
+
+    def masks_stop_ids(self):
+        """Whether the stop tokens are barred this step (``min_tokens`` not reached)."""
+        return bool(self.stop_ids) and len(self.generated) < self.min_tokens
 
     def advance(self, token, tokenizer):
         """Add ``token``; the text to send for it (what is sure not to change any more)."""
@@ -187,6 +177,51 @@ class Generation:
             return text, self.prompt_count, 1
         text = self.prompt + self.text if self.echo else self.text
         return text, self.prompt_count, len(self.generated)
+
+
+def choose_tokens(generations, logits):
+    """The next token of each generation, from its row of the step's logits.
+
+    Greedy rows take their argmax; the others are sampled in one pass over the rows that
+    sample (temperature, top-k, softmax, top-p, cumulative sums), each drawing its one
+    uniform number from its own generator (``seed``) and taking the token where that number
+    falls in its cumulative distribution: one small operation per request instead of a
+    ``torch.multinomial`` call each, which dominated a step's sampling."""
+    masked = [row for row, g in enumerate(generations) if g.masks_stop_ids()]
+    if masked:
+        logits = logits.clone()
+        for row in masked:
+            logits[row, list(generations[row].stop_ids)] = float("-inf")
+    tokens = [0] * len(generations)
+    greedy = [row for row, g in enumerate(generations) if g.temperature < GREEDY]
+    if greedy:
+        for row, token in zip(greedy, logits[greedy].argmax(dim=-1).tolist(), strict=True):
+            tokens[row] = token
+    sampled = [row for row, g in enumerate(generations) if g.temperature >= GREEDY]
+    if not sampled:
+        return tokens
+    chosen = [generations[row] for row in sampled]
+    temperatures = torch.tensor([[g.temperature] for g in chosen], dtype=logits.dtype)
+    scaled = logits[sampled] / temperatures
+    vocab = scaled.shape[-1]
+    for row, generation in enumerate(chosen):
+        if 0 < generation.top_k < vocab:
+            kth = torch.topk(scaled[row], generation.top_k).values[-1]
+            scaled[row].masked_fill_(scaled[row] < kth, float("-inf"))
+    probabilities = torch.softmax(scaled, dim=-1)
+    for row, generation in enumerate(chosen):
+        if generation.top_p < 1.0:
+            ordered, order = torch.sort(probabilities[row], descending=True)
+            outside = torch.cumsum(ordered, dim=-1) - ordered > generation.top_p
+            probabilities[row, order[outside]] = 0.0
+    cumulative = torch.cumsum(probabilities, dim=-1)
+    draws = torch.cat([torch.rand(1, generator=g.generator) for g in chosen])
+    # right=True: a zero-probability token (a flat step of the sums) is never the one
+    points = (draws * cumulative[:, -1]).unsqueeze(1)
+    found = torch.searchsorted(cumulative, points, right=True).squeeze(1).clamp_(max=vocab - 1)
+    for row, token in zip(sampled, found.tolist(), strict=True):
+        tokens[row] = token
+    return tokens
 
 
 def _padded(rows, pad):
@@ -369,6 +404,12 @@ class TritonPythonModel:
                 running = []
         finished, cancelled = [], []
         gone = self._cancelled([request for request, _, _ in running])
+        tokens = None
+        if running:
+            try:
+                tokens = choose_tokens([generation for _, _, generation in running], logits)
+            except Exception:  # chosen one by one below: only a failing request fails
+                tokens = None
         for row, (request, key, generation) in enumerate(running):
             sender = request.get_response_sender()
             if gone[row]:
@@ -377,7 +418,8 @@ class TritonPythonModel:
                 cancelled.append(generation.name)
                 continue
             try:
-                delta = generation.advance(generation.choose(logits[row]), engine.tokenizer)
+                token = generation.choose(logits[row]) if tokens is None else tokens[row]
+                delta = generation.advance(token, engine.tokenizer)
                 # streamed: a response for each token; otherwise one at the end
                 response = None
                 if generation.stream or generation.done:

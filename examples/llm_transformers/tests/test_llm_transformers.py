@@ -114,6 +114,34 @@ def test_the_kv_cache_decodes_as_a_full_forward_pass_does(tiny_model, engine_mod
     assert generation.generated == expected[0, ids.shape[1] :].tolist()
 
 
+def test_sampling_follows_the_distribution_within_top_k_and_top_p(engine_module):
+    torch = pytest.importorskip("torch")
+    module = engine_module
+    probabilities = torch.tensor([0.4, 0.3, 0.2, 0.1, 0.0, 0.0])
+    logits = torch.log(probabilities)
+    draws = 4000
+
+    def sample(sampling, rows=draws, seed=7):
+        generation = module.Generation("p", {"seed": seed, **sampling}, [1, 2], 512, {5})
+        return module.choose_tokens([generation] * rows, logits.expand(rows, -1))
+
+    def shares(tokens):
+        return [tokens.count(token) / len(tokens) for token in range(len(probabilities))]
+
+    for share, expected in zip(shares(sample({})), probabilities.tolist(), strict=True):
+        assert abs(share - expected) < 0.03  # zero-probability tokens never come
+    top_k = shares(sample({"top_k": 2}))
+    assert set(sample({"top_k": 2})) == {0, 1} and abs(top_k[0] - 4 / 7) < 0.03
+    assert set(sample({"top_p": 0.6})) == {0, 1}
+    assert sample({}, rows=50) == sample({}, rows=50)  # a seed repeats
+    assert sample({}, rows=50) != sample({}, rows=50, seed=8)
+    # greedy and sampled rows in one step; min_tokens bars the stop tokens
+    greedy = module.Generation("p", {"temperature": 0}, [1], 512, {0})
+    barred = module.Generation("p", {"temperature": 0, "min_tokens": 2}, [1], 512, {0})
+    hot = module.Generation("p", {"seed": 1, "top_k": 1}, [1], 512, {5})
+    assert module.choose_tokens([greedy, barred, hot], logits.expand(3, -1)) == [0, 1, 0]
+
+
 def test_tokens_stream_one_by_one_the_last_final(stream):
     sampling = {"max_tokens": 6, "temperature": 0, "ignore_eos": True}
     stream.send("streamed", "What is machine learning?", sampling)
