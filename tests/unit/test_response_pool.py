@@ -235,3 +235,16 @@ async def test_an_ensemble_holds_its_decoupled_step_back(tmp_path: Path) -> None
             received += [response async for response in responses]
     assert [int(r.output("OUT").data[0]) for r in received[:12]] == list(range(12))
     assert received[-1].final and read_progress(progress_dir, "e", "ended") == "finished"
+
+
+async def test_cancel_listeners_run_once_and_at_once_when_added_late() -> None:
+    sender = sender_for(ResponsePool(2))
+    heard: list[str] = []
+    sender.on_cancel = lambda: heard.append("scheduler")
+    sender.add_cancel_listener(lambda: heard.append("first"))
+    sender.add_cancel_listener(lambda: heard.append("second"))
+    sender.cancel()
+    sender.cancel()  # a second cancel tells nobody again
+    assert heard == ["scheduler", "first", "second"] and sender.is_cancelled()
+    sender.add_cancel_listener(lambda: heard.append("late"))
+    assert heard[-1] == "late"

@@ -127,6 +127,7 @@ class StreamSender:
         self.on_cancel: Callable[[], None] | None = None
         #: the instance executing the request, for error messages (set by the instance pool)
         self.instance = ""
+        self._cancel_listeners: list[Callable[[], None]] | None = None
         #: bounds the responses sent but not yet written (``--grpc-max-response-pool-size``)
         self.pool = pool
         self._loop_thread = threading.get_ident() if pool is not None else 0
@@ -156,14 +157,30 @@ class StreamSender:
     def is_cancelled(self) -> bool:
         return self.cancelled
 
+    def add_cancel_listener(self, listener: Callable[[], None]) -> None:
+        """Call ``listener()`` once the client stops waiting (at once if it has), as a
+        backend whose model runs elsewhere tells it without being asked. Call on the
+        event loop; listeners run there, from :meth:`cancel`."""
+        if self.cancelled:
+            listener()
+        elif self._cancel_listeners is None:
+            self._cancel_listeners = [listener]
+        else:
+            self._cancel_listeners.append(listener)
+
     def cancel(self) -> None:
         """The client stopped waiting. Call on the event loop."""
+        if self.cancelled:
+            return
         self.cancelled = True
         if self.pool is not None:
             self.pool.close()  # a producer waiting for room wakes and sees the cancel
         callback, self.on_cancel = self.on_cancel, None
         if callback is not None:
             callback()
+        listeners, self._cancel_listeners = self._cancel_listeners, None
+        for listener in listeners or ():
+            listener()
 
     def fail(self, error: TritonError) -> None:
         """End the stream with an error (execute raised). Call on the event loop."""

@@ -60,8 +60,13 @@ class BatchCodec:
         self._traces = traces
         #: whether the process may map one more client region (it keeps a bounded number)
         self.may_map: Callable[[Any], bool] = lambda region: True
+        #: a decoupled request's watch token (0: not watched), see :meth:`encode`
+        self.watch_cancel: Callable[[InferenceRequest, int], int] | None = None
 
-    def encode(self, requests: list[InferenceRequest]) -> EncodedBatch:
+    def encode(self, requests: list[InferenceRequest], watch: bool = False) -> EncodedBatch:
+        """``watch`` (on the event loop only): decoupled requests whose cancellation the
+        server tells the process (:attr:`watch_cancel`) carry their watch token, so that
+        ``is_cancelled()`` in the model needs no question to the server."""
         packer = Packer()
         add = packer.add
         decoupled = self.decoupled
@@ -88,6 +93,7 @@ class BatchCodec:
             else:
                 inputs = [add(name, t.datatype, t.data) for name, t in request.inputs.items()]
             pooled = False
+            token = 0
             if decoupled:
                 # a rescheduled request comes back with the same key, so responses its model
                 # sent before rescheduling still find it
@@ -96,6 +102,8 @@ class BatchCodec:
                 keys.append(key)
                 # its model's sends wait for room (--grpc-max-response-pool-size)
                 pooled = getattr(request.response_sender, "pool", None) is not None
+                if watch and self.watch_cancel is not None:
+                    token = self.watch_cancel(request, key)
             else:
                 key = index
             outputs = request.outputs
@@ -112,6 +120,7 @@ class BatchCodec:
                     self._trace_reference(request),
                     targets,
                     pooled,
+                    token,
                 )
             )
         return EncodedBatch(body, packer, keys, regions)

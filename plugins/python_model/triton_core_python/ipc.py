@@ -75,6 +75,9 @@ READINESS_ANSWER = 26  # stub -> server (events): (ready, error message or None)
 #: stub -> server (events): a socket of the stub's own for the answers of the BLS calls that
 #: name it (ident: its id; its descriptor rides along), see :mod:`.replies`
 REPLY_CHANNEL = 27
+#: server -> stub (events): the client of a watched request stopped waiting (ident: the
+#: request's watch token, which the batch that carried the request named)
+CANCELLED = 28
 
 #: largest message sent inline; bigger ones go through shared memory (seqpacket messages
 #: are bounded by the socket buffer, ~200 KiB by default)

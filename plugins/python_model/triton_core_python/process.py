@@ -98,6 +98,13 @@ class StubProcess:
         #: the clients' system regions this process maps
         self.regions = RegionAnnouncer(self._region_closed)
         self.codec.may_map = self.regions.can_map
+        #: decoupled requests' senders whose cancellation the process is told, and their
+        #: watch tokens (a rescheduled request keeps its token; tokens are never reused)
+        self._watched: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
+        self._watch_tokens = itertools.count(1)
+        self.codec.watch_cancel = self._watch_cancel
+        #: ``is_cancelled()`` questions the process asked (watched requests ask none)
+        self.cancel_queries = 0
         self._death_lock = threading.Lock()
         self._reader_thread: threading.Thread | None = None
         self._flush_scheduled = False
@@ -268,7 +275,7 @@ class StubProcess:
         ident = next(self._ids)
         size = estimated_bytes(requests, self.regions.can_map)
         if size < _OFFLOAD_BYTES:
-            batch = self.codec.encode(requests)
+            batch = self.codec.encode(requests, watch=True)
             self._in_flight[ident] = [batch.keys, done, requests]
             # alone: the client waits for this answer before it sends more, so both sides
             # poll instead of sleeping (see stub.Stub._next_command). Not for big tensors:
@@ -572,6 +579,7 @@ class StubProcess:
         elif kind == ipc.BLS_CANCEL:
             self.calls.cancel(message.ident)
         elif kind == ipc.CANCEL_QUERY:
+            self.cancel_queries += 1
             cancelled = self._is_cancelled(message.body)
             self._send_event(ipc.CANCEL_ANSWER, message.ident, cancelled, None)
         elif kind == ipc.LOG:
@@ -620,6 +628,25 @@ class StubProcess:
         )
         for answered in waiters:
             answered(answer)
+
+    def _watch_cancel(self, request: InferenceRequest, key: int) -> int:
+        """The watch token of a decoupled request (0: its sender cannot be watched): the
+        process is sent ``CANCELLED`` with it when the client stops waiting, so that the
+        model's ``is_cancelled()`` (asked every step by streaming models) costs no round
+        trip. On the event loop, where senders are cancelled."""
+        sender = request.response_sender
+        if sender is None:
+            return 0
+        token = self._watched.get(sender)
+        if token is not None:
+            return token
+        listen = getattr(sender, "add_cancel_listener", None)
+        if listen is None:
+            return 0
+        token = next(self._watch_tokens)
+        self._watched[sender] = token
+        listen(lambda: self._send_event(ipc.CANCELLED, token, None, None))
+        return token
 
     def _is_cancelled(self, key: int) -> bool:
         """``request.is_cancelled()`` in the model; a request already answered or gone is."""

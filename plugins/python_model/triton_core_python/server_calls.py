@@ -32,6 +32,8 @@ from triton_core_python.replies import Reply, ReplyPool
 from triton_core_python.wire import Packer, unpack
 
 _Deliver = Callable[[Any, bool], None]
+#: watched requests (and cancellations told) kept at most
+_MAX_WATCHED = 1 << 16
 
 
 class ServerCalls:
@@ -68,6 +70,12 @@ class ServerCalls:
         #: finalize runs: the end of *events* is no reason to exit
         self.finalizing = False
         self._flush_scheduled = False
+        #: decoupled requests whose cancellation the server tells (``CANCELLED``): key ->
+        #: watch token, and the tokens told, both bounded (see :meth:`is_cancelled`)
+        self._watch_tokens: dict[int, int] = {}
+        self._cancelled_tokens: dict[int, None] = {}
+        #: stale tokens filled the bound: every answer is asked of the server again
+        self._trust_watch = True
         #: deleted metric objects whose release is not sent yet
         self._released_metrics: list[int] = []
         self._release_scheduled = False
@@ -79,6 +87,8 @@ class ServerCalls:
         """A decoupled model's response (and/or final flag), from any thread. ``wait``: the
         request's responses are pooled (``--grpc-max-response-pool-size``): return once the
         server says this one fits, as Triton's sender blocks while the pool is full."""
+        if flags & pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL:
+            self.unwatch(key)
         packer = Packer()
         item = None if response is None else self._encode_response(packer, response)
         block = packer.write(self.memory.arena)
@@ -227,7 +237,35 @@ class ServerCalls:
         answer, _ = answers.get()
         return answer
 
+    def watch(self, key: int, token: int) -> None:
+        """The server tells this request's cancellation with ``token`` (main thread)."""
+        tokens = self._watch_tokens
+        if len(tokens) >= _MAX_WATCHED and key not in tokens:
+            # requests whose batch failed are never unwatched: the oldest go back to asking
+            del tokens[next(iter(tokens))]
+        tokens[key] = token
+
+    def unwatch(self, key: int) -> None:
+        """The request is answered (its final response sent)."""
+        token = self._watch_tokens.pop(key, None)
+        if token is not None:
+            self._cancelled_tokens.pop(token, None)
+
+    def _told_cancelled(self, token: int) -> None:
+        """``CANCELLED`` (events thread). A token told after its request's final response
+        stays; past the bound, watches are no longer trusted (answers are asked again)."""
+        told = self._cancelled_tokens
+        if len(told) >= _MAX_WATCHED:
+            self._trust_watch = False
+            told.clear()
+        told[token] = None
+
     def is_cancelled(self, key: int) -> bool:
+        """A watched request's answer is known here (the server tells its cancellation as it
+        happens); any other is asked of the server."""
+        token = self._watch_tokens.get(key)
+        if token is not None and self._trust_watch:
+            return token in self._cancelled_tokens
         return bool(self._ask(ipc.CANCEL_QUERY, key))
 
     def control(self, operation: str, *args: Any) -> Any:
@@ -305,6 +343,8 @@ class ServerCalls:
                 )
                 if deliver is not None:
                     deliver(self._response(message.block, item), final)
+            elif kind == ipc.CANCELLED:
+                self._told_cancelled(message.ident)
             elif kind == ipc.REGIONS_CLOSED:
                 self._regions.drop(message.body)
             elif kind == ipc.READINESS_QUERY:

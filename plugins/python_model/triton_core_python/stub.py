@@ -273,6 +273,7 @@ class Stub:
             trace,
             targets,
             pooled,
+            watch_token,
         ) in items:
             try:
                 tensors = [
@@ -299,6 +300,8 @@ class Stub:
                 request._trace = pb_utils.InferenceTrace(trace[1] or None, trace[0])
             request._output_regions = targets
             request._pooled = pooled
+            if watch_token:
+                self.calls.watch(request._key, watch_token)
             requests.append(request)
         return requests, failed
 
