@@ -50,7 +50,7 @@ import asyncio
 import heapq
 import logging
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from time import monotonic_ns
@@ -287,8 +287,34 @@ class _Slot:
         self.sequence: _Sequence | None = None
 
 
+class _BatchEnd(asyncio.Future):
+    """The future of a batch's last request. The pool resolves a batch's futures in order,
+    so the batch is done the moment this one is: ``on_done`` runs then, not a loop turn
+    later, so that an instance's next batch (an iterative sequence's next step) goes out
+    before the loop writes the responses the model streamed during the batch."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, on_done: Callable[[], None]) -> None:
+        super().__init__(loop=loop)
+        self._on_done: Callable[[], None] | None = on_done
+        # resolved some other way (cancelled): the done callbacks still tell
+        self.add_done_callback(lambda _: self.fire())
+
+    def set_result(self, result: Any) -> None:
+        super().set_result(result)
+        self.fire()
+
+    def set_exception(self, exception: Any) -> None:
+        super().set_exception(exception)
+        self.fire()
+
+    def fire(self) -> None:
+        on_done, self._on_done = self._on_done, None
+        if on_done is not None:
+            on_done()
+
+
 class _Instance:
-    __slots__ = ("busy", "forming", "index", "slots", "timer")
+    __slots__ = ("busy", "forming", "index", "slots", "submitting", "timer")
 
     def __init__(self, index: int, slots: int) -> None:
         self.index = index
@@ -297,6 +323,8 @@ class _Instance:
         self.busy = False
         #: a batch is being formed (guards against re-entry when forming frees slots)
         self.forming = False
+        #: a batch is being handed to the pool (one answered at once waits a loop turn)
+        self.submitting = False
         #: the queue-delay timer
         self.timer: asyncio.TimerHandle | None = None
 
@@ -620,11 +648,21 @@ class SequenceBatcher(Scheduler):
             instance.timer = None
         instance.busy = True
         create = self._loop.create_future
-        futures: list[asyncio.Future[InferenceResponse]] = [create() for _ in requests]
+        futures: list[asyncio.Future[InferenceResponse]] = [create() for _ in requests[1:]]
+
+        def done() -> None:
+            if instance.submitting:
+                self._loop.call_soon(self._batch_done, instance, entries, futures)
+            else:
+                self._batch_done(instance, entries, futures)
+
+        futures.append(_BatchEnd(self._loop, done))
         self._statistics.record_dispatch(reason)
-        self._pool.submit_to(instance.index, requests, futures)
-        # The pool resolves a batch's futures in order, so the last one marks the batch done.
-        futures[-1].add_done_callback(lambda _: self._batch_done(instance, entries, futures))
+        instance.submitting = True
+        try:
+            self._pool.submit_to(instance.index, requests, futures)
+        finally:
+            instance.submitting = False
 
     # -- finished batches ----------------------------------------------------------------------
 
