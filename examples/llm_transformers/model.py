@@ -36,7 +36,6 @@ import gc
 import inspect
 import json
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -355,10 +354,6 @@ class TritonPythonModel:
         self.engine = Engine(folder / parameters.get("hf_model", "hf"), kv_cache)
         #: correlation ID -> the request's Generation
         self.generations = {}
-        #: threads that ask the server whether requests were cancelled, all at once
-        self.askers = ThreadPoolExecutor(
-            max(1, min(16, config.get("max_batch_size", 1))), thread_name_prefix="is_cancelled"
-        )
         self.steps = 0
         step_log = parameters.get("step_log")
         self.step_log = open(step_log, "a", buffering=1) if step_log else None  # noqa: SIM115
@@ -454,14 +449,11 @@ class TritonPythonModel:
             self.step_log.write(json.dumps(record) + "\n")
         return None
 
-    def _cancelled(self, requests):
-        """``request.is_cancelled()`` of each request. Each is a round trip to the server,
-        so they are asked at once, from a few threads: a step waits for one round trip
-        rather than one per request. Asked after the forward pass, when the server has
-        sent the last step's responses and answers at once."""
-        if len(requests) == 1:
-            return [requests[0].is_cancelled()]
-        return list(self.askers.map(lambda request: request.is_cancelled(), requests))
+    @staticmethod
+    def _cancelled(requests):
+        """``request.is_cancelled()`` of each request: answered in the model's process
+        (the server tells it when a client goes away), so asking every step costs little."""
+        return [request.is_cancelled() for request in requests]
 
     @staticmethod
     def _response(generation, delta):
@@ -480,6 +472,5 @@ class TritonPythonModel:
         )
 
     def finalize(self):
-        self.askers.shutdown()
         if self.step_log is not None:
             self.step_log.close()

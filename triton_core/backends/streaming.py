@@ -130,7 +130,8 @@ class StreamSender:
         self._cancel_listeners: list[Callable[[], None]] | None = None
         #: bounds the responses sent but not yet written (``--grpc-max-response-pool-size``)
         self.pool = pool
-        self._loop_thread = threading.get_ident() if pool is not None else 0
+        #: made on the loop (by the server), whose thread this is
+        self._loop_thread = threading.get_ident()
 
     def send(self, response: InferenceResponse | None = None, *, final: bool = False) -> None:
         """Deliver a response (and/or the final flag); callable from any thread.
@@ -152,7 +153,11 @@ class StreamSender:
             else:
                 pool.acquire()
         item = None if response is None else self._finish(self._request, response, self.instance)
-        self._loop.call_soon_threadsafe(self._queue.put_nowait, (item, final))
+        # from the loop itself no wake-up is needed (call_soon_threadsafe writes one each time)
+        if threading.get_ident() == self._loop_thread:
+            self._loop.call_soon(self._queue.put_nowait, (item, final))
+        else:
+            self._loop.call_soon_threadsafe(self._queue.put_nowait, (item, final))
 
     def is_cancelled(self) -> bool:
         return self.cancelled
