@@ -225,29 +225,62 @@ async def events_until_disconnect(
     events: AsyncIterator[bytes], receive: Receive | None
 ) -> AsyncIterator[bytes]:
     """``events`` until they end or the client goes away, which cancels the generation; an
-    error while streaming is sent as an ``error`` event (the status is already 200)."""
-    gone = asyncio.ensure_future(_wait_disconnect(receive)) if receive is not None else None
-    try:
+    error while streaming is sent as an ``error`` event (the status is already 200).
+
+    A task reads ``events`` into a queue, and the client's going away puts its own item
+    there: a chunk costs one queue hand-over, not a task and a wait on two futures."""
+    if receive is None:
         async with contextlib.aclosing(events) as source:
-            while True:
-                step = asyncio.ensure_future(anext(source))
-                if gone is not None:
-                    await asyncio.wait((step, gone), return_when=asyncio.FIRST_COMPLETED)
-                    if not step.done():  # the client went away: stop the model
-                        step.cancel()
-                        with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
-                            await step
-                        logger.debug("client disconnected: generation cancelled")
-                        return
-                try:
-                    yield await step
-                except StopAsyncIteration:
-                    return
-    except OpenAIError as error:
-        yield b"data: " + orjson.dumps({"error": error.body()["error"]}) + b"\n\n"
+            try:
+                async for event in source:
+                    yield event
+            except OpenAIError as error:
+                yield _error_event(error)
+        return
+    queue: asyncio.Queue[tuple[int, Any]] = asyncio.Queue()
+
+    async def read() -> None:
+        try:
+            async with contextlib.aclosing(events) as source:
+                async for event in source:
+                    queue.put_nowait((_EVENT, event))
+        except Exception as error:  # handed to the reader below, which raises or reports it
+            queue.put_nowait((_FAILED, error))
+        else:
+            queue.put_nowait((_ENDED, None))
+
+    reader = asyncio.ensure_future(read())
+    gone = asyncio.ensure_future(_wait_disconnect(receive))
+    gone.add_done_callback(lambda _: queue.put_nowait((_GONE, None)))
+    try:
+        while True:
+            kind, item = await queue.get()
+            if kind == _EVENT:
+                yield item
+            elif kind == _ENDED:
+                return
+            elif kind == _GONE:
+                logger.debug("client disconnected: generation cancelled")
+                return
+            elif isinstance(item, OpenAIError):
+                yield _error_event(item)
+                return
+            else:
+                raise item
     finally:
-        if gone is not None:
-            gone.cancel()
+        gone.cancel()
+        if not reader.done():
+            reader.cancel()  # stops the model (its stream is closed)
+            with contextlib.suppress(asyncio.CancelledError):
+                await reader
+
+
+#: what the reader task of :func:`events_until_disconnect` queues
+_EVENT, _ENDED, _FAILED, _GONE = range(4)
+
+
+def _error_event(error: OpenAIError) -> bytes:
+    return b"data: " + orjson.dumps({"error": error.body()["error"]}) + b"\n\n"
 
 
 def _json(resp: falcon.asgi.Response, document: Any, status: int = 200) -> None:
