@@ -17,7 +17,10 @@ correlation ID (the batcher gives each request one of its own; its first step ha
 
 A step is one forward pass for the requests already running (their last token, over their
 KV caches, left-padded to the longest, with an attention mask and position ids) and, when
-requests joined, one for their prompts (left-padded likewise). With ``kv_cache`` off,
+requests joined, one for their prompts (left-padded likewise) before it: the joiners' first
+tokens go out before the running requests' pass (time to first token). The running
+requests' caches stay one batch from step to step; it is gathered again only when requests
+join, leave or come in another order. With ``kv_cache`` off,
 every step runs each whole sequence again in one pass instead: slower, but it works for any
 model ``AutoModelForCausalLM`` loads, whatever its cache.
 
@@ -79,9 +82,12 @@ class Generation:
         self.prompt = prompt
         self.ids = list(ids)
         self.prompt_count = len(ids)
-        #: the KV cache, (keys, values) per layer, each [1, heads, len(ids) - 1, dim]: every
-        #: token but the last, which is the next step's input; None before the first step
+        #: the KV cache of every token but the last (the next step's input), while it is
+        #: not in the engine's batch: (keys, values) per layer, each
+        #: [1, heads, len(ids) - 1, dim]; None before the first step and while in the batch
         self.past = None
+        #: the row of the engine's batched KV cache that holds this request's (None: not in it)
+        self.row = None
         self.stream = False
         self.echo = False
         self.want_input_count = self.want_output_count = False
@@ -102,7 +108,11 @@ class Generation:
         else:
             self.generator.manual_seed(int(seed))
         self.generated = []
+        #: the text of ``generated``; settled up to ``read_offset``, decoded again from
+        #: ``prefix_offset`` each step (vLLM's incremental detokenization)
         self.text = ""
+        self.settled_text = ""
+        self.prefix_offset = self.read_offset = 0
         self.sent = 0
         self.echoed = False
         self.done = False
@@ -123,6 +133,11 @@ class Generation:
         generation.want_output_count = bool(_input(request, "return_num_output_tokens", False))
         return generation
 
+    @property
+    def started(self):
+        """Whether its prompt has been through the model (its KV cache exists)."""
+        return self.past is not None or self.row is not None
+
     def choose(self, logits):
         """The next token, from this request's row of the step's logits."""
         return choose_tokens([self], logits.unsqueeze(0))[0]
@@ -138,13 +153,29 @@ class Generation:
             self.done = True  # the stop token itself is not part of the answer
         else:
             self.generated.append(token)
-            self.text = tokenizer.decode(self.generated, skip_special_tokens=True)
+            self._decode_tail(tokenizer)
         if len(self.generated) >= self.max_tokens:
             self.done = True
         self._cut_at_stop()
         end = len(self.text) if self.done else self._settled()
         delta, self.sent = self.text[self.sent : end], max(self.sent, end)
         return delta
+
+    def _decode_tail(self, tokenizer):
+        """``text`` with the new token: only the tokens from ``prefix_offset`` are decoded
+        again, not the whole answer each step. The tokens before ``read_offset`` decoded to
+        whole characters, so the text splits there; the few before it give the tail its
+        context (a leading space, a byte sequence)."""
+        window = self.generated[self.prefix_offset :]
+        known = tokenizer.decode(
+            window[: self.read_offset - self.prefix_offset], skip_special_tokens=True
+        )
+        tail = tokenizer.decode(window, skip_special_tokens=True)[len(known) :]
+        if tail and not tail.endswith("\ufffd"):  # whole characters: the split moves on
+            self.settled_text += tail
+            self.prefix_offset, self.read_offset = self.read_offset, len(self.generated)
+            tail = ""
+        self.text = self.settled_text + tail
 
     def _cut_at_stop(self):
         if not self.stops:
@@ -250,6 +281,11 @@ class Engine:
         # transformers 5 names the argument `cache` (`past_key_values` before)
         parameters = inspect.signature(self.model.forward).parameters
         self.cache_argument = "cache" if "cache" in parameters else "past_key_values"
+        #: the generations of the last decoding pass, in its row order, and its KV cache
+        #: ((keys, values) per layer, [rows, heads, width, dim], each row's tokens on the
+        #: right): the next pass starts from it
+        self.batch = []
+        self.batch_layers = []
 
     def generation(self, prompt, sampling=None):
         ids = self.tokenizer(prompt)["input_ids"]
@@ -259,12 +295,12 @@ class Engine:
         """The logits of the next token of each generation (rows in their order)."""
         if not self.kv_cache:
             return self._run([g.ids for g in generations], None)
-        fresh = [index for index, g in enumerate(generations) if g.past is None]
+        fresh = [index for index, g in enumerate(generations) if not g.started]
         if len(fresh) == len(generations):
             return self._prefill(generations)
         if not fresh:
             return self._decode(generations)
-        running = [index for index, g in enumerate(generations) if g.past is not None]
+        running = [index for index, g in enumerate(generations) if g.started]
         logits = torch.empty((len(generations), self.model.config.vocab_size))
         logits[fresh] = self._prefill([generations[index] for index in fresh])
         logits[running] = self._decode([generations[index] for index in running])
@@ -306,22 +342,10 @@ class Engine:
 
     def _decode(self, generations):
         """The last token of each generation over its cache, the caches left-padded to the
-        longest."""
+        longest in one batch that stays from step to step."""
         lengths = [len(g.ids) - 1 for g in generations]
         width = max(lengths)
-        if len(generations) == 1:
-            past = generations[0].past
-        else:
-            past = []
-            for layer in range(len(generations[0].past)):
-                first = generations[0].past[layer][0]
-                keys = first.new_zeros((len(generations), first.shape[1], width, first.shape[3]))
-                values = torch.zeros_like(keys)
-                for row, generation in enumerate(generations):
-                    layer_keys, layer_values = generation.past[layer]
-                    keys[row, :, width - lengths[row] :] = layer_keys[0]
-                    values[row, :, width - lengths[row] :] = layer_values[0]
-                past.append((keys, values))
+        past = self._batch_past(generations, width)
         mask = torch.zeros((len(generations), width + 1), dtype=torch.long)
         for row, length in enumerate(lengths):
             mask[row, width - length :] = 1
@@ -329,8 +353,60 @@ class Engine:
         cache = DynamicCache(past)
         rows = [[g.ids[-1]] for g in generations]
         logits = self._run(rows, cache, mask, positions)
-        self._keep(generations, cache, width + 1)
+        self.batch = list(generations)
+        self.batch_layers = [(layer.keys, layer.values) for layer in cache.layers]
+        for row, generation in enumerate(generations):
+            generation.row, generation.past = row, None
         return logits
+
+    def _batch_past(self, generations, width):
+        """The step's KV cache, [rows, heads, width, dim] per layer: last step's batch as
+        it is when the same requests run again in the same order (the usual step), else
+        gathered from its rows and the caches of requests that just had their prefill."""
+        layers = self.batch_layers
+        old = layers[0][0].shape[2] if layers else 0
+        same = len(generations) == len(self.batch) and all(
+            a is b for a, b in zip(generations, self.batch, strict=True)
+        )
+        if same:  # each row grew by the token of the last step, so the width did too
+            return layers
+        self._park_batch({id(g) for g in generations})
+        from_batch = [(row, g.row) for row, g in enumerate(generations) if g.row is not None]
+        kept = min(old, width)
+        if from_batch:
+            rows = [row for row, _ in from_batch]
+            sources = torch.tensor([source for _, source in from_batch], dtype=torch.long)
+        own = [(row, g) for row, g in enumerate(generations) if g.row is None]
+        past = []
+        for layer, (sample, _) in enumerate(layers or own[0][1].past):
+            keys = sample.new_zeros((len(generations), sample.shape[1], width, sample.shape[3]))
+            values = torch.zeros_like(keys)
+            if from_batch:  # one gather per tensor, whatever the number of rows
+                batch_keys, batch_values = layers[layer]
+                keys[rows, :, width - kept :] = batch_keys[sources, :, old - kept :]
+                values[rows, :, width - kept :] = batch_values[sources, :, old - kept :]
+            for row, generation in own:
+                own_keys, own_values = generation.past[layer]
+                keys[row, :, width - own_keys.shape[2] :] = own_keys[0]
+                values[row, :, width - own_values.shape[2] :] = own_values[0]
+            past.append((keys, values))
+        return past
+
+    def _park_batch(self, staying):
+        """Take the batch's requests that are not in ``staying`` out of it, each keeping
+        its own rows of the cache (a view) for a later step; finished ones drop theirs."""
+        layers = self.batch_layers
+        width = layers[0][0].shape[2] if layers else 0
+        for generation in self.batch:
+            if id(generation) in staying or generation.row is None:
+                continue
+            row, length = generation.row, len(generation.ids) - 1
+            if not generation.done:
+                generation.past = [
+                    (k[row : row + 1, :, width - length :], v[row : row + 1, :, width - length :])
+                    for k, v in layers
+                ]
+            generation.row = None
 
 
 def _text(value):
@@ -371,69 +447,14 @@ class TritonPythonModel:
 
     def execute(self, requests):
         started = time.perf_counter()
-        engine = self.engine
-        running, new, failed = [], [], []
-        for request in requests:
-            key = request.correlation_id()
-            generation = self.generations.get(key)
-            if generation is None or request.flags() & START:
-                try:
-                    generation = Generation.from_request(
-                        request, engine.tokenizer, engine.positions, engine.eos_ids
-                    )
-                except Exception as error:  # the request's own fault: it alone fails
-                    self._fail(request, key, error)
-                    failed.append(request.request_id() or str(key))
-                    continue
-                self.generations[key] = generation
-                new.append(generation.name)
-            running.append((request, key, generation))
-        logits = None
-        if running:
-            try:
-                logits = engine.step([generation for _, _, generation in running])
-            except Exception as error:  # every request of the step fails with it
-                pb_utils.Logger.log_error(f"the forward pass failed: {error!r}")
-                for request, key, _ in running:
-                    self._fail(request, key, error)
-                running = []
+        running, new, failed = self._admit(requests)
         finished, cancelled = [], []
-        gone = self._cancelled([request for request, _, _ in running])
-        tokens = None
-        if running:
-            try:
-                tokens = choose_tokens([generation for _, _, generation in running], logits)
-            except Exception:  # chosen one by one below: only a failing request fails
-                tokens = None
-        for row, (request, key, generation) in enumerate(running):
-            sender = request.get_response_sender()
-            if gone[row]:
-                del self.generations[key]
-                sender.send(flags=FINAL)
-                cancelled.append(generation.name)
-                continue
-            try:
-                token = generation.choose(logits[row]) if tokens is None else tokens[row]
-                delta = generation.advance(token, engine.tokenizer)
-                # streamed: a response for each token; otherwise one at the end
-                response = None
-                if generation.stream or generation.done:
-                    response = self._response(generation, delta)
-            except Exception as error:  # this request ends with it, the others go on
-                self._fail(request, key, error)
-                failed.append(generation.name)
-                continue
-            if generation.done:
-                del self.generations[key]
-                sender.send(response, flags=FINAL)
-                finished.append(generation.name)
-                continue
-            if response is not None:
-                sender.send(response)
-            request.set_release_flags(RESCHEDULE)
+        tokens = 0
+        for group in self._passes(running):
+            tokens += self._step(group, finished, cancelled, failed)
         if running:
             self.batch_sizes.observe(len(running))
-            self.tokens.increment(len(running) - len(cancelled))
+            self.tokens.increment(tokens)
         self.steps += 1
         if self.step_log is not None:
             record = {
@@ -448,6 +469,86 @@ class TritonPythonModel:
             }
             self.step_log.write(json.dumps(record) + "\n")
         return None
+
+    def _admit(self, requests):
+        """(request, correlation ID, Generation) of each request of the step, the names of
+        those that start here, and of those that failed already (a prompt it cannot take)."""
+        running, new, failed = [], [], []
+        for request in requests:
+            key = request.correlation_id()
+            generation = self.generations.get(key)
+            if generation is None or request.flags() & START:
+                try:
+                    generation = Generation.from_request(
+                        request, self.engine.tokenizer, self.engine.positions, self.engine.eos_ids
+                    )
+                except Exception as error:  # the request's own fault: it alone fails
+                    self._fail(request, key, error)
+                    failed.append(request.request_id() or str(key))
+                    continue
+                self.generations[key] = generation
+                new.append(generation.name)
+            running.append((request, key, generation))
+        return running, new, failed
+
+    def _passes(self, running):
+        """The step's forward passes: the prompts of the requests that just joined first,
+        so that their first tokens go out before the others' pass runs (time to first
+        token), then the running requests' next tokens."""
+        if not self.engine.kv_cache:
+            return [running] if running else []
+        fresh = [item for item in running if not item[2].started]
+        if not fresh or len(fresh) == len(running):
+            return [running] if running else []
+        return [fresh, [item for item in running if item[2].started]]
+
+    def _step(self, running, finished, cancelled, failed):
+        """One forward pass for ``running`` and each request's response for its token; how
+        many tokens it chose."""
+        engine = self.engine
+        try:
+            logits = engine.step([generation for _, _, generation in running])
+        except Exception as error:  # every request of the pass fails with it
+            pb_utils.Logger.log_error(f"the forward pass failed: {error!r}")
+            for request, key, generation in running:
+                self._fail(request, key, error)
+                failed.append(generation.name)
+            return 0
+        gone = self._cancelled([request for request, _, _ in running])
+        try:
+            tokens = choose_tokens([generation for _, _, generation in running], logits)
+        except Exception:  # chosen one by one below: only a failing request fails
+            tokens = None
+        chosen = 0
+        for row, (request, key, generation) in enumerate(running):
+            sender = request.get_response_sender()
+            if gone[row]:
+                del self.generations[key]
+                generation.done = True
+                sender.send(flags=FINAL)
+                cancelled.append(generation.name)
+                continue
+            try:
+                token = generation.choose(logits[row]) if tokens is None else tokens[row]
+                delta = generation.advance(token, engine.tokenizer)
+                # streamed: a response for each token; otherwise one at the end
+                response = None
+                if generation.stream or generation.done:
+                    response = self._response(generation, delta)
+            except Exception as error:  # this request ends with it, the others go on
+                self._fail(request, key, error)
+                failed.append(generation.name)
+                continue
+            chosen += 1
+            if generation.done:
+                del self.generations[key]
+                sender.send(response, flags=FINAL)
+                finished.append(generation.name)
+                continue
+            if response is not None:
+                sender.send(response)
+            request.set_release_flags(RESCHEDULE)
+        return chosen
 
     @staticmethod
     def _cancelled(requests):
@@ -466,7 +567,9 @@ class TritonPythonModel:
         return pb_utils.InferenceResponse(outputs)
 
     def _fail(self, request, key, error):
-        self.generations.pop(key, None)
+        generation = self.generations.pop(key, None)
+        if generation is not None:
+            generation.done = True
         request.get_response_sender().send(
             pb_utils.InferenceResponse(error=pb_utils.TritonError(str(error))), flags=FINAL
         )

@@ -114,6 +114,82 @@ def test_the_kv_cache_decodes_as_a_full_forward_pass_does(tiny_model, engine_mod
     assert generation.generated == expected[0, ids.shape[1] :].tolist()
 
 
+def test_the_batched_kv_cache_follows_requests_that_skip_steps_or_move(tiny_model, engine_module):
+    """Steps run any subset of the requests, in any order: requests left out of a step keep
+    their caches for a later one, and every step's logits still match the whole sequences
+    run again."""
+    import random
+
+    repository, _, _ = tiny_model
+    path = repository / MODEL / "1" / "hf"
+    cached, full = engine_module.Engine(path, True), engine_module.Engine(path, False)
+    prompts = ["What is machine learning?", "hi", "The weather in Dallas is", "a b c d e f g"]
+    greedy = {"max_tokens": 40, "temperature": 0, "ignore_eos": True}
+    pairs = [(cached.generation(p, greedy), full.generation(p, greedy)) for p in prompts]
+    chooser = random.Random(3)
+    same_order = 0
+    for step in range(30):
+        if step % 3 == 0 or step < 4:
+            chosen = list(pairs)  # the same requests in the same order: the usual step
+            same_order += 1
+        else:
+            chosen = chooser.sample(pairs, chooser.randint(1, len(pairs)))
+        a = cached.step([pair[0] for pair in chosen])
+        b = full.step([pair[1] for pair in chosen])
+        assert float((a - b).abs().max()) < 1e-4, step
+        for row, (first, second) in enumerate(chosen):
+            token = first.choose(a[row])
+            first.advance(token, cached.tokenizer)
+            second.advance(token, full.tokenizer)
+    assert same_order > 5 and all(len(pair[0].generated) > 5 for pair in pairs)
+
+
+def _metaspace_tokenizer():
+    """A SentencePiece-style tokenizer (spaces as a marker that decoding turns back into
+    spaces, stripping the first one), trained here from a few sentences."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tokenizer = Tokenizer(models.BPE(byte_fallback=True, unk_token="<unk>"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Metaspace()
+    # Llama's: the marker back to spaces, bytes back to characters, the first space off
+    tokenizer.decoder = decoders.Sequence(
+        [
+            decoders.Replace("\u2581", " "),
+            decoders.ByteFallback(),
+            decoders.Fuse(),
+            decoders.Strip(" ", 1, 0),
+        ]
+    )
+    bytes_ = [f"<0x{value:02X}>" for value in range(256)]
+    trainer = trainers.BpeTrainer(vocab_size=400, special_tokens=["<unk>", "</s>", *bytes_])
+    corpus = ["the quick brown fox jumps over the lazy dog", "héllo wörld, ça va très bien"]
+    tokenizer.train_from_iterator(corpus * 20, trainer)
+    return PreTrainedTokenizerFast(tokenizer_object=tokenizer, eos_token="</s>")
+
+
+def test_text_decoded_a_few_tokens_at_a_time_is_the_whole_decode(tiny_model, engine_module):
+    """Each step decodes only the last tokens again; the text is still exactly what
+    decoding every generated token gives, for byte-level and SentencePiece-style
+    tokenizers, through random tokens (lone bytes, special tokens, split characters)."""
+    import random
+
+    repository, _, _ = tiny_model
+    engine = engine_module.Engine(repository / MODEL / "1" / "hf", True)
+    chooser = random.Random(5)
+    for tokenizer in (engine.tokenizer, _metaspace_tokenizer()):
+        for _ in range(300):
+            generation = engine_module.Generation(
+                "p", {"max_tokens": 30, "ignore_eos": True}, [1], 512, set()
+            )
+            sent = ""
+            while not generation.done:
+                sent += generation.advance(chooser.randrange(len(tokenizer)), tokenizer)
+                whole = tokenizer.decode(generation.generated, skip_special_tokens=True)
+                assert generation.text == whole
+            assert sent == whole  # what was streamed, joined, is the whole text
+
+
 def test_sampling_follows_the_distribution_within_top_k_and_top_p(engine_module):
     torch = pytest.importorskip("torch")
     module = engine_module
