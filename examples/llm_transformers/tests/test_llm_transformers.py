@@ -299,3 +299,21 @@ def test_a_request_the_model_cannot_take_fails_alone(llm_server, tiny_model):
         client.close()
     assert error is not None and "only n=1 is supported" in error.message()
     steps.wait_for(lambda records: any("two" in r["failed"] for r in records))
+
+
+def test_a_larger_vocabulary_has_few_tokens_without_text(tmp_path):
+    """--vocab-size trains on Python's reference manual too: few tokens are parts of a
+    character, as in real tokenizers, where the default's are a third."""
+    from llm_fixtures import build_model
+    from transformers import AutoTokenizer
+
+    def partial_share(vocab_size):
+        folder = build_model.build_tokenizer(tmp_path / str(vocab_size), vocab_size)
+        tokenizer = AutoTokenizer.from_pretrained(folder, local_files_only=True)
+        partial = sum("\ufffd" in tokenizer.decode([token]) for token in range(len(tokenizer)))
+        return len(tokenizer), partial / len(tokenizer)
+
+    size, share = partial_share(4096)
+    assert size == 4096 and share < 0.05
+    size, share = partial_share(build_model.SMALL_VOCABULARY)
+    assert share > 0.3
