@@ -227,7 +227,8 @@ def section(args: argparse.Namespace, results: dict[str, dict[int, dict]]) -> st
     return (
         "## Continuous batching of an LLM\n\n"
         f"examples/llm_transformers (a Llama of 2 layers, hidden 64, random weights, float32, "
-        f"{args.torch_threads} torch thread, a tokenizer of {args.vocab_size} tokens) behind the OpenAI frontend, driven by aiperf "
+        f"{args.torch_threads} torch thread, a tokenizer of {args.vocab_size} tokens) behind "
+        "the OpenAI frontend, driven by aiperf "
         f"(streamed chat completions, {PROMPT_TOKENS}-token synthetic prompts before the chat "
         f"template, every answer {args.output_tokens} tokens with ignore_eos, server token "
         f"counts); client and server on one host ({host_description()}). "
