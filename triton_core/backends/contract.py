@@ -213,6 +213,17 @@ class Backend(ABC):
     def __init__(self, options: dict[str, str] | None = None) -> None:
         self.options: dict[str, str] = dict(options or {})
 
+    def runs_on_gpus(self) -> bool:
+        """Whether this backend can run instances on this machine's GPUs.
+
+        Called at load where GPUs exist. A ``KIND_AUTO`` instance group (as a config without
+        instance groups gets) becomes ``KIND_GPU`` only then, as Triton's does where GPUs
+        are, else ``KIND_CPU``: a backend without GPU support installed (onnxruntime
+        without its CUDA provider) still loads such models on the CPU. An explicit
+        ``KIND_GPU`` is not changed.
+        """
+        return True
+
     def auto_complete_config(self, config: ModelConfig, model_path: Path) -> None:  # noqa: B027
         """Fill what ``config`` leaves out (inputs, outputs, max_batch_size) from the model.
 

@@ -82,8 +82,12 @@ def normalize(
     *,
     default_cpu_instance_count: int = 1,
     gpu_count: int = 0,
+    auto_on_gpus: bool = True,
 ) -> None:
-    """Fill defaults the way Triton does before a model loads or its config is reported."""
+    """Fill defaults the way Triton does before a model loads or its config is reported.
+
+    ``auto_on_gpus``: whether a ``KIND_AUTO`` group becomes ``KIND_GPU`` where there are
+    GPUs (its backend can run on them)."""
     if not config.HasField("version_policy"):
         config.version_policy.latest.num_versions = 1
     is_ensemble = config.platform == "ensemble"
@@ -101,17 +105,21 @@ def normalize(
         return
     config.optimization.input_pinned_memory.enable = True
     config.optimization.output_pinned_memory.enable = True
-    _normalize_instance_groups(config, default_cpu_instance_count, gpu_count)
+    _normalize_instance_groups(
+        config, default_cpu_instance_count, gpu_count, gpu_count if auto_on_gpus else 0
+    )
 
 
-def _normalize_instance_groups(config: ModelConfig, default_cpu_count: int, gpu_count: int) -> None:
+def _normalize_instance_groups(
+    config: ModelConfig, default_cpu_count: int, gpu_count: int, auto_gpus: int
+) -> None:
     if not config.instance_group:
         config.instance_group.add()
     for index, group in enumerate(config.instance_group):
         if not group.name:
             group.name = f"{config.name}_{index}"
         if group.kind == ModelInstanceGroup.KIND_AUTO:
-            group.kind = ModelInstanceGroup.KIND_GPU if gpu_count else ModelInstanceGroup.KIND_CPU
+            group.kind = ModelInstanceGroup.KIND_GPU if auto_gpus else ModelInstanceGroup.KIND_CPU
         if group.kind == ModelInstanceGroup.KIND_GPU and not group.gpus and gpu_count:
             group.gpus.extend(range(gpu_count))
         if group.count < 1:

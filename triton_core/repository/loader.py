@@ -161,10 +161,14 @@ class ModelLoader:
                 backend.auto_complete_config(config, newest)
         audit(config, backend.config_fields, backend.name)
         self._warn_server_side_off(config)
+        gpu_count = self._options.gpu_count
+        with self._plugin_call(model_label(name), backend.name, "runs_on_gpus"):
+            auto_on_gpus = gpu_count > 0 and backend.runs_on_gpus()
         normalize(
             config,
             default_cpu_instance_count=backend.default_cpu_instance_count,
-            gpu_count=self._options.gpu_count,
+            gpu_count=gpu_count,
+            auto_on_gpus=auto_on_gpus,
         )
         validate(config, gpu_count=self._options.gpu_count)
         validate_batch_io(config)

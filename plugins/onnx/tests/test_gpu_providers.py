@@ -183,3 +183,26 @@ def test_cuda_instance_runs_through_an_io_binding(
     cpu = model.create_instance(specs.cpu())
     x = np.random.default_rng(1).standard_normal((3, 3, 64, 64)).astype(np.float32)
     instances_agree(gpu, cpu, x, 1e-3)
+
+
+@pytest.mark.skipif(HAS_CUDA, reason="checks onnxruntime without its CUDA provider")
+def test_where_gpus_are_a_config_without_instance_groups_loads_on_the_cpu(
+    tmp_path, monkeypatch, builders
+):
+    """Where the machine has GPUs but onnxruntime is its CPU build, a model without
+    instance groups gets KIND_CPU (``runs_on_gpus``), not a KIND_GPU instance that cannot
+    load; an explicit KIND_GPU still fails, naming the missing provider."""
+    from triton_core_onnx import plugin
+
+    import triton_core.server.core as core
+    from triton_core.testing import InProcessServer, plugin_manager
+
+    monkeypatch.setattr(core, "gpu_count", lambda: 1)
+    builders.add_sub(tmp_path / "auto" / "1" / "model.onnx")
+    builders.add_sub(tmp_path / "gpu" / "1" / "model.onnx")
+    (tmp_path / "gpu" / "config.pbtxt").write_text("instance_group [{ kind: KIND_GPU }]\n")
+    plugins = plugin_manager([("onnx", plugin)])
+    with InProcessServer([tmp_path], plugins, exit_on_error=False) as served:
+        group = served.server.model_config("auto").instance_group[0]
+        assert group.kind == group.KIND_CPU and served.server.model_ready("auto")
+        assert not served.server.model_ready("gpu")

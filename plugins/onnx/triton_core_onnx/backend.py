@@ -265,6 +265,11 @@ class OnnxRuntimeBackend(Backend):
     #: accelerators load; others are refused by name)
     config_fields = frozenset({"optimization.graph", "optimization.execution_accelerators"})
 
+    def runs_on_gpus(self) -> bool:
+        """Only with onnxruntime's CUDA provider (``onnxruntime-gpu``): with the CPU build, a
+        model without instance groups loads on the CPU where there are GPUs."""
+        return CUDA_PROVIDER in ort.get_available_providers()
+
     def auto_complete_config(self, config: ModelConfig, model_path: Path) -> None:
         """Fill platform, inputs, outputs, max_batch_size and dynamic batching from the model.
 

@@ -605,3 +605,29 @@ def test_a_single_request_on_the_instance_thread_answers_as_the_general_path(
     ]
     for a, b in zip(fast_response.outputs, general_response.outputs, strict=True):
         np.testing.assert_array_equal(a.data, b.data)
+
+
+def test_moving_an_exported_program_to_a_device_leaves_the_cpu_instances_program(
+    builders, export_file, load, specs, make_request
+):
+    """The move to a GPU rewrites the program it is given; the program the model keeps for
+    its CPU instances stays on the CPU (seen here with the meta device, which any machine
+    has)."""
+    mlp = builders.seeded(builders.Mlp, in_features=16)
+    builders.save(mlp, export_file, "export", (torch.zeros(2, 16),))
+    model = load(
+        """
+        max_batch_size: 8
+        input [ { name: "x" data_type: TYPE_FP32 dims: [ 16 ] } ]
+        output [ { name: "OUTPUT__0" data_type: TYPE_FP32 dims: [ 10 ] } ]
+        """,
+        auto_complete=False,
+        path=export_file,
+    )
+    moved = model.load(torch.device("meta"))
+    assert all(t.device.type == "meta" for t in moved.owner.state_dict().values())
+    cpu = model.create_instance(specs.cpu())
+    x = np.random.default_rng(0).standard_normal((2, 16)).astype(np.float32)
+    (answer,) = cpu.execute([make_request({"x": ("FP32", x)})])
+    expected = mlp(torch.from_numpy(x)).detach().numpy()
+    np.testing.assert_allclose(answer.output("OUTPUT__0").data, expected, rtol=1e-4, atol=1e-5)

@@ -33,6 +33,12 @@ class PyTorchBackend(Backend):
     # Triton gives PyTorch models 1 instance per CPU group: PyTorch parallelises inside an op.
     default_cpu_instance_count = 1
 
+    def runs_on_gpus(self) -> bool:
+        """Only where this torch build sees CUDA devices (not a CPU build)."""
+        import torch
+
+        return bool(torch.cuda.is_available())
+
     def auto_complete_config(self, config: ModelConfig, model_path: Path) -> None:
         """Fill ``platform``; complete a ``torch.export`` program's config from its signature.
 

@@ -14,6 +14,7 @@ split per request without a copy.
 
 from __future__ import annotations
 
+import copy
 import logging
 import threading
 from typing import Any
@@ -139,7 +140,8 @@ class PyTorchModel(BackendModel):
             program = self._program
             signature = exported_signature(program, self.name)
             if device is not None and device.type != "cpu":
-                program = move_program(program, device, self.name)
+                # the move rewrites the program it is given: the CPU instances' stays as it is
+                program = move_program(copy.deepcopy(program), device, self.name)
             try:
                 module = program.module()
             except Exception as exc:
