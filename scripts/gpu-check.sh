@@ -98,6 +98,12 @@ echo "== the machine"
 run nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv || true
 [ -x "$VENV/bin/python" ] || run "$PYTHON" -m venv --system-site-packages "$VENV"
 PY=$VENV/bin/python
+# --system-site-packages sees the base interpreter's packages, not those of a venv the new
+# one was made from (the GPU image's Python is such a venv): a .pth file names them
+if [ "$DRY_RUN" = 0 ]; then
+    "$PYTHON" -c 'import site; print("\n".join(site.getsitepackages()))' \
+        >"$("$PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/gpu-check-parent.pth"
+fi
 PIP=("$PY" -m pip install -q --disable-pip-version-check "${PIP_SOURCE[@]}")
 
 echo "== install"
