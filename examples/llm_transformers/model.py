@@ -265,6 +265,18 @@ def _padded(rows, pad):
     return ids, mask, (mask.cumsum(-1) - 1).clamp_(min=0)
 
 
+def _own_rows(layers, row, length):
+    """One request's cache from a batched one: its row's last ``length`` columns (views; a
+    row's tokens are on the right, padding on the left), (keys, values) per layer."""
+    return [
+        (
+            keys[row : row + 1, :, keys.shape[2] - length :],
+            values[row : row + 1, :, values.shape[2] - length :],
+        )
+        for keys, values in layers
+    ]
+
+
 class Engine:
     """The model and its tokenizer, and the forward passes of a step."""
 
@@ -323,21 +335,17 @@ class Engine:
             )
         return output.logits[:, -1, :].float()
 
-    def _keep(self, generations, cache, width):
+    def _keep(self, generations, cache):
         """Each generation's rows of the step's cache, without the left padding."""
         layers = [(layer.keys, layer.values) for layer in cache.layers]
         for row, generation in enumerate(generations):
-            start = width - len(generation.ids)
-            generation.past = [
-                (keys[row : row + 1, :, start:], values[row : row + 1, :, start:])
-                for keys, values in layers
-            ]
+            generation.past = _own_rows(layers, row, len(generation.ids))
 
     def _prefill(self, generations):
         """The prompts, left-padded, in one pass that fills their caches."""
         cache = DynamicCache(config=self.model.config)
         logits = self._run([g.ids for g in generations], cache)
-        self._keep(generations, cache, max(len(g.ids) for g in generations))
+        self._keep(generations, cache)
         return logits
 
     def _decode(self, generations):
@@ -395,17 +403,13 @@ class Engine:
     def _park_batch(self, staying):
         """Take the batch's requests that are not in ``staying`` out of it, each keeping
         its own rows of the cache (a view) for a later step; finished ones drop theirs."""
-        layers = self.batch_layers
-        width = layers[0][0].shape[2] if layers else 0
         for generation in self.batch:
             if id(generation) in staying or generation.row is None:
                 continue
-            row, length = generation.row, len(generation.ids) - 1
             if not generation.done:
-                generation.past = [
-                    (k[row : row + 1, :, width - length :], v[row : row + 1, :, width - length :])
-                    for k, v in layers
-                ]
+                generation.past = _own_rows(
+                    self.batch_layers, generation.row, len(generation.ids) - 1
+                )
             generation.row = None
 
 

@@ -105,13 +105,11 @@ def normalize(
         return
     config.optimization.input_pinned_memory.enable = True
     config.optimization.output_pinned_memory.enable = True
-    _normalize_instance_groups(
-        config, default_cpu_instance_count, gpu_count, gpu_count if auto_on_gpus else 0
-    )
+    _normalize_instance_groups(config, default_cpu_instance_count, gpu_count, auto_on_gpus)
 
 
 def _normalize_instance_groups(
-    config: ModelConfig, default_cpu_count: int, gpu_count: int, auto_gpus: int
+    config: ModelConfig, default_cpu_count: int, gpu_count: int, auto_on_gpus: bool
 ) -> None:
     if not config.instance_group:
         config.instance_group.add()
@@ -119,7 +117,8 @@ def _normalize_instance_groups(
         if not group.name:
             group.name = f"{config.name}_{index}"
         if group.kind == ModelInstanceGroup.KIND_AUTO:
-            group.kind = ModelInstanceGroup.KIND_GPU if auto_gpus else ModelInstanceGroup.KIND_CPU
+            on_gpus = gpu_count and auto_on_gpus
+            group.kind = ModelInstanceGroup.KIND_GPU if on_gpus else ModelInstanceGroup.KIND_CPU
         if group.kind == ModelInstanceGroup.KIND_GPU and not group.gpus and gpu_count:
             group.gpus.extend(range(gpu_count))
         if group.count < 1:

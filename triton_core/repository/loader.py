@@ -170,7 +170,7 @@ class ModelLoader:
             gpu_count=gpu_count,
             auto_on_gpus=auto_on_gpus,
         )
-        validate(config, gpu_count=self._options.gpu_count)
+        validate(config, gpu_count=gpu_count)
         validate_batch_io(config)
         return PreparedModel(config, backend, model_dir, {v: available[v] for v in selected})
 
