@@ -33,6 +33,14 @@ and name its command (or put it on PATH)::
     python3 -m venv /tmp/aiperf-venv && /tmp/aiperf-venv/bin/pip install aiperf
     python bench/llm_continuous_batching.py --aiperf /tmp/aiperf-venv/bin/aiperf
 
+``--client genai-perf`` measures with genai-perf instead, whose load comes from perf_analyzer
+(C++, from shared/tools/setup-peer-tools.sh): it takes less of the two CPUs than aiperf's
+Python workers, so the server has more of them. Its table goes to a section of its own::
+
+    python3 -m venv /tmp/genai-venv && /tmp/genai-venv/bin/pip install genai-perf
+    python bench/llm_continuous_batching.py --client genai-perf \
+        --genai-perf /tmp/genai-venv/bin/genai-perf
+
 aiperf reads the local tokenizer folder (an absolute path, which it loads as a local
 folder); it runs without ``HF_HUB_OFFLINE``, under which aiperf 0.13 looks a folder up in
 the hub's cache instead and fails. Each cell is a closed loop of ``--concurrency`` requests given
@@ -62,6 +70,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.common import (
     ROOT,
     ServerUnderTest,
+    find_tool,
     format_table,
     free_port,
     host_description,
@@ -118,6 +127,73 @@ def run_aiperf(
     return json.loads(summary.read_text())
 
 
+def run_genai_perf(
+    genai_perf: str, url: str, model: str, tokenizer: Path, concurrency: int, requests: int,
+    output_tokens: int, folder: Path,
+) -> dict:  # fmt: skip
+    """One genai-perf cell; its summary (profile_export_genai_perf.json). genai-perf drives
+    perf_analyzer (C++) in its OpenAI mode, found on PATH or among the peer tools."""
+    perf_analyzer = find_tool("perf_analyzer")
+    if perf_analyzer is None:
+        raise RuntimeError("genai-perf needs perf_analyzer: run shared/tools/setup-peer-tools.sh")
+    command = [
+        genai_perf, "profile", "-m", model, "--url", url.removeprefix("http://"),
+        "--endpoint-type", "chat", "--streaming", "--tokenizer", str(tokenizer),
+        "--concurrency", str(concurrency), "--request-count", str(requests),
+        "--warmup-request-count", str(max(8, 2 * concurrency)),
+        "--synthetic-input-tokens-mean", str(PROMPT_TOKENS), "--synthetic-input-tokens-stddev", "0",
+        "--output-tokens-mean", str(output_tokens), "--output-tokens-stddev", "0",
+        "--extra-inputs", "ignore_eos:true", "--random-seed", "0",
+        "--artifact-dir", str(folder),
+    ]  # fmt: skip
+    env = dict(os.environ)
+    env["PATH"] = f"{Path(perf_analyzer).parent}{os.pathsep}{env.get('PATH', '')}"
+    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=900)
+    found = list(folder.glob("*/profile_export_genai_perf.json"))
+    if done.returncode != 0 or not found:
+        raise RuntimeError(
+            f"genai-perf failed ({' '.join(command)}):\n{(done.stdout + done.stderr)[-3000:]}"
+        )
+    return json.loads(found[0].read_text())
+
+
+def run_client(
+    args: argparse.Namespace, url: str, model: str, tokenizer: Path, concurrency: int,
+    folder: Path,
+) -> dict:  # fmt: skip
+    """One cell with the chosen client: tokens/s, TTFT p50 and p99, ITL p50, requests,
+    output tokens per answer.
+
+    aiperf counts tokens from the server's usage. genai-perf counts them by tokenizing the
+    answers' text again, which a random model's tokens do not survive (36 tokens for 32),
+    so its tokens/s here is its request rate times the tokens each answer has
+    (``ignore_eos``: exactly ``--output-tokens``), and its ITL is over its own counts."""
+    requests = requests_for(concurrency, args.requests)
+    if args.client == "aiperf":
+        summary = run_aiperf(
+            args.aiperf, url, model, tokenizer, concurrency, requests, args.output_tokens, folder
+        )
+        return {
+            "tokens_per_s": summary["output_token_throughput"]["avg"],
+            "ttft_p50": summary["time_to_first_token"]["p50"],
+            "ttft_p99": summary["time_to_first_token"]["p99"],
+            "itl_p50": summary["inter_token_latency"]["p50"],
+            "requests": summary["request_count"]["avg"],
+            "osl": summary["output_sequence_length"]["avg"],
+        }
+    summary = run_genai_perf(
+        args.genai_perf, url, model, tokenizer, concurrency, requests, args.output_tokens, folder
+    )
+    return {
+        "tokens_per_s": summary["request_throughput"]["avg"] * args.output_tokens,
+        "ttft_p50": summary["time_to_first_token"]["p50"],
+        "ttft_p99": summary["time_to_first_token"]["p99"],
+        "itl_p50": summary["inter_token_latency"]["p50"],
+        "requests": summary["request_count"]["avg"],
+        "osl": float(args.output_tokens),
+    }
+
+
 def measure(args: argparse.Namespace, key: str, work: Path) -> dict[int, dict]:
     label, max_batch_size, parameters = CONFIGS[key]
     builder = load_builder()
@@ -143,20 +219,11 @@ def measure(args: argparse.Namespace, key: str, work: Path) -> dict[int, dict]:
             for concurrency in args.concurrency:
                 load = os.getloadavg()[0]
                 started = time.monotonic()
-                summary = run_aiperf(
-                    args.aiperf, f"http://127.0.0.1:{openai_port}", builder.MODEL_NAME,
-                    tokenizer, concurrency, requests_for(concurrency, args.requests),
-                    args.output_tokens, work / f"{key}-c{concurrency}-{trial}",
+                cell = run_client(
+                    args, f"http://127.0.0.1:{openai_port}", builder.MODEL_NAME, tokenizer,
+                    concurrency, work / f"{key}-c{concurrency}-{trial}",
                 )  # fmt: skip
-                cell = {
-                    "tokens_per_s": summary["output_token_throughput"]["avg"],
-                    "ttft_p50": summary["time_to_first_token"]["p50"],
-                    "ttft_p99": summary["time_to_first_token"]["p99"],
-                    "itl_p50": summary["inter_token_latency"]["p50"],
-                    "requests": summary["request_count"]["avg"],
-                    "osl": summary["output_sequence_length"]["avg"],
-                    "load": load,
-                }
+                cell["load"] = load
                 first = args.concurrency[0]
                 base = cell if concurrency == first else trials[first][trial]
                 cell["speedup"] = cell["tokens_per_s"] / base["tokens_per_s"]
@@ -224,17 +291,25 @@ def section(args: argparse.Namespace, results: dict[str, dict[int, dict]]) -> st
                 f"tokens/s, TTFT p99 {batched[16]['ttft_p99']:.0f} ms against "
                 f"{single[16]['ttft_p99']:.0f} ms."
             )
+    if args.client == "aiperf":
+        heading, client = "## Continuous batching of an LLM", "aiperf"
+        counts = "server token counts"
+    else:
+        heading = "### The same, measured with genai-perf"
+        client = "genai-perf (its load from perf_analyzer, in C++)"
+        counts = "tokens/s from its request rate, its ITL over its own token counts"
     return (
-        "## Continuous batching of an LLM\n\n"
+        f"{heading}\n\n"
         f"examples/llm_transformers (a Llama of 2 layers, hidden 64, random weights, float32, "
         f"{args.torch_threads} torch thread, a tokenizer of {args.vocab_size} tokens) behind "
-        "the OpenAI frontend, driven by aiperf "
+        f"the OpenAI frontend, driven by {client} "
         f"(streamed chat completions, {PROMPT_TOKENS}-token synthetic prompts before the chat "
-        f"template, every answer {args.output_tokens} tokens with ignore_eos, server token "
-        f"counts); client and server on one host ({host_description()}). "
-        f"`bench/llm_continuous_batching.py`: {args.trials} trials, each running the cells "
-        "of a server one after the other; each figure is the median over the trials, the "
-        "ratios to c=1 taken within each trial. The load average before the cells says how "
+        f"template, every answer {args.output_tokens} tokens with ignore_eos, {counts}); "
+        f"client and server on one host ({host_description()}). "
+        f"`bench/llm_continuous_batching.py --client {args.client}`: {args.trials} trials, "
+        "each running the cells of a server one after the other; each figure is the median "
+        "over the trials, the ratios to c=1 taken within each trial. The load average before "
+        "the cells says how "
         "busy the shared machine was.\n\n" + table + verdict
     )
 
@@ -261,15 +336,31 @@ def main() -> None:
     )
     parser.add_argument("--output", type=Path, default=ROOT / "docs" / "benchmarks.md")
     parser.add_argument("--no-write", action="store_true", help="print the table only")
+    parser.add_argument(
+        "--client",
+        choices=["aiperf", "genai-perf"],
+        default="aiperf",
+        help="the LLM benchmark client: aiperf (Python), or genai-perf (drives perf_analyzer)",
+    )
+    parser.add_argument(
+        "--genai-perf",
+        default=os.environ.get("GENAI_PERF") or shutil.which("genai-perf"),
+        help="the genai-perf command (default: $GENAI_PERF, else genai-perf on PATH)",
+    )
     args = parser.parse_args()
-    if not args.aiperf:
+    if args.client == "aiperf" and not args.aiperf:
         parser.error("aiperf not found: install it in a venv of its own and pass --aiperf")
+    if args.client == "genai-perf" and not args.genai_perf:
+        parser.error("genai-perf not found: install it in a venv of its own and pass --genai-perf")
     with tempfile.TemporaryDirectory(prefix="llm-bench-") as work:
         results = {key: measure(args, key, Path(work)) for key in args.configs}
     text = section(args, results)
     print(text)
     if not args.no_write:
-        replace_section(args.output, "llm-continuous-batching", text)
+        marker = "llm-continuous-batching"
+        replace_section(
+            args.output, marker if args.client == "aiperf" else f"{marker}-genai-perf", text
+        )
 
 
 if __name__ == "__main__":
