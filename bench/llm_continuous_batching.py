@@ -173,24 +173,23 @@ def run_client(
         summary = run_aiperf(
             args.aiperf, url, model, tokenizer, concurrency, requests, args.output_tokens, folder
         )
-        return {
-            "tokens_per_s": summary["output_token_throughput"]["avg"],
-            "ttft_p50": summary["time_to_first_token"]["p50"],
-            "ttft_p99": summary["time_to_first_token"]["p99"],
-            "itl_p50": summary["inter_token_latency"]["p50"],
-            "requests": summary["request_count"]["avg"],
-            "osl": summary["output_sequence_length"]["avg"],
-        }
-    summary = run_genai_perf(
-        args.genai_perf, url, model, tokenizer, concurrency, requests, args.output_tokens, folder
-    )
+        tokens_per_s = summary["output_token_throughput"]["avg"]
+        osl = summary["output_sequence_length"]["avg"]
+    else:
+        summary = run_genai_perf(
+            args.genai_perf, url, model, tokenizer, concurrency, requests, args.output_tokens,
+            folder,
+        )  # fmt: skip
+        tokens_per_s = summary["request_throughput"]["avg"] * args.output_tokens
+        osl = float(args.output_tokens)
+    # both clients' summaries name these figures alike
     return {
-        "tokens_per_s": summary["request_throughput"]["avg"] * args.output_tokens,
+        "tokens_per_s": tokens_per_s,
         "ttft_p50": summary["time_to_first_token"]["p50"],
         "ttft_p99": summary["time_to_first_token"]["p99"],
         "itl_p50": summary["inter_token_latency"]["p50"],
         "requests": summary["request_count"]["avg"],
-        "osl": float(args.output_tokens),
+        "osl": osl,
     }
 
 
@@ -309,8 +308,7 @@ def section(args: argparse.Namespace, results: dict[str, dict[int, dict]]) -> st
         f"`bench/llm_continuous_batching.py --client {args.client}`: {args.trials} trials, "
         "each running the cells of a server one after the other; each figure is the median "
         "over the trials, the ratios to c=1 taken within each trial. The load average before "
-        "the cells says how "
-        "busy the shared machine was.\n\n" + table + verdict
+        "the cells says how busy the shared machine was.\n\n" + table + verdict
     )
 
 
